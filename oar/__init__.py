@@ -1,0 +1,1 @@
+"""OAR: outcome-grounded advantage reshaping for GRPO."""
