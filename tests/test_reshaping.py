@@ -1,0 +1,144 @@
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oar.reshaping import gate, token_advantages
+
+
+def reference_gate(scores: list[float], tau: float, beta: float, floor: float = 0.1) -> list[float]:
+    """method.md section 6 for one response, written out step by step."""
+    # float32 like the implementation: the gate is discontinuous at n == theta, so a float64 reference
+    # would disagree on which side of theta a token falls.
+    logs = torch.log1p(torch.tensor(scores, dtype=torch.float32))
+    low, high = logs.min(), logs.max()
+    if high == low:
+        return [1.0] * len(scores)
+    norm = (logs - low) / (high - low)
+    theta = torch.quantile(norm, tau).item()
+    raw = []
+    for n in norm.tolist():
+        if n < theta:
+            raw.append(max(n / theta, floor))
+        else:
+            raw.append(1.0 + (beta * (n - theta) / (1 - theta) if theta < 1 else 0.0))
+    total = sum(raw)
+    return [w * len(scores) / total for w in raw]
+
+
+def test_worked_example_of_method_section_6():
+    scores = torch.tensor([[0.0, 1.0, 3.0, 7.0]])
+    weights = gate(scores, torch.ones_like(scores, dtype=torch.bool), tau=0.5, beta=2.0)[0]
+    assert weights.sum().item() == pytest.approx(4.0, abs=1e-5)
+    assert weights.argmax().item() == 3
+    # Before renormalisation the first token sits at the floor 0.1; the renormaliser is R / sum(raw),
+    # with raw = [0.1, 2/3, 1 + 2 * (2/3 - 1/2) / (1/2), 3].
+    raw = [0.1, 2 / 3, 1 + 2 * (2 / 3 - 0.5) / 0.5, 3.0]
+    expected = [w * 4 / sum(raw) for w in raw]
+    assert weights.tolist() == pytest.approx(expected, abs=1e-5)
+    assert weights[0].item() == pytest.approx(0.1 * 4 / sum(raw), abs=1e-6)
+
+
+def test_tau_zero_is_boost_only_and_tau_one_is_suppress_only():
+    scores = torch.tensor([[0.0, 1.0, 3.0, 7.0, 2.0]])
+    mask = torch.ones_like(scores, dtype=torch.bool)
+    beta = 2.0
+    boost = gate(scores, mask, tau=0.0, beta=beta)[0]
+    suppress = gate(scores, mask, tau=1.0, beta=beta)[0]
+    logs = torch.log1p(scores[0])
+    norm = (logs - logs.min()) / (logs.max() - logs.min())
+    # tau = 0: theta = min n = 0, every token in the boost band: raw = 1 + beta * n.
+    raw_boost = 1 + beta * norm
+    assert boost.tolist() == pytest.approx((raw_boost * 5 / raw_boost.sum()).tolist(), abs=1e-5)
+    # tau = 1: theta = max n = 1, every token but the top in the suppression band: raw = max(n, floor),
+    # and the top token gets exactly 1 (no boost); beta plays no role.
+    raw_suppress = norm.clamp_min(0.1)
+    assert suppress.tolist() == pytest.approx((raw_suppress * 5 / raw_suppress.sum()).tolist(), abs=1e-5)
+    assert gate(scores, mask, tau=1.0, beta=7.0)[0].tolist() == pytest.approx(suppress.tolist(), abs=1e-6)
+
+
+def test_non_reasoning_positions_are_exactly_one_and_degenerate_rows_are_all_one():
+    scores = torch.tensor(
+        [
+            [5.0, 0.0, 2.0, 9.0, 9.0],  # reasoning = first three
+            [3.0, 3.0, 3.0, 0.0, 0.0],  # all equal
+            [1.0, 2.0, 3.0, 4.0, 5.0],  # no reasoning token
+            [1.0, float("nan"), 3.0, 0.0, 0.0],  # a NaN score: no signal, no reshaping
+        ]
+    )
+    mask = torch.tensor(
+        [[1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 0, 0]], dtype=torch.bool
+    )
+    weights = gate(scores, mask, tau=0.4, beta=2.0)
+    assert torch.equal(weights[0, 3:], torch.ones(2))
+    assert weights[0, :3].sum().item() == pytest.approx(3.0, abs=1e-5)
+    assert torch.equal(weights[1:], torch.ones(3, 5))
+
+
+def test_weights_carry_no_gradient():
+    scores = torch.tensor([[0.0, 1.0, 3.0]], requires_grad=True)
+    weights = gate(scores, torch.ones(1, 3, dtype=torch.bool), tau=0.4, beta=2.0)
+    assert not weights.requires_grad
+
+
+def test_token_advantages_keep_total_mass():
+    scores = torch.tensor([[0.0, 1.0, 3.0, 7.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0]], dtype=torch.bool)
+    weights = gate(scores, mask, tau=0.4, beta=2.0)
+    for advantage in (1.5, -0.7):
+        token_adv = token_advantages(weights, torch.tensor([advantage]))
+        assert token_adv.sum().item() == pytest.approx(5 * advantage, abs=1e-5)
+
+
+@pytest.mark.parametrize("key, kwargs", [("tau", {"tau": 1.5}), ("beta", {"beta": -1.0}), ("floor", {"floor": 0.0})])
+def test_invalid_parameters_are_named(key, kwargs):
+    args = {"tau": 0.4, "beta": 2.0, "floor": 0.1} | kwargs
+    with pytest.raises(ValueError, match=key):
+        gate(torch.ones(1, 3), torch.ones(1, 3, dtype=torch.bool), **args)
+
+
+rows = st.lists(st.floats(min_value=0.0, max_value=1e4, allow_nan=False, width=32), min_size=1, max_size=24)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    scores=rows,
+    tau=st.one_of(st.just(0.0), st.just(1.0), st.floats(min_value=1e-3, max_value=1.0)),
+    beta=st.floats(min_value=0.0, max_value=8.0),
+    pad_left=st.integers(0, 5),
+    pad_right=st.integers(0, 5),
+)
+def test_gate_properties(scores, tau, beta, pad_left, pad_right):
+    r = len(scores)
+    row = torch.tensor(scores)
+    weights = gate(row[None], torch.ones(1, r, dtype=torch.bool), tau=tau, beta=beta)[0]
+
+    assert (weights > 0).all()
+    assert weights.sum().item() == pytest.approx(r, rel=1e-4)
+    assert weights.tolist() == pytest.approx(reference_gate(scores, tau, beta), rel=1e-4, abs=1e-5)
+    # Order: a higher score never gets a lower weight.
+    order = torch.argsort(row, stable=True)
+    assert (weights[order].diff() >= -1e-5).all()
+
+    # Padding invariance: the same row surrounded by non-reasoning positions with arbitrary scores.
+    padded = torch.cat([torch.full((pad_left,), 123.0), row, torch.full((pad_right,), 9.0)])
+    mask = torch.zeros(padded.numel(), dtype=torch.bool)
+    mask[pad_left : pad_left + r] = True
+    padded_weights = gate(padded[None], mask[None], tau=tau, beta=beta)[0]
+    assert torch.allclose(padded_weights[mask], weights, atol=1e-6)
+    assert torch.equal(padded_weights[~mask], torch.ones(pad_left + pad_right))
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.lists(rows, min_size=1, max_size=6), tau=st.floats(0.0, 1.0), beta=st.floats(0.0, 4.0))
+def test_batched_rows_equal_rows_gated_alone(batch, tau, beta):
+    width = max(len(r) for r in batch)
+    scores = torch.zeros(len(batch), width)
+    mask = torch.zeros(len(batch), width, dtype=torch.bool)
+    for i, r in enumerate(batch):
+        scores[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = True
+    together = gate(scores, mask, tau=tau, beta=beta)
+    for i, r in enumerate(batch):
+        alone = gate(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.bool), tau=tau, beta=beta)[0]
+        assert torch.allclose(together[i, : len(r)], alone, atol=1e-6)
