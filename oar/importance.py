@@ -1,0 +1,577 @@
+"""Token importance: how much each reasoning token moves the model's final-answer distribution.
+
+Pipeline (method.md sections 2-5 and 7):
+
+1. ``build_probes``: from a prompt's and a response's **token ids** (never re-tokenised text), locate the
+   answer span (last ``\\boxed{}``, or the last number when the fallback is on) and build the probe
+   ``prompt | reasoning | conclude | answer``.
+2. An *outcome probe* reads the answer distribution off the probe's last logits:
+   ``lt_logits`` (first answer token), ``as_mean`` (softmax of the mean answer-span logits) or
+   ``as_joint`` (mean answer log-likelihood). A response without an answer span falls back to
+   ``lt_logits``.
+3. A *scorer* turns that into one score per reasoning token: ``oar_p`` (pad substitution, exact),
+   ``oar_g`` (gradient x input at a noised point), and the controls ``grad_norm``, ``entropy``,
+   ``position``, ``random``. All share one call shape, ``score(method, model, probes, config)``, and
+   return scores [B, T] aligned with the response positions.
+
+Only the logits a probe needs are computed (``logits_to_keep``). Probe batches are left-padded so
+every probe ends at the same position, with explicit position ids so padding changes nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers.cache_utils import DynamicCache
+
+from oar.grading import extract_answer
+
+PROBES = ("lt_logits", "as_mean", "as_joint")
+CONCLUDE_TEXT = "\n\nTherefore, the final answer is \\boxed{"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Probes
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One response's probe. Reasoning tokens are ``response_ids[:reasoning_len]``."""
+
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    reasoning_len: int
+    conclude_ids: tuple[int, ...]
+    answer_ids: tuple[int, ...]  # the model's own answer-span tokens; empty when there is no answer
+    answer_kind: str | None = None  # "boxed", "last_number" or None
+
+    @property
+    def has_answer(self) -> bool:
+        return len(self.answer_ids) > 0
+
+    def ids(self, kind: str) -> list[int]:
+        """Probe token ids for an outcome ``kind``; LT-Logits stops after ``conclude`` (answer tokens
+        would not change its logits, causally, and only cost compute)."""
+        head = list(self.prompt_ids) + list(self.response_ids[: self.reasoning_len]) + list(self.conclude_ids)
+        return head if kind == "lt_logits" else head + list(self.answer_ids)
+
+    @property
+    def reasoning_start(self) -> int:
+        return len(self.prompt_ids)
+
+
+def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, list[int], list[int]]:
+    """Decoded text of ``ids`` and each token's [start, end) character span in it.
+
+    Fast path: per-token pieces that concatenate to the whole decode. Byte-level BPE can split one
+    character across tokens (the pieces then hold replacement characters); for those the spans come
+    from decoding growing prefixes, which is exact for any tokenizer.
+    """
+    ids = list(ids)
+    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    pieces = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    if "".join(pieces) == text:
+        ends = list(_cumsum(len(p) for p in pieces))
+    else:
+        ends = [
+            len(tokenizer.decode(ids[: k + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False))
+            for k in range(len(ids))
+        ]
+    starts = [0] + ends[:-1]
+    return text, starts, ends
+
+
+def _cumsum(values):
+    total = 0
+    for v in values:
+        total += v
+        yield total
+
+
+def build_probe(
+    tokenizer,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    conclude_ids: Sequence[int],
+    fallback_last_number: bool = True,
+) -> Probe:
+    """Locate reasoning and answer tokens in one response's own ids.
+
+    Trailing special tokens (eos, pad) are neither reasoning nor answer. The answer span comes from
+    ``oar.grading.extract_answer`` on the decoded response, mapped back to token positions through each
+    token's character span: reasoning = tokens that end before the answer marker (``\\boxed{`` or the
+    number), answer = tokens that overlap the answer text.
+    """
+    response_ids = list(response_ids)
+    special = set(tokenizer.all_special_ids)
+    content_len = len(response_ids)
+    while content_len > 0 and response_ids[content_len - 1] in special:
+        content_len -= 1
+    text, starts, ends = token_char_spans(tokenizer, response_ids[:content_len])
+    span = extract_answer(text, fallback_last_number=fallback_last_number)
+    if span is None:
+        reasoning_len, answer = content_len, ()
+    else:
+        reasoning_len = bisect.bisect_right(ends, span.reasoning_end)
+        first = bisect.bisect_right(ends, span.start)  # first token ending after the answer starts
+        last = bisect.bisect_left(starts, span.end)  # tokens starting before the answer ends
+        answer = tuple(response_ids[first:last])
+    return Probe(
+        prompt_ids=tuple(prompt_ids),
+        response_ids=tuple(response_ids),
+        reasoning_len=reasoning_len,
+        conclude_ids=tuple(conclude_ids),
+        answer_ids=answer,
+        answer_kind=span.kind if span is not None and answer else None,
+    )
+
+
+def build_probes(
+    tokenizer,
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    fallback_last_number: bool = True,
+    conclude_text: str = CONCLUDE_TEXT,
+) -> list[Probe]:
+    """Probes for unpadded prompts and responses (one list of ids each)."""
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts for {len(response_ids)} responses")
+    conclude = tokenizer(conclude_text, add_special_tokens=False)["input_ids"]
+    return [build_probe(tokenizer, p, r, conclude, fallback_last_number) for p, r in zip(prompt_ids, response_ids)]
+
+
+def probes_from_padded(
+    tokenizer,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    fallback_last_number: bool = True,
+    conclude_text: str = CONCLUDE_TEXT,
+) -> list[Probe]:
+    """Probes from TRL-style tensors: prompts left-padded, completions right-padded, with masks.
+
+    Column t of a completion row is response position t, so scores come back aligned with
+    ``completion_ids``.
+    """
+    prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
+    responses = [row[mask.bool()].tolist() for row, mask in zip(completion_ids, completion_mask)]
+    return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Outcomes
+# ----------------------------------------------------------------------------------------------------
+
+
+def resolve_probe_kind(probe: Probe, requested: str) -> str:
+    """The outcome used for one response: the requested one, or LT-Logits when it has no answer span."""
+    if requested not in PROBES:
+        raise ValueError(f"unknown outcome probe {requested!r}; expected one of {PROBES}")
+    return requested if requested == "lt_logits" or probe.has_answer else "lt_logits"
+
+
+@dataclass
+class Outcome:
+    """Outcome of a batch of probes: log-probabilities [N, V] (KL kinds) and/or phi [N] (AS-Joint)."""
+
+    logprobs: Tensor | None
+    phi: Tensor | None
+
+
+def outcome_from_logits(logits: Tensor, kind: str, answer: Tensor | None = None) -> Outcome:
+    """Outcome from the probe's last ``A + 1`` logits [N, A + 1, V] (float32 inside).
+
+    Position 0 of ``logits`` predicts the first answer token; positions 0..A-1 predict the A answer
+    tokens ``answer`` [N, A] (teacher forcing); the last position predicts past the answer and is unused.
+    """
+    z = logits.float()
+    if kind == "lt_logits":
+        return Outcome(F.log_softmax(z[:, 0], dim=-1), None)
+    if answer is None or answer.shape[1] == 0:
+        raise ValueError(f"probe {kind!r} needs answer tokens")
+    span = z[:, : answer.shape[1]]
+    if kind == "as_mean":
+        return Outcome(F.log_softmax(span.mean(dim=1), dim=-1), None)
+    token_logp = F.log_softmax(span, dim=-1).gather(-1, answer[..., None]).squeeze(-1)
+    return Outcome(None, token_logp.mean(dim=1))
+
+
+def divergence(clean: Outcome, other: Outcome, clamp: bool = True) -> Tensor:
+    """KL(p_clean || p_other) per row, or phi_clean - phi_other for AS-Joint (clamped at 0 for OAR-P)."""
+    if clean.phi is not None:
+        drop = clean.phi - other.phi
+        return drop.clamp_min(0.0) if clamp else drop
+    p = clean.logprobs.exp()
+    return (p * (clean.logprobs - other.logprobs)).sum(dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Scorers
+# ----------------------------------------------------------------------------------------------------
+
+SCORERS: dict[str, Callable] = {}
+
+
+@dataclass(frozen=True)
+class ScorerConfig:
+    """Settings shared by every scorer.
+
+    probe: outcome probe (``lt_logits``, ``as_mean``, ``as_joint``); the trainer passes ``lt_logits``
+        during its warm-up steps.
+    noise_sigma: OAR-G's absolute Gaussian noise on reasoning embeddings (the KL gradient is zero at
+        the clean point).
+    chunk_tokens: memory budget of one forward, in tokens: OAR-P's substituted copies of one response
+        are processed in chunks of at most this many new tokens; the batched scorers group probes
+        up to this many tokens.
+    seed: noise (OAR-G) and random-control seed; scores are reproducible for a fixed seed.
+    """
+
+    probe: str = "as_mean"
+    noise_sigma: float = 1e-3
+    chunk_tokens: int = 4096
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.probe not in PROBES:
+            raise ValueError(f"probe must be one of {PROBES}, got {self.probe!r}")
+        if self.noise_sigma <= 0:
+            raise ValueError(f"noise_sigma must be > 0, got {self.noise_sigma}")
+        if self.chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+
+
+@dataclass
+class Scores:
+    """Scores [B, T] on response positions (0 outside reasoning), and per-row bookkeeping."""
+
+    scores: Tensor
+    reasoning_mask: Tensor
+    scored: Tensor  # [B] bool: rows a scorer actually ran on
+    lt_fallback: Tensor  # [B] bool: rows that asked for an answer-span probe but had no answer span
+    nonfinite: Tensor = field(init=False)  # [B] bool: rows with a NaN/inf reasoning score
+
+    def __post_init__(self):
+        bad = ~torch.isfinite(self.scores) & self.reasoning_mask
+        self.nonfinite = bad.any(dim=1)
+
+
+def register(name: str):
+    def wrap(fn):
+        SCORERS[name] = fn
+        return fn
+
+    return wrap
+
+
+def score(
+    method: str,
+    model,
+    probes: Sequence[Probe],
+    config: ScorerConfig = ScorerConfig(),
+    active: Tensor | Sequence[bool] | None = None,
+    width: int | None = None,
+) -> Scores:
+    """Importance scores of every reasoning token of every probe.
+
+    ``active`` [B] marks the rows that need scores (the trainer passes A_i != 0); inactive rows get
+    zeros, which the gate turns into weights of 1. ``width`` is the T of the result (default: the
+    longest response). The model is put in eval mode for scoring and restored after.
+    """
+    if method not in SCORERS:
+        raise ValueError(f"unknown scorer {method!r}; expected one of {sorted(SCORERS)}")
+    n = len(probes)
+    width = width if width is not None else max((len(p.response_ids) for p in probes), default=0)
+    if any(len(p.response_ids) > width for p in probes):
+        raise ValueError(f"width {width} is shorter than a response")
+    active_rows = torch.ones(n, dtype=torch.bool) if active is None else torch.as_tensor(active, dtype=torch.bool).cpu()
+    if active_rows.shape != (n,):
+        raise ValueError(f"active must have shape [{n}], got {tuple(active_rows.shape)}")
+
+    scores = torch.zeros(n, width, dtype=torch.float32)
+    mask = torch.zeros(n, width, dtype=torch.bool)
+    for i, p in enumerate(probes):
+        mask[i, : p.reasoning_len] = True
+    rows = [i for i in range(n) if active_rows[i] and probes[i].reasoning_len > 0]
+    kinds = [resolve_probe_kind(p, config.probe) for p in probes]
+    fallback = torch.tensor([k != config.probe for k in kinds], dtype=torch.bool)
+
+    if rows:
+        was_training = model.training
+        model.eval()
+        try:
+            row_scores = SCORERS[method](model, [probes[i] for i in rows], [kinds[i] for i in rows], config)
+        finally:
+            model.train(was_training)
+        for i, s in zip(rows, row_scores):
+            scores[i, : probes[i].reasoning_len] = s.float().cpu()
+    scored = torch.zeros(n, dtype=torch.bool)
+    scored[rows] = True
+    return Scores(scores=scores, reasoning_mask=mask, scored=scored, lt_fallback=fallback & scored)
+
+
+# --- shared plumbing ---------------------------------------------------------------------------------
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _pad_id(model) -> int:
+    pad = model.config.pad_token_id
+    if pad is None:
+        pad = model.config.eos_token_id
+        pad = pad[0] if isinstance(pad, (list, tuple)) else pad
+    if pad is None:
+        raise ValueError("the model config has neither pad_token_id nor eos_token_id: OAR-P needs a pad token")
+    return int(pad)
+
+
+def _keep(probe: Probe, kind: str) -> int:
+    """How many trailing probe logits an outcome needs: the answer tokens' predictors plus one."""
+    return 1 if kind == "lt_logits" else len(probe.answer_ids) + 1
+
+
+def _micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Group row indices (longest first) so that rows x longest length stays within ``budget`` tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * lengths[current[0]] > budget:
+            groups.append(current)
+            current = []
+        current.append(i)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _left_pad(seqs: Sequence[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor, Tensor, list[int]]:
+    longest = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), longest), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(seqs), longest), dtype=torch.long)
+    offsets = []
+    for r, s in enumerate(seqs):
+        off = longest - len(s)
+        ids[r, off:] = torch.tensor(s, dtype=torch.long)
+        attention[r, off:] = 1
+        offsets.append(off)
+    positions = (attention.cumsum(dim=1) - 1).clamp_min(0)
+    return ids.to(device), attention.to(device), positions.to(device), offsets
+
+
+def _batched_outcomes(logits: Tensor, probes: Sequence[Probe], kinds: Sequence[str]) -> list[Outcome]:
+    """Per-row outcomes from the last ``keep`` logits of a left-padded batch (all rows end together)."""
+    keep_all = logits.shape[1]
+    outcomes = []
+    for r, (p, kind) in enumerate(zip(probes, kinds)):
+        k = _keep(p, kind)
+        window = logits[r : r + 1, keep_all - k :]
+        answer = torch.tensor([p.answer_ids], device=logits.device) if kind != "lt_logits" else None
+        outcomes.append(outcome_from_logits(window, kind, answer))
+    return outcomes
+
+
+def _rows_objective(clean: Sequence[Outcome], perturbed: Sequence[Outcome]) -> Tensor:
+    """Sum over rows of the unclamped divergence (rows are independent, so its gradient is per row)."""
+    return torch.stack([divergence(c, p, clamp=False).sum() for c, p in zip(clean, perturbed)]).sum()
+
+
+# --- OAR-P --------------------------------------------------------------------------------------------
+
+
+def _cache_prefix(cache: DynamicCache, length: int, copies: int) -> DynamicCache:
+    """The first ``length`` positions of a batch-1 cache, repeated ``copies`` times (views, no copy)."""
+    layers = []
+    for layer in cache.layers:
+        k = layer.keys[:, :, :length].expand(copies, -1, -1, -1)
+        v = layer.values[:, :, :length].expand(copies, -1, -1, -1)
+        layers.append((k, v))
+    return DynamicCache(layers)
+
+
+@register("oar_p")
+@torch.no_grad()
+def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """OAR-P (method.md section 4): s_j = KL(p_0 || p_j), p_j the outcome with reasoning token j
+    replaced by the pad id (AS-Joint: max(phi_0 - phi_j, 0)).
+
+    Exact, and cheaper than the authors' all-copies batch in two ways: substituting token j cannot
+    change positions before it, so each chunk of copies j0..j1 reuses the clean KV cache of
+    ``probe[:prompt + j0]`` and only runs the suffix; and only the last ``A + 1`` logits are computed.
+    """
+    device = _device(model)
+    pad_id = _pad_id(model)
+    results = []
+    for probe, kind in zip(probes, kinds):
+        ids = torch.tensor([probe.ids(kind)], device=device)
+        keep = _keep(probe, kind)
+        answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+        clean = outcome_from_logits(out.logits, kind, answer)
+        cache = out.past_key_values
+
+        start, total, r = probe.reasoning_start, ids.shape[1], probe.reasoning_len
+        row = torch.empty(r, dtype=torch.float32, device=device)
+        j0 = 0
+        while j0 < r:
+            suffix_len = total - start - j0
+            copies = max(1, min(r - j0, config.chunk_tokens // suffix_len))
+            suffix = ids[:, start + j0 :].repeat(copies, 1)
+            suffix[torch.arange(copies, device=device), torch.arange(copies, device=device)] = pad_id
+            out = model(
+                input_ids=suffix,
+                past_key_values=_cache_prefix(cache, start + j0, copies),
+                use_cache=True,
+                logits_to_keep=keep,
+            )
+            perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
+            row[j0 : j0 + copies] = divergence(_expand(clean, copies), perturbed)
+            j0 += copies
+        results.append(row)
+    return results
+
+
+def _expand(outcome: Outcome, copies: int) -> Outcome:
+    if outcome.phi is not None:
+        return Outcome(None, outcome.phi.expand(copies))
+    return Outcome(outcome.logprobs.expand(copies, -1), None)
+
+
+# --- gradient scorers ----------------------------------------------------------------------------------
+
+
+def _embedding_gradients(
+    model,
+    probes: Sequence[Probe],
+    kinds: Sequence[str],
+    config: ScorerConfig,
+    objective: Callable[[Tensor, list[Outcome] | None], Tensor],
+    needs_clean: bool,
+    noise_sigma: float | None,
+) -> list[tuple[Tensor, Tensor]]:
+    """(gradient, clean embedding) on the reasoning positions of each probe, in micro-batches.
+
+    The gradient is taken with ``torch.autograd.grad`` with respect to the input embeddings only:
+    nothing is accumulated into (or cleared from) any parameter's ``.grad``.
+    """
+    device = _device(model)
+    pad_id = _pad_id(model)
+    embed = model.get_input_embeddings()
+    generator = torch.Generator(device="cpu").manual_seed(config.seed)
+    seqs = [p.ids(k) for p, k in zip(probes, kinds)]
+    results: list[tuple[Tensor, Tensor] | None] = [None] * len(probes)
+    for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
+        g_probes = [probes[i] for i in group]
+        g_kinds = [kinds[i] for i in group]
+        ids, attention, positions, offsets = _left_pad([seqs[i] for i in group], pad_id, device)
+        keep = max(_keep(p, k) for p, k in zip(g_probes, g_kinds))
+        clean = None
+        if needs_clean:
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+                clean = _batched_outcomes(logits, g_probes, g_kinds)
+        clean_embeds = embed(ids).detach()
+        inputs = clean_embeds
+        if noise_sigma is not None:
+            noise = torch.zeros(clean_embeds.shape, dtype=torch.float32)
+            for r, (p, off) in enumerate(zip(g_probes, offsets)):
+                a = off + p.reasoning_start
+                noise[r, a : a + p.reasoning_len] = torch.randn(
+                    (p.reasoning_len, clean_embeds.shape[-1]), generator=generator
+                ) * noise_sigma
+            inputs = (clean_embeds.float() + noise.to(device)).to(clean_embeds.dtype)
+        inputs = inputs.clone().requires_grad_(True)
+        with torch.enable_grad():
+            logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+            perturbed = _batched_outcomes(logits, g_probes, g_kinds)
+            (grad,) = torch.autograd.grad(objective(perturbed, clean), inputs)
+        for r, (i, p, off) in enumerate(zip(group, g_probes, offsets)):
+            a = off + p.reasoning_start
+            results[i] = (grad[r, a : a + p.reasoning_len].float(), clean_embeds[r, a : a + p.reasoning_len].float())
+    return results
+
+
+@register("oar_g")
+def oar_g_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """OAR-G (method.md section 5): s_t = |<dJ/de_t, e_t>|, J = KL(p_0 || p(e + noise)) (AS-Joint:
+    phi_0 - phi(e + noise)), noise N(0, sigma^2) on reasoning embeddings only, float32 objective."""
+    pairs = _embedding_gradients(
+        model, probes, kinds, config, lambda pert, clean: _rows_objective(clean, pert), True, config.noise_sigma
+    )
+    return [(g * e).sum(dim=-1).abs() for g, e in pairs]
+
+
+@register("grad_norm")
+def grad_norm_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """Gradient-norm proxy (method.md section 7): s_t = ||dJ'/de_t|| at the clean point, J' the clean
+    answer log-likelihood (AS-Joint) or the log-probability of the clean distribution's argmax token."""
+
+    def objective(outcomes: list[Outcome], _clean) -> Tensor:
+        total = 0.0
+        for o in outcomes:
+            if o.phi is not None:
+                total = total + o.phi.sum()
+            else:
+                top = o.logprobs.detach().argmax(dim=-1, keepdim=True)
+                total = total + o.logprobs.gather(-1, top).sum()
+        return total
+
+    pairs = _embedding_gradients(model, probes, kinds, config, objective, False, None)
+    return [g.norm(dim=-1) for g, _ in pairs]
+
+
+# --- controls that need no outcome ------------------------------------------------------------------
+
+
+@register("entropy")
+@torch.no_grad()
+def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """Policy entropy of the distribution each reasoning token was sampled from (GTPO-style control)."""
+    device = _device(model)
+    pad_id = _pad_id(model)
+    # The real sequence prompt | reasoning; position t's token was drawn from the logits one earlier.
+    seqs = [list(p.prompt_ids) + list(p.response_ids[: p.reasoning_len]) for p in probes]
+    results: list[Tensor | None] = [None] * len(probes)
+    for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
+        ids, attention, positions, _ = _left_pad([seqs[i] for i in group], pad_id, device)
+        keep = max(probes[i].reasoning_len for i in group) + 1
+        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+        for r, i in enumerate(group):
+            r_len = probes[i].reasoning_len
+            z = logits[r, keep - 1 - r_len : keep - 1].float()
+            logp = F.log_softmax(z, dim=-1)
+            results[i] = -(logp.exp() * logp).sum(dim=-1)
+    return results
+
+
+@register("position")
+def position_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """Recency control: the token's index in the response."""
+    return [torch.arange(p.reasoning_len, dtype=torch.float32) for p in probes]
+
+
+@register("random")
+def random_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """Random control: the same gate on uniform random scores (is the gain the signal or any reshaping?)."""
+    generator = torch.Generator(device="cpu").manual_seed(config.seed)
+    return [torch.rand(p.reasoning_len, generator=generator) for p in probes]
+
+
+def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int) -> float:
+    """OAR-P's cost for one probe in clean-forward token equivalents (tokens run / probe length)."""
+    total, start, r = len(probe.ids(kind)), probe.reasoning_start, probe.reasoning_len
+    tokens, j0 = total, 0
+    while j0 < r:
+        suffix = total - start - j0
+        copies = max(1, min(r - j0, chunk_tokens // suffix))
+        tokens += copies * suffix
+        j0 += copies
+    return tokens / total if total else math.nan

@@ -1,0 +1,273 @@
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from oar.importance import (
+    CONCLUDE_TEXT,
+    SCORERS,
+    Probe,
+    ScorerConfig,
+    build_probes,
+    divergence,
+    forward_equivalents,
+    outcome_from_logits,
+    probes_from_padded,
+    score,
+)
+from oar.tiny import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    return build_tiny_model(seed=0)
+
+
+def random_probe(tokenizer, generator, prompt_len, reasoning_len, answer_len, tail=2) -> Probe:
+    n = prompt_len + reasoning_len + tail
+    ids = torch.randint(3, len(tokenizer), (n + answer_len,), generator=generator).tolist()
+    conclude = tokenizer(CONCLUDE_TEXT, add_special_tokens=False)["input_ids"]
+    return Probe(
+        prompt_ids=tuple(ids[:prompt_len]),
+        response_ids=tuple(ids[prompt_len:n]),
+        reasoning_len=reasoning_len,
+        conclude_ids=tuple(conclude),
+        answer_ids=tuple(ids[n:]),
+        answer_kind="boxed" if answer_len else None,
+    )
+
+
+def direct_oar_p(model, probe: Probe, kind: str) -> torch.Tensor:
+    """The definition, one substituted position at a time, full forward, all logits."""
+    ids = probe.ids(kind)
+    keep = 1 if kind == "lt_logits" else len(probe.answer_ids) + 1
+    answer = torch.tensor([probe.answer_ids]) if kind != "lt_logits" else None
+    with torch.no_grad():
+        clean = outcome_from_logits(model(torch.tensor([ids])).logits[:, -keep:], kind, answer)
+        scores = []
+        for j in range(probe.reasoning_len):
+            changed = list(ids)
+            changed[probe.reasoning_start + j] = model.config.pad_token_id
+            logits = model(torch.tensor([changed])).logits[:, -keep:]
+            scores.append(divergence(clean, outcome_from_logits(logits, kind, answer)).item())
+    return torch.tensor(scores)
+
+
+@pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
+@pytest.mark.parametrize("chunk_tokens", [5, 40, 4096])
+def test_oar_p_equals_direct_substitution(model_and_tokenizer, kind, chunk_tokens):
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(1)
+    probes = [random_probe(tokenizer, g, 6, 9, 2), random_probe(tokenizer, g, 3, 15, 3, tail=0)]
+    result = score("oar_p", model, probes, ScorerConfig(probe=kind, chunk_tokens=chunk_tokens))
+    for i, probe in enumerate(probes):
+        expected = direct_oar_p(model, probe, kind)
+        got = result.scores[i, : probe.reasoning_len]
+        # float32 rounding of log-softmax differences (~1e-7 * |log p|) is all that may differ.
+        assert torch.allclose(got, expected, rtol=1e-3, atol=2e-6), (got, expected)
+        assert (expected.abs() > 0).any()
+        assert torch.equal(result.scores[i, probe.reasoning_len :], torch.zeros(result.scores.shape[1] - probe.reasoning_len))
+
+
+def test_inactive_rows_are_not_scored(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(2)
+    probes = [random_probe(tokenizer, g, 4, 8, 2) for _ in range(3)]
+    calls = []
+    hook = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        alone = score("oar_p", model, [probes[1]], ScorerConfig(chunk_tokens=10**6))
+        calls.clear()
+        result = score("oar_p", model, probes, ScorerConfig(chunk_tokens=10**6), active=[False, True, False])
+    finally:
+        hook.remove()
+    assert result.scored.tolist() == [False, True, False]
+    assert len(calls) == 2  # one clean pass and one chunk, for the single active row only
+    assert torch.equal(result.scores[0], torch.zeros_like(result.scores[0]))
+    assert torch.equal(result.scores[2], torch.zeros_like(result.scores[2]))
+    assert torch.allclose(result.scores[1], alone.scores[0], atol=1e-7)
+
+
+@pytest.mark.parametrize("method", ["oar_g", "grad_norm"])
+def test_gradient_scorers_leave_parameter_grads_untouched(model_and_tokenizer, method):
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(3)
+    probes = [random_probe(tokenizer, g, 5, 7, 2), random_probe(tokenizer, g, 3, 4, 0)]
+    params = list(model.parameters())
+    # First without any accumulated gradient, then with one (as between micro-batches of a step).
+    for p in params:
+        p.grad = None
+    result = score(method, model, probes, ScorerConfig())
+    assert all(p.grad is None for p in params)
+    assert torch.isfinite(result.scores).all() and (result.scores[result.reasoning_mask] > 0).all()
+
+    for p in params:
+        p.grad = torch.randn_like(p)
+    before = [p.grad.clone() for p in params]
+    score(method, model, probes, ScorerConfig())
+    assert all(torch.equal(p.grad, b) for p, b in zip(params, before))
+    for p in params:
+        p.grad = None
+
+
+@pytest.mark.parametrize("method", ["grad_norm", "entropy", "position"])
+def test_batched_scores_equal_single_probe_scores(model_and_tokenizer, method):
+    """Left padding and micro-batching change nothing (noise-free scorers)."""
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(4)
+    probes = [random_probe(tokenizer, g, 3 + i, 4 + 3 * i, i % 3) for i in range(4)]
+    together = score(method, model, probes, ScorerConfig(probe="as_mean", chunk_tokens=60))
+    for i, probe in enumerate(probes):
+        alone = score(method, model, [probe], ScorerConfig(probe="as_mean"))
+        r = probe.reasoning_len
+        assert torch.allclose(together.scores[i, :r], alone.scores[0, :r], rtol=1e-4, atol=1e-6)
+
+
+def test_entropy_is_the_sampling_distribution_entropy(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    probe = random_probe(tokenizer, torch.Generator().manual_seed(5), 4, 6, 1)
+    result = score("entropy", model, [probe])
+    with torch.no_grad():
+        logits = model(torch.tensor([list(probe.prompt_ids) + list(probe.response_ids)])).logits[0]
+    logp = F.log_softmax(logits[3 : 3 + 6], dim=-1)  # positions predicting response tokens 0..5
+    expected = -(logp.exp() * logp).sum(-1)
+    assert torch.allclose(result.scores[0, :6], expected, atol=1e-5)
+
+
+def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(6)
+    probes = [random_probe(tokenizer, g, 3, 5, 2), random_probe(tokenizer, g, 3, 5, 0)]
+    first = score("random", model, probes, ScorerConfig(seed=7))
+    assert torch.equal(first.scores, score("random", model, probes, ScorerConfig(seed=7)).scores)
+    assert not torch.equal(first.scores, score("random", model, probes, ScorerConfig(seed=8)).scores)
+    assert score("position", model, probes).scores[0, :5].tolist() == [0, 1, 2, 3, 4]
+    assert first.lt_fallback.tolist() == [False, True]
+    assert score("random", model, probes, ScorerConfig(probe="lt_logits")).lt_fallback.tolist() == [False, False]
+    assert set(SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random"}
+    with pytest.raises(ValueError, match="probe"):
+        ScorerConfig(probe="as_median")
+    with pytest.raises(ValueError, match="scorer"):
+        score("oracle", model, probes)
+
+
+def test_oar_p_cost_is_well_below_all_copies(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    probe = random_probe(tokenizer, torch.Generator().manual_seed(0), 80, 60, 2)
+    # All R copies in one batch cost R full probes plus the clean one.
+    all_copies = 60 + 1
+    assert forward_equivalents(probe, "as_mean", chunk_tokens=512) < 0.5 * all_copies
+
+
+# --- a model where one reasoning token decides the answer ----------------------------------------------
+
+KEYS = torch.arange(10, 18)
+FILLER = torch.arange(40, 200)
+
+
+def key_copy_batch(n, conclude, generator=None, prompt_len=4, reasoning_len=12):
+    """Filler reasoning with one key token at a random position; the answer is that key."""
+    prompt = FILLER[torch.randint(0, len(FILLER), (n, prompt_len), generator=generator)]
+    reasoning = FILLER[torch.randint(0, len(FILLER), (n, reasoning_len), generator=generator)]
+    where = torch.randint(0, reasoning_len, (n,), generator=generator)
+    key = KEYS[torch.randint(0, len(KEYS), (n,), generator=generator)]
+    reasoning[torch.arange(n), where] = key
+    ids = torch.cat([prompt, reasoning, torch.tensor(conclude).expand(n, -1), key[:, None]], dim=1)
+    return ids, where
+
+
+@pytest.fixture(scope="module")
+def decisive_model():
+    """The tiny model trained for a few seconds to copy the key token into the answer."""
+    torch.manual_seed(0)
+    model, tokenizer = build_tiny_model(seed=0)
+    conclude = tokenizer(CONCLUDE_TEXT, add_special_tokens=False)["input_ids"]
+    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(150):
+        ids, _ = key_copy_batch(64, conclude)
+        logits = model(ids, logits_to_keep=2).logits[:, 0]
+        loss = F.cross_entropy(logits, ids[:, -1])
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    model.eval()
+    optimiser.zero_grad(set_to_none=True)
+    assert loss.item() < 0.1, "the key-copy model did not learn its task"
+    return model, conclude
+
+
+@pytest.mark.parametrize("kind", ["as_mean", "as_joint"])
+def test_oar_g_tracks_oar_p_when_one_token_decides(decisive_model, kind):
+    model, conclude = decisive_model
+    ids, where = key_copy_batch(16, conclude, torch.Generator().manual_seed(5))
+    probes = [
+        Probe(tuple(r[:4].tolist()), tuple(r[4:16].tolist()), 12, tuple(conclude), (r[-1].item(),), "boxed")
+        for r in ids
+    ]
+    exact = score("oar_p", model, probes, ScorerConfig(probe=kind)).scores
+    proxy = score("oar_g", model, probes, ScorerConfig(probe=kind)).scores
+    assert torch.isfinite(proxy).all()
+    # OAR-P finds the key in every response; OAR-G is a local proxy: it correlates, imperfectly. (A
+    # rank correlation over all tokens would mostly rank the non-key tokens, whose OAR-P scores are at
+    # float-rounding level here, so the checks are the linear correlation and the key's rank.)
+    assert torch.equal(exact.argmax(dim=1), where)
+    assert np.corrcoef(exact.flatten(), proxy.flatten())[0, 1] > 0.1
+    key_rank = torch.stack([(proxy[i] < proxy[i, where[i]]).float().mean() for i in range(16)])
+    print(f"{kind}: pearson {np.corrcoef(exact.flatten(), proxy.flatten())[0, 1]:.2f}, key rank {key_rank.mean():.2f}")
+    assert key_rank.mean() > 0.6  # the key sits well above the median OAR-G score of its response
+
+
+# --- probes from real token ids -----------------------------------------------------------------------
+
+
+def _alignment_cases(tokenizer):
+    prompt = tokenizer("Question: 12 + 7?", add_special_tokens=False)["input_ids"]
+    cases = {
+        "boxed": ("We add: 12 + 7 = 19. The final answer is \\boxed{19}.", "19", " The final answer is"),
+        "nested": ("So x = \\frac{1}{2}, i.e. \\boxed{\\frac{1}{2}}", "\\frac{1}{2}", ", i.e."),
+        "fallback": ("12 + 7 = 19", "19", "12 + 7 ="),
+        "unicode": ("Each costs 3 € × 4 → 12 €, so 12 + 7 = 19", "19", "so 12 + 7 ="),
+    }
+    return prompt, cases
+
+
+@pytest.mark.parametrize("tokenizer_name", ["tiny", "packaged"])
+def test_probe_alignment_on_real_tokenizer_output(tokenizer_name, request, model_and_tokenizer):
+    tokenizer = model_and_tokenizer[1] if tokenizer_name == "tiny" else request.getfixturevalue("packaged_tokenizer")
+    prompt, cases = _alignment_cases(tokenizer)
+    for name, (response, answer, reasoning_tail) in cases.items():
+        ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        (probe,) = build_probes(tokenizer, [prompt], [ids])
+        assert probe.has_answer, name
+        decoded_answer = tokenizer.decode(probe.answer_ids)
+        assert answer in decoded_answer and len(decoded_answer.strip()) <= len(answer) + 2, (name, decoded_answer)
+        reasoning = tokenizer.decode(probe.response_ids[: probe.reasoning_len])
+        assert reasoning.rstrip().endswith(reasoning_tail), (name, reasoning)
+        assert "boxed" not in reasoning[-8:]
+        # The probe is the response's own ids up to the reasoning end: nothing re-tokenised.
+        assert probe.ids("as_mean")[: len(prompt) + probe.reasoning_len] == prompt + ids[: probe.reasoning_len]
+        assert probe.ids("as_mean")[-len(probe.answer_ids) :] == list(probe.answer_ids)
+        assert probe.answer_kind == ("last_number" if name in ("fallback", "unicode") else "boxed")
+
+    no_answer = tokenizer("I am not sure.", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    (probe,) = build_probes(tokenizer, [prompt], [no_answer], fallback_last_number=True)
+    assert not probe.has_answer and probe.reasoning_len == len(no_answer) - 1  # eos is not reasoning
+    (probe,) = build_probes(tokenizer, [prompt], [tokenizer("12 + 7 = 19", add_special_tokens=False)["input_ids"]], fallback_last_number=False)
+    assert not probe.has_answer
+
+
+def test_probes_from_padded_tensors_strip_padding(model_and_tokenizer):
+    _, tokenizer = model_and_tokenizer
+    pad = tokenizer.pad_token_id
+    prompts = [tokenizer("Question: 1 + 1?", add_special_tokens=False)["input_ids"], tokenizer("Q: 2?", add_special_tokens=False)["input_ids"]]
+    responses = [tokenizer("1 + 1 = 2", add_special_tokens=False)["input_ids"], tokenizer("\\boxed{2}", add_special_tokens=False)["input_ids"]]
+    width_p, width_c = max(map(len, prompts)), max(map(len, responses))
+    prompt_ids = torch.tensor([[pad] * (width_p - len(p)) + p for p in prompts])
+    prompt_mask = torch.tensor([[0] * (width_p - len(p)) + [1] * len(p) for p in prompts])
+    completion_ids = torch.tensor([r + [pad] * (width_c - len(r)) for r in responses])
+    completion_mask = torch.tensor([[1] * len(r) + [0] * (width_c - len(r)) for r in responses])
+    probes = probes_from_padded(tokenizer, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    assert [list(p.prompt_ids) for p in probes] == prompts
+    assert [list(p.response_ids) for p in probes] == responses
+    assert [tokenizer.decode(p.answer_ids) for p in probes] == ["2", "2"]
