@@ -1,0 +1,456 @@
+"""Final-answer extraction and answer equivalence: the verifier behind every reward and accuracy.
+
+Three steps, each usable on its own:
+
+* `extract_answer` finds a response's answer span (method.md section 2): the content of the last
+  top-level ``\\boxed{...}``, else (optionally) the last number in the text.
+* `extract_reference` turns a dataset's reference (GSM8K ``#### 72`` solutions, MATH solutions with a
+  ``\\boxed{}``, AMC floats such as ``27.0``) into a plain answer string.
+* `answers_match` decides equivalence: a cheap normalised/numeric comparison first, then
+  `math_verify` for everything symbolic.
+
+Timeouts. math-verify's own timeouts use ``signal.alarm``, which raises outside the main thread and
+cannot be used in worker threads at all. We switch them off and run math-verify in small helper
+processes started with `subprocess` (this very file run as a script, see `_serve`). A check that
+exceeds ``timeout_s`` kills its helper, which is replaced on the next call, and counts as no match.
+`subprocess` works from any thread and also from daemonic `multiprocessing` workers, which may not
+start `multiprocessing` children. Helpers are pooled: one per concurrently checking thread, reused
+across calls, so the ~0.4 s start-up (importing sympy) is paid once per process and thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import math
+import numbers
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+
+logger = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------------
+# Answer spans
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnswerSpan:
+    """Where the final answer sits in a response.
+
+    Attributes:
+        text: the answer string, ``response[start:end]``: the whitespace-stripped content of the last
+            ``\\boxed{...}`` or, for the fallback, the last number exactly as written (``"1,000"``).
+        start: character offset of the first character of ``text``.
+        end: character offset one past its last character.
+        reasoning_end: where the reasoning stops: the index of the backslash of the last ``\\boxed{``
+            (kind ``"boxed"``) or ``start`` (kind ``"last_number"``).
+        kind: ``"boxed"`` or ``"last_number"``.
+    """
+
+    text: str
+    start: int
+    end: int
+    reasoning_end: int
+    kind: str
+
+
+_BOXED_RESPONSE = re.compile(r"\\boxed\s*\{")
+# MATH reference solutions occasionally use \fbox for the final answer.
+_BOXED_REFERENCE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+# A number as a model writes it. The minus sign only counts when it cannot be a binary minus
+# ("12-7" ends in 7, "x = -3" ends in -3). Thousands groups must be exactly three digits so that the
+# list "1,2,3" ends in 3. A decimal point needs a digit after it, so "is 19." gives "19".
+_NUMBER = re.compile(
+    r"""
+    (?:(?<![\w)\]}])-)?
+    (?:
+        (?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:/\d+)?
+      | \.\d+
+    )
+    """,
+    re.VERBOSE,
+)
+
+
+def _closing_brace(text: str, open_index: int) -> int | None:
+    """Index of the ``}`` matching the ``{`` at ``open_index``, or None when it is never closed.
+
+    Escaped braces (``\\{``, ``\\}``) are literal characters in LaTeX and do not nest.
+    """
+    depth = 0
+    i = open_index
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            i += 2  # skip the escaped character, whatever it is
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def _last_boxed(text: str, pattern: re.Pattern[str]) -> tuple[int, int, int] | None:
+    """(backslash index, content start, content end) of the last top-level boxed group.
+
+    Boxes nested inside an earlier box are part of that box's content. None when there is no box,
+    or when the last top-level box is never closed (a truncated response has no final answer).
+    """
+    last = None
+    position = 0
+    while (match := pattern.search(text, position)) is not None:
+        open_index = match.end() - 1
+        close_index = _closing_brace(text, open_index)
+        if close_index is None:
+            return None  # everything after an unclosed box lies inside it
+        last = (match.start(), open_index + 1, close_index)
+        position = close_index + 1
+    return last
+
+
+def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """Shrink [start, end) so that ``text[start:end]`` has no surrounding whitespace."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def extract_answer(response: str, fallback_last_number: bool = True) -> AnswerSpan | None:
+    """The final answer span of a model response, or None when there is none.
+
+    Rules, in order:
+
+    1. The last top-level ``\\boxed{...}`` (``\\boxed {`` accepted) with properly nested braces; its
+       content, stripped of surrounding whitespace, is the answer. If the last ``\\boxed{`` is never
+       closed (truncated generation) or its content is blank, there is no boxed answer.
+    2. Otherwise, when ``fallback_last_number`` is True, the last number in the response: optionally
+       negative, with optional thousands separators (``1,000``), decimals (``2.5``) or a simple
+       fraction (``3/4``). A trailing sentence period is not part of it.
+    3. Otherwise None.
+    """
+    if not isinstance(response, str):
+        raise ValueError(f"response must be a str, got {type(response).__name__}")
+    boxed = _last_boxed(response, _BOXED_RESPONSE)
+    if boxed is not None:
+        backslash, content_start, content_end = boxed
+        start, end = _strip_span(response, content_start, content_end)
+        if start < end:
+            return AnswerSpan(response[start:end], start, end, reasoning_end=backslash, kind="boxed")
+    if not fallback_last_number:
+        return None
+    last = None
+    for last in _NUMBER.finditer(response):
+        pass
+    if last is None:
+        return None
+    return AnswerSpan(last.group(), last.start(), last.end(), reasoning_end=last.start(), kind="last_number")
+
+
+# ---------------------------------------------------------------------------------------------------
+# References
+# ---------------------------------------------------------------------------------------------------
+
+# GSM8K puts "#### answer" on the last line; a "####" elsewhere is a markdown heading (AoPS solutions).
+_GSM8K_ANSWER = re.compile(r"####([^\n]*)$")
+_THOUSANDS_SEPARATOR = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_INTEGRAL_DECIMAL = re.compile(r"^([+-]?\d+)\.0+$")
+
+
+def extract_reference(raw) -> str:
+    """Normalise a dataset's reference answer to a plain string.
+
+    * int -> ``str(raw)``; float (AMC stores ``27.0``) -> ``"27"`` when integral, else ``repr`` (``"0.5"``).
+    * str whose last line starts with ``####`` (GSM8K solution) -> the rest of that line, without
+      thousands separators (``"#### 1,000"`` -> ``"1000"``).
+    * str containing ``\\boxed{}`` or ``\\fbox{}`` (MATH solution) -> the content of the last one.
+    * any other str -> stripped; an integral decimal such as ``"27.0"`` becomes ``"27"``.
+
+    Raises ValueError for None, bool, non-finite floats, empty answers, an unclosed box, or any
+    other type.
+    """
+    if raw is None:
+        raise ValueError("reference answer is None")
+    if isinstance(raw, bool):
+        raise ValueError(f"reference answer is a bool ({raw}), expected a number or a string")
+    if isinstance(raw, numbers.Integral):
+        return str(int(raw))
+    if isinstance(raw, numbers.Real):
+        value = float(raw)
+        if not math.isfinite(value):
+            raise ValueError(f"reference answer is not finite: {value}")
+        return str(int(value)) if value.is_integer() else repr(value)
+    if not isinstance(raw, str):
+        raise ValueError(f"reference answer must be a str or a number, got {type(raw).__name__}")
+
+    text = raw.strip()
+    if (gsm8k := _GSM8K_ANSWER.search(text)) is not None:
+        text = _THOUSANDS_SEPARATOR.sub("", gsm8k.group(1).strip())
+    elif _BOXED_REFERENCE.search(text):
+        boxed = _last_boxed(text, _BOXED_REFERENCE)
+        if boxed is None:
+            raise ValueError(f"reference solution has an unclosed \\boxed{{: {raw[-80:]!r}")
+        text = text[boxed[1] : boxed[2]].strip()
+    text = _INTEGRAL_DECIMAL.sub(r"\1", text)
+    if not text:
+        raise ValueError(f"reference answer is empty: {raw!r}")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------
+# Equivalence
+# ---------------------------------------------------------------------------------------------------
+
+_TEXT_WRAPPER = re.compile(r"^\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}$")
+_PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+|\d{1,3}(?:,\d{3})+)?(?:\.\d+)?$")
+_PLAIN_FRACTION = re.compile(r"^[+-]?\d+/\d+$")
+
+
+def _clean(answer: str) -> str:
+    """Drop what never carries meaning: surrounding whitespace, ``$`` (math delimiters and escaped
+    dollar signs ``\\$``), a trailing period."""
+    text = answer.replace("\\$", "").replace("$", "").strip()
+    if text.endswith("."):
+        text = text[:-1].rstrip()
+    return text
+
+
+def _normalise(answer: str) -> str:
+    """`_clean` plus LaTeX spacing and a whole-answer ``\\text{...}`` wrapper removed.
+
+    Only used for the exact-string shortcut: math-verify gets the `_clean` form, because unwrapping
+    ``\\text{Evelyn}`` would make it parse as the commutative product E*v*e*l*y*n.
+    """
+    text = _clean(answer).replace("{,}", ",").replace("\\!", "").replace("\\,", "")
+    if (wrapped := _TEXT_WRAPPER.match(text)) is not None:
+        text = wrapped.group(1).strip()
+    return " ".join(text.split())
+
+
+def _as_number(text: str) -> Fraction | None:
+    """The exact value of a plain number (``-3``, ``1,000``, ``0.50``, ``3/4``), else None."""
+    if _PLAIN_FRACTION.match(text):
+        numerator, denominator = text.split("/")
+        return Fraction(int(numerator), int(denominator)) if int(denominator) != 0 else None
+    if any(c.isdigit() for c in text) and _PLAIN_NUMBER.match(text):
+        return Fraction(text.replace(",", ""))
+    return None
+
+
+def _braces_balanced(text: str) -> bool:
+    """Whether unescaped braces pair up; an answer that closes early would escape its ``\\boxed{}``."""
+    depth = 0
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth < 0:
+            return False
+        i += 1
+    return depth == 0
+
+
+def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> bool:
+    """Whether a predicted answer is equivalent to the reference answer.
+
+    1. Exact match after `_normalise` -> True.
+    2. Both plain numbers (integers, decimals, thousands separators, ``a/b``): exact value equality,
+       so ``"27.0" == "27"``, ``"1,000" == "1000"``, ``"0.50" == "0.5"``, and ``"28" != "27"``.
+    3. Otherwise ``math_verify.verify(parse(\\boxed{reference}), parse(\\boxed{predicted}))`` (the
+       reference is math-verify's "gold" argument, which matters for ``x = 3`` style answers). This
+       runs in a helper process; if it takes longer than ``timeout_s`` seconds (helper start-up not
+       counted) the helper is killed and the answer counts as wrong. Any error inside math-verify,
+       including a crash of the helper, also counts as wrong.
+
+    An empty prediction, or one whose braces do not pair up, never matches. Raises ValueError for non-str inputs, an empty reference, or a
+    non-positive ``timeout_s``.
+    """
+    if not isinstance(predicted, str) or not isinstance(reference, str):
+        raise ValueError(
+            f"predicted and reference must be str, got {type(predicted).__name__} and {type(reference).__name__}"
+        )
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    if not _clean(reference):
+        raise ValueError(f"reference answer is empty: {reference!r}")
+    if not _clean(predicted):
+        return False
+
+    norm_predicted, norm_reference = _normalise(predicted), _normalise(reference)
+    if norm_predicted == norm_reference:
+        return True
+    value_predicted, value_reference = _as_number(norm_predicted), _as_number(norm_reference)
+    if value_predicted is not None and value_reference is not None:
+        return value_predicted == value_reference
+    if not _braces_balanced(predicted) or not _braces_balanced(reference):
+        return False  # "3}+{1" would be read as \boxed{3} followed by junk, i.e. as "3"
+    return _POOL.verify(_clean(predicted), _clean(reference), timeout_s)
+
+
+@dataclass(frozen=True)
+class Grade:
+    """Outcome of grading one response: its answer span (None when none was found) and correctness."""
+
+    answer: AnswerSpan | None
+    correct: bool
+
+
+def grade(response: str, reference: str, fallback_last_number: bool = True, timeout_s: float = 5.0) -> Grade:
+    """`extract_answer` then `answers_match`; a response without an answer is incorrect."""
+    answer = extract_answer(response, fallback_last_number=fallback_last_number)
+    if answer is None:
+        return Grade(answer=None, correct=False)
+    return Grade(answer=answer, correct=answers_match(answer.text, reference, timeout_s=timeout_s))
+
+
+# ---------------------------------------------------------------------------------------------------
+# math-verify helper processes
+# ---------------------------------------------------------------------------------------------------
+
+_STARTUP_TIMEOUT_S = 120.0  # importing sympy on a cold disk can take a while; never counted as a check
+_HELPER_MEMORY_LIMIT = 4 * 2**30  # bytes of address space; huge integer powers die with MemoryError
+
+
+class _Helper:
+    """One math-verify helper process, speaking one JSON line in, one line ("1" or "0") out."""
+
+    def __init__(self) -> None:
+        # Run this file as a script rather than `-m oar.grading`, so the helper does not import the
+        # `oar` package and whatever it pulls in (torch); -P keeps oar/ itself off sys.path.
+        self._process = subprocess.Popen(
+            [sys.executable, "-P", os.path.abspath(__file__), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        if self._read_line(_STARTUP_TIMEOUT_S) != b"ready":
+            self.close()
+            raise RuntimeError("the math-verify helper process failed to start (see its stderr above)")
+
+    def _read_line(self, timeout_s: float) -> bytes | None:
+        """The next line from the helper without its newline, or None on timeout or exit."""
+        ready, _, _ = select.select([self._process.stdout], [], [], timeout_s)
+        if not ready:
+            return None
+        line = self._process.stdout.readline()
+        return line.rstrip(b"\n") if line else None
+
+    def verify(self, predicted: str, reference: str, timeout_s: float) -> bool | None:
+        """True/False from math-verify, or None when the helper timed out or died (it is then closed)."""
+        try:
+            self._process.stdin.write(json.dumps([predicted, reference]).encode() + b"\n")
+            self._process.stdin.flush()
+        except OSError:
+            self.close()
+            return None
+        reply = self._read_line(timeout_s)
+        if reply not in (b"0", b"1"):
+            self.close()
+            return None
+        return reply == b"1"
+
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def close(self) -> None:
+        if self.alive:
+            self._process.kill()
+        self._process.wait()
+        for stream in (self._process.stdin, self._process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+class _HelperPool:
+    """Idle helpers of this process; a thread takes one (starting it if none is idle) per check."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Helper] = []
+
+    def verify(self, predicted: str, reference: str, timeout_s: float) -> bool:
+        with self._lock:
+            helper = self._idle.pop() if self._idle else None
+        if helper is None:
+            helper = _Helper()
+        try:
+            result = helper.verify(predicted, reference, timeout_s)
+        except BaseException:  # e.g. KeyboardInterrupt mid-check: do not leave a busy helper running
+            helper.close()
+            raise
+        if result is None:
+            logger.warning(
+                "math-verify gave no answer within %.1f s for predicted=%.80r reference=%.80r; counted as wrong",
+                timeout_s,
+                predicted,
+                reference,
+            )
+            return False
+        with self._lock:
+            self._idle.append(helper)
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            helpers, self._idle = self._idle, []
+        for helper in helpers:
+            helper.close()
+
+    def forget(self) -> None:
+        """In a forked child: the inherited helpers belong to the parent, so drop them untouched."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+_POOL = _HelperPool()
+atexit.register(_POOL.close)
+os.register_at_fork(after_in_child=_POOL.forget)
+
+
+def _serve() -> None:
+    """Helper-process main loop: read ``[predicted, reference]`` JSON lines, answer "1" or "0".
+
+    math-verify's signal-based timeouts are disabled (None): the parent enforces the time limit by
+    killing this process. stdout carries only the protocol; anything else printed goes to stderr.
+    """
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (_HELPER_MEMORY_LIMIT, _HELPER_MEMORY_LIMIT))
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # silences "Timeout is disabled" notices
+
+    from math_verify import parse, verify
+
+    protocol.write(b"ready\n")
+    for line in sys.stdin.buffer:
+        try:
+            predicted, reference = json.loads(line)
+            gold = parse(f"\\boxed{{{reference}}}", parsing_timeout=None)
+            target = parse(f"\\boxed{{{predicted}}}", parsing_timeout=None)
+            matched = verify(gold, target, timeout_seconds=None)
+        except BaseException:  # noqa: BLE001 - MemoryError, RecursionError, sympy internals: all "no match"
+            matched = False
+        protocol.write(b"1\n" if matched else b"0\n")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
+    _serve()

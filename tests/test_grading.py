@@ -1,0 +1,262 @@
+"""Answer extraction, reference normalisation and equivalence (oar.grading)."""
+
+import json
+import multiprocessing
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from oar.grading import AnswerSpan, Grade, answers_match, extract_answer, extract_reference, grade
+
+DATA = Path("/work/shared/data")
+
+# sympy needs minutes to evaluate this power (about 90 s measured), so it exercises the timeout.
+SLOW_ANSWER = r"10^{10^{8}}"
+
+
+def span_of(response: str, **kwargs) -> AnswerSpan:
+    span = extract_answer(response, **kwargs)
+    assert span is not None
+    assert response[span.start : span.end] == span.text
+    return span
+
+
+# --- extract_answer: boxed ---------------------------------------------------------------------------
+
+
+def test_boxed_with_nested_and_escaped_braces():
+    assert span_of(r"so \boxed{\frac{1}{2}}.").text == r"\frac{1}{2}"
+    assert span_of(r"\boxed{\{1, 2\}}").text == r"\{1, 2\}"  # \{ \} are literal, they do not nest
+    assert span_of(r"\boxed{\sqrt{\frac{a}{b}}+1}").text == r"\sqrt{\frac{a}{b}}+1"
+
+
+def test_last_of_several_boxed_wins_and_space_before_brace_is_accepted():
+    assert span_of(r"first \boxed{3}, then \boxed{4}.").text == "4"
+    assert span_of(r"maybe \boxed{3}; no: \boxed {5}").text == "5"
+
+
+def test_boxed_offsets():
+    response = r"Thus \boxed{ 42 }."
+    assert span_of(response) == AnswerSpan("42", start=13, end=15, reasoning_end=5, kind="boxed")
+
+    response = r"a \boxed {x} b \boxed{\frac{1}{2}} c"
+    span = span_of(response)
+    assert (span.start, span.end, span.reasoning_end) == (22, 33, 15)
+    assert response[span.reasoning_end :].startswith(r"\boxed{")
+
+
+def test_truncated_boxed_is_not_an_answer():
+    truncated = r"Earlier \boxed{3}. Recheck: 5 + 2 = 7, so \boxed{\frac{7"
+    span = span_of(truncated)
+    assert span.kind == "last_number" and span.text == "7" and span.start == len(truncated) - 1
+    assert extract_answer(truncated, fallback_last_number=False) is None
+
+
+def test_box_inside_a_box_belongs_to_the_outer_one():
+    span = span_of(r"\boxed{1 + \boxed{2}}")
+    assert (span.text, span.reasoning_end) == (r"1 + \boxed{2}", 0)
+
+
+def test_blank_box_falls_back():
+    assert span_of(r"it is 9 \boxed{ }").kind == "last_number"
+
+
+# --- extract_answer: last-number fallback -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("12 + 7 = 19", "19"),
+        ("The answer is 19.", "19"),
+        ("It drops to -3 degrees.", "-3"),
+        ("12-7 leaves 5", "5"),
+        ("12-7", "7"),  # binary minus, not a negative number
+        ("The price is 2.75 dollars.", "2.75"),
+        ("She picks 1,000 apples", "1,000"),
+        ("The list 1,2,3", "3"),
+        ("Half of it: 3/4", "3/4"),
+        ("Total: $1,234.50.", "1,234.50"),
+    ],
+)
+def test_last_number_fallback(response, expected):
+    span = span_of(response)
+    assert (span.text, span.kind, span.reasoning_end) == (expected, "last_number", span.start)
+
+
+def test_last_number_offsets():
+    assert span_of("12 + 7 = 19") == AnswerSpan("19", start=9, end=11, reasoning_end=9, kind="last_number")
+    assert span_of("The answer is 19.") == AnswerSpan("19", 14, 16, 14, "last_number")
+
+
+def test_fallback_off_and_nothing_found():
+    assert extract_answer("12 + 7 = 19", fallback_last_number=False) is None
+    assert extract_answer("I do not know.") is None
+    assert extract_answer("") is None
+    with pytest.raises(ValueError, match="response"):
+        extract_answer(None)
+
+
+# --- extract_reference --------------------------------------------------------------------------------
+
+
+def test_gsm8k_references():
+    solution = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether 48+24 = <<48+24=72>>72 clips.\n#### 72"
+    assert extract_reference(solution) == "72"
+    assert extract_reference("She earns 1,000.\n#### 1,000") == "1000"
+    assert extract_reference("#### -5") == "-5"
+
+
+def test_math_solution_references():
+    assert extract_reference(r"So $x = \boxed{\frac{1}{2}}$.") == r"\frac{1}{2}"
+    assert extract_reference(r"We get \boxed{2} then \boxed{2\sqrt{2}}.") == r"2\sqrt{2}"
+    assert extract_reference(r"The set is $\boxed{[-2, 3)}$") == "[-2, 3)"
+    assert extract_reference(r"\fbox{5\text{ inches}}") == r"5\text{ inches}"
+    with pytest.raises(ValueError, match="unclosed"):
+        extract_reference(r"truncated \boxed{3")
+
+
+def test_markdown_heading_is_not_a_gsm8k_marker():
+    assert extract_reference("#### Solution 1\nThus the answer is $\\boxed{204}$.") == "204"
+
+
+def test_numeric_references():
+    assert extract_reference(27.0) == "27"
+    assert extract_reference(-1.0) == "-1"
+    assert extract_reference("27.0") == "27"
+    assert extract_reference(0.5) == "0.5"
+    assert extract_reference(7) == "7"
+    assert extract_reference("  \\frac{3}{4} ") == r"\frac{3}{4}"
+
+
+@pytest.mark.parametrize("bad", [None, "", "   ", "#### ", True, float("nan"), [1]])
+def test_bad_references_raise(bad):
+    with pytest.raises(ValueError):
+        extract_reference(bad)
+
+
+@pytest.mark.skipif(not (DATA / "amc23.jsonl").exists(), reason="shared benchmark copies are absent")
+@pytest.mark.parametrize("name", ["amc23", "aime24", "aime25"])
+def test_reference_of_every_benchmark_row(name):
+    rows = [json.loads(line) for line in (DATA / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    assert rows
+    for row in rows:
+        reference = extract_reference(row["answer"])
+        assert reference.lstrip("-").isdigit(), (row["answer"], reference)  # all three use integer answers
+        assert answers_match(str(int(reference)), reference)  # "25" matches AIME's "025"
+
+
+# --- answers_match ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("predicted", "reference"),
+    [("27.0", "27"), ("1,000", "1000"), ("0.50", "0.5"), ("-3", "-3.0"), ("$5$", "5"), ("19.", "19"),
+     (r"\text{Evelyn}", "Evelyn"), ("3/4", "0.75"), ("1{,}000", "1000")],
+)
+def test_cheap_path_matches(predicted, reference):
+    assert answers_match(predicted, reference)
+
+
+@pytest.mark.parametrize(
+    ("predicted", "reference"),
+    [
+        (r"\frac{1}{2}", "0.5"),
+        (r"\frac12", r"\frac{1}{2}"),
+        (r"\sqrt{2}/2", r"\frac{\sqrt{2}}{2}"),
+        (r"\dfrac{3}{4}", r"\frac{3}{4}"),
+        ("x = 3", "3"),
+        ("(1, 2]", "(1,2]"),
+        (r"30^\circ", "30"),
+        (r"12\text{ cm}", "12"),
+    ],
+)
+def test_symbolic_equivalences(predicted, reference):
+    assert answers_match(predicted, reference)
+
+
+@pytest.mark.parametrize(
+    ("predicted", "reference"),
+    [("28", "27"), ("0.33", r"\frac{1}{3}"), ("-3", "3"), ("[1, 2)", "(1,2)"), (r"3\sqrt{2}", r"2\sqrt{3}"),
+     ("Evenly", r"\text{Evelyn}"), ("", "3"), ("3}+{1", "3")],
+)
+def test_non_equivalent_answers(predicted, reference):
+    assert not answers_match(predicted, reference)
+
+
+def test_answers_match_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="reference"):
+        answers_match("3", " $ ")
+    with pytest.raises(ValueError, match="timeout_s"):
+        answers_match("3", "3", timeout_s=0)
+    with pytest.raises(ValueError, match="str"):
+        answers_match(3, "3")
+
+
+def test_pathological_answer_times_out_as_wrong():
+    answers_match(r"\frac{2}{4}", "0.5")  # start the helper process so only the check is timed
+    started = time.monotonic()
+    assert not answers_match(SLOW_ANSWER, "7", timeout_s=1.0)
+    assert time.monotonic() - started < 5.0  # 1 s limit; generous slack for a loaded machine
+    assert answers_match(r"\frac{4}{8}", "0.5")  # a fresh helper replaces the killed one
+
+
+def test_symbolic_check_works_outside_the_main_thread():
+    # math-verify's own signal-based timeout raises ValueError in any thread but the main one.
+    results = []
+    worker = threading.Thread(target=lambda: results.append(answers_match(r"\frac{6}{12}", r"\frac12")))
+    worker.start()
+    worker.join(timeout=60)
+    assert results == [True]
+
+
+def _match_in_worker(pair):
+    return answers_match(*pair)
+
+
+def test_symbolic_check_works_in_a_daemonic_pool_worker():
+    # Pool workers are daemonic and may not start multiprocessing children; the helper is a subprocess.
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.map(_match_in_worker, [(r"\sqrt{8}", r"2\sqrt{2}"), ("28", "27")]) == [True, False]
+
+
+# --- grade: hand-labelled responses -------------------------------------------------------------------
+
+GRADED = [
+    # GSM8K style: unboxed answers from the fallback, "####" references
+    ("Janet has 16 - 3 - 4 = 9 eggs and sells them for 9 * 2 = 18 dollars.", "#### 18", True),
+    ("She pays 2 * 500 = 1,000 dollars in total.", "Total 2*500.\n#### 1,000", True),
+    ("So the answer is \\boxed{28}.", "#### 27", False),
+    ("The cost is \\boxed{\\$18.00}.", "#### 18", True),
+    ("Each gets 7 - 10 = -3.", "#### 3", False),
+    # MATH500 style
+    (r"Hence $\cos 30^\circ = \boxed{\dfrac{\sqrt{3}}{2}}$.", r"\boxed{\frac{\sqrt3}{2}}", True),
+    (r"The probability is \boxed{0.33}.", r"so it is $\boxed{\frac{1}{3}}$", False),
+    (r"Solving, we get \boxed{x = 3}.", r"\boxed{3}", True),
+    (r"The domain is \boxed{(-\infty, 2]}.", r"\boxed{(-\infty,2]}", True),
+    (r"The domain is \boxed{(-\infty, 2)}.", r"\boxed{(-\infty,2]}", False),
+    (r"The angle is \boxed{45^\circ}.", r"\boxed{45}", True),
+    (r"Simplify: \boxed{2\sqrt{3}}", r"\boxed{\sqrt{12}}", True),
+    # AMC / AIME style: float and zero-padded references
+    (r"Therefore they meet \boxed{27} miles from A.", 27.0, True),
+    (r"Therefore they meet \boxed{26} miles from A.", 27.0, False),
+    (r"The remainder is \boxed{25}.", "025", True),
+    # no answer at all, and a truncated box whose fallback number is wrong
+    ("I am not sure how to proceed", "#### 5", False),
+    (r"Let me write \boxed{\frac{1", r"\boxed{\frac12}", False),
+]
+
+
+@pytest.mark.parametrize(("response", "raw_reference", "expected"), GRADED)
+def test_hand_labelled_grading(response, raw_reference, expected):
+    result = grade(response, extract_reference(raw_reference))
+    assert isinstance(result, Grade)
+    assert result.correct is expected
+
+
+def test_grade_reports_the_span_and_respects_the_fallback_switch():
+    result = grade("12 + 7 = 19", "19")
+    assert result == Grade(AnswerSpan("19", 9, 11, 9, "last_number"), True)
+    assert grade("12 + 7 = 19", "19", fallback_last_number=False) == Grade(None, False)
