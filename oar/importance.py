@@ -230,13 +230,15 @@ class ScorerConfig:
         the clean point).
     chunk_tokens: memory budget of one forward, in tokens: OAR-P's substituted copies of one response
         are processed in chunks of at most this many new tokens; the batched scorers group probes
-        up to this many tokens.
+        up to this many tokens. Smaller chunks reuse more of the clean prefix (fewer tokens run) but
+        launch more forwards: 512 was fastest on 2 CPU cores (bench/scoring_cost.py); on a GPU, where
+        a forward's fixed cost dominates, use several thousand.
     seed: noise (OAR-G) and random-control seed; scores are reproducible for a fixed seed.
     """
 
     probe: str = "as_mean"
     noise_sigma: float = 1e-3
-    chunk_tokens: int = 4096
+    chunk_tokens: int = 512
     seed: int = 0
 
     def __post_init__(self):
