@@ -6,7 +6,8 @@
 
 For each batch size the same ``--num-prompts`` prompts (the first problems of the benchmark, built with
 the evaluation prompt template) are decoded greedily ``--repeats`` times after one untimed warm-up
-batch. Reported per batch size: generated tokens (each sequence up to and including its end-of-sequence
+batch (``--bs1-prompts`` decodes fewer prompts at batch size 1, where the rate does not depend on
+their number and the full set would take long on a CPU). Reported per batch size: generated tokens (each sequence up to and including its end-of-sequence
 token; the padding steps of sequences that finished early are not counted), wall seconds, tokens/s
 (median over repeats, plus min and max) and the fraction of sequences that hit ``--max-new-tokens``.
 Greedy decoding makes every repeat generate the same tokens, so repeats differ only in time.
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--bs1-prompts", type=int, default=None,
+                   help="at batch size 1 decode only the first N prompts (its tokens/s does not depend on N)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
@@ -56,9 +59,10 @@ def main(argv: list[str] | None = None) -> dict:
     for bs in args.batch_sizes:
         gen.batch_size = bs
         walls, tokens, truncated = [], None, None
+        batch_prompts = prompts[: args.bs1_prompts] if bs == 1 and args.bs1_prompts else prompts
         for r in range(args.repeats):
             start = time.perf_counter()
-            outs = gen.generate(prompts, n=1, temperature=0.0, max_new_tokens=args.max_new_tokens)
+            outs = gen.generate(batch_prompts, n=1, temperature=0.0, max_new_tokens=args.max_new_tokens)
             walls.append(time.perf_counter() - start)
             tokens = sum(o[0].num_tokens for o in outs)
             truncated = sum(o[0].finish_reason == "length" for o in outs) / len(outs)
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
                   flush=True)
         rates = [tokens / w for w in walls]
         results.append({
-            "batch_size": bs, "tokens": tokens, "wall_s": walls, "tokens_per_s_median": statistics.median(rates),
+            "batch_size": bs, "prompts": len(batch_prompts), "tokens": tokens, "wall_s": walls, "tokens_per_s_median": statistics.median(rates),
             "tokens_per_s_min": min(rates), "tokens_per_s_max": max(rates), "truncated_fraction": truncated,
         })
     report = {

@@ -247,7 +247,8 @@ def iter_hub(hub_id: str, config: str | None, split: str, cache_dir: str | None 
     """Rows of a ``datasets`` split; ``hub_id`` is a hub id or a local dataset folder."""
     import datasets
 
-    if Path(hub_id).is_dir() and (Path(hub_id) / "dataset_info.json").is_file():
+    folder = Path(hub_id)
+    if folder.is_dir() and any((folder / f).is_file() for f in ("state.json", "dataset_dict.json")):
         ds = datasets.load_from_disk(hub_id)  # a Dataset(Dict).save_to_disk folder
         if isinstance(ds, datasets.DatasetDict):
             ds = ds[split]

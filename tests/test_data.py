@@ -182,6 +182,10 @@ def test_hub_source_reads_save_to_disk_folders(tmp_path):
     loaded = load_dataset_records("aime25", "hub", hub_id=str(folder), hub_split="test")
     assert loaded.records == [{"id": "aime25/7", "problem": "Find x if 2x = 4.", "answer": "2",
                                "source": "aime25", "level": None}]
+    dd = tmp_path / "saved_dict"
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"problem": ["P?"], "answer": ["5"]})}).save_to_disk(dd)
+    loaded = load_dataset_records("aime25", "hub", hub_id=str(dd), hub_split="test")
+    assert [(r["id"], r["answer"]) for r in loaded.records] == [("aime25/0", "5")]
 
 
 # ------------------------------------------------------------------------------------ malformed rows

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise FileNotFoundError(f"model folder {args.model} does not exist")
     chat = {"auto": None, "yes": True, "no": False}[args.chat]
     run_config = {
-        "model": str(Path(args.model).resolve()),
+        "model": args.model,
         "model_sha256": hashlib.sha256(json.dumps(model_sums, sort_keys=True).encode()).hexdigest(),
         "benchmark_sha256": sha256_file(args.benchmark_file),
         "backend": args.backend,
