@@ -21,4 +21,4 @@ run: setup
 	$(BIN)/python -m oar.demo
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -p no:cacheprovider
