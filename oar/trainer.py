@@ -1,0 +1,157 @@
+"""GRPO with outcome-grounded token advantages: a narrow subclass of TRL's ``GRPOTrainer``.
+
+GRPO gives every token of response i the advantage A_i. ``OARTrainer`` scores the reasoning tokens of
+each response with a scorer from ``oar.importance``, gates the scores into weights with
+``oar.reshaping.gate`` and hands TRL token advantages ``A_{i,t} = w_{i,t} * A_i`` [B, T]. Nothing else of
+GRPO changes (sampling, rewards, loss, optimiser). Two facts of TRL 1.16 make this one override:
+
+- ``_compute_loss`` accepts advantages of shape [B, T] ("to support subclasses");
+- every [B, T] tensor returned by ``_generate_and_score_completions`` travels with its rows through
+  TRL's shuffle and split into micro-batches, and the buffered batch is reused across iterations, so
+  the weights are computed once per generation batch and never touched in ``compute_loss``.
+
+Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO).
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from dataclasses import dataclass, field
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from oar.grading import grade
+from oar.importance import PROBES, SCORERS, ScorerConfig, probes_from_padded, score
+from oar.metrics import ess_ratio, top_mass
+from oar.reshaping import gate
+
+METHODS = ("grpo", *sorted(SCORERS))
+
+
+@dataclass
+class OARConfig(GRPOConfig):
+    """``GRPOConfig`` plus the OAR settings (method.md sections 3-7). Paper defaults: tau 0.4, beta 2."""
+
+    oar_method: str = field(default="grpo", metadata={"help": f"one of {METHODS}"})
+    oar_tau: float = field(default=0.4, metadata={"help": "fraction of reasoning tokens in the suppression band"})
+    oar_beta: float = field(default=2.0, metadata={"help": "boost strength"})
+    oar_floor: float = field(default=0.1, metadata={"help": "lowest weight before renormalisation"})
+    oar_probe: str = field(default="as_mean", metadata={"help": f"outcome probe, one of {PROBES}"})
+    oar_warmup_steps: int = field(default=0, metadata={"help": "steps that force the lt_logits probe"})
+    oar_noise_sigma: float = field(default=1e-3, metadata={"help": "OAR-G embedding noise (absolute)"})
+    oar_chunk_tokens: int = field(default=512, metadata={"help": "tokens per scoring forward (memory budget)"})
+    oar_fallback_last_number: bool = field(
+        default=True, metadata={"help": "use the last number as the answer span when there is no \\boxed{}"}
+    )
+    oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.oar_method not in METHODS:
+            raise ValueError(f"oar_method must be one of {METHODS}, got {self.oar_method!r}")
+        if self.oar_probe not in PROBES:
+            raise ValueError(f"oar_probe must be one of {PROBES}, got {self.oar_probe!r}")
+        if not 0.0 <= self.oar_tau <= 1.0:
+            raise ValueError(f"oar_tau must be in [0, 1], got {self.oar_tau}")
+        if self.oar_beta < 0:
+            raise ValueError(f"oar_beta must be >= 0, got {self.oar_beta}")
+
+
+def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0):
+    """Reward 1 when the graded final answer equals the dataset's ``answer`` column, else 0."""
+
+    def correctness(completions, answer, **kwargs) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [
+            float(grade(text, reference, fallback_last_number=fallback_last_number, timeout_s=timeout_s).correct)
+            for text, reference in zip(texts, answer, strict=True)
+        ]
+
+    return correctness
+
+
+def peak_memory_mb() -> float:
+    """Peak memory of this process so far: CUDA allocator peak on GPU, resident set size on CPU."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class OARTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose advantages are reshaped per token by an importance scorer."""
+
+    args: OARConfig
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, OARConfig):
+            raise TypeError("OARTrainer needs an OARConfig")
+
+    def _generate_and_score_completions(self, inputs):
+        started = time.perf_counter()
+        output = super()._generate_and_score_completions(inputs)
+        generated = time.perf_counter()
+        mode = "train" if self.model.training else "eval"
+        metrics = self._metrics[mode]
+        metrics["time/generate_s"].append(generated - started)
+        if mode != "train":
+            return output
+
+        weights, stats = self._token_weights(output)
+        metrics["time/score_s"].append(time.perf_counter() - generated)
+        for name, value in stats.items():
+            metrics[f"oar/{name}"].append(value)
+        metrics["peak_memory_mb"].append(peak_memory_mb())
+        if weights is None:
+            return output
+        # A new dict: the buffered generation batch is reused across iterations and must stay as built.
+        return {**output, "advantages": output["advantages"][:, None] * weights}
+
+    def _token_weights(self, output) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """Weights [B, T] (None for GRPO) and the credit statistics of this generation batch."""
+        args = self.args
+        advantages = output["advantages"]
+        completion_mask = output["completion_mask"].bool()
+        active = advantages != 0
+
+        if args.oar_method == "grpo":
+            weights = completion_mask.float()
+            stats = {"frac_scored": 0.0, "fallback_no_answer": 0.0, "fallback_nonfinite": 0.0}
+        else:
+            probes = probes_from_padded(
+                self.processing_class,
+                output["prompt_ids"],
+                output["prompt_mask"],
+                output["completion_ids"],
+                completion_mask,
+                fallback_last_number=args.oar_fallback_last_number,
+            )
+            step = self.state.global_step
+            config = ScorerConfig(
+                probe="lt_logits" if step < args.oar_warmup_steps else args.oar_probe,
+                noise_sigma=args.oar_noise_sigma,
+                chunk_tokens=args.oar_chunk_tokens,
+                seed=args.seed * 1_000_003 + step,  # fresh noise every step, reproducible per run
+            )
+            model = self.accelerator.unwrap_model(self.model)
+            scores = score(args.oar_method, model, probes, config, active=active.cpu(), width=completion_mask.shape[1])
+            weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
+            weights = weights.to(advantages.device) * completion_mask  # padding weight 0
+            stats = {
+                "frac_scored": scores.scored.float().mean().item(),
+                "fallback_no_answer": scores.lt_fallback.sum().item(),
+                "fallback_nonfinite": scores.nonfinite.sum().item(),
+            }
+
+        rows = active if active.any() else torch.ones_like(active)
+        stats["ess_ratio"] = ess_ratio(weights, completion_mask)[rows].nanmean().item()
+        token_adv = advantages[:, None] * weights
+        stats["top_mass"] = (
+            top_mass(token_adv, completion_mask, args.oar_top_fraction)[active].nanmean().item()
+            if active.any()
+            else math.nan
+        )
+        return (None if args.oar_method == "grpo" else weights), stats

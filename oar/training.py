@@ -1,0 +1,293 @@
+"""One training run from its resolved settings: dataset, trainer, metrics file, checkpoints, resume.
+
+A run folder (``results/runs/<run_id>/``) holds, when complete:
+``model/`` (final model folder), ``metrics.jsonl`` (one line per logged step), ``run.yaml`` (resolved
+settings, seed, versions, commit; written by the caller) and ``done`` (written last, by the caller).
+``checkpoints/`` holds TRL checkpoints; rerunning the same run resumes from the newest complete one
+and finishes with the same number of steps, and ``metrics.jsonl`` is rebuilt from that checkpoint's
+log history so no step is duplicated or lost.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from oar.importance import PROBES
+from oar.prompting import build_prompt, has_chat_template, prompt_messages
+from oar.trainer import METHODS, OARConfig, OARTrainer, correctness_reward
+
+# Defaults of one run's settings; a settings file may leave any of them out, and nothing else.
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "run_id": None,
+    "method": "grpo",
+    "seed": 0,
+    "model": None,
+    "train_file": None,
+    "train_limit": None,
+    "oar": {
+        "tau": 0.4,
+        "beta": 2.0,
+        "floor": 0.1,
+        "probe": "as_mean",
+        "warmup_steps": 0,
+        "noise_sigma": 1e-3,
+        "chunk_tokens": 512,
+        "fallback_last_number": True,
+    },
+    # Passed to trl.GRPOConfig. The loss is the paper's: loss_type grpo, no KL, eps 0.2, group scaling.
+    "trainer": {
+        "max_steps": 4,
+        "num_generations": 4,
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "learning_rate": 1e-6,
+        "max_completion_length": 128,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "save_steps": 2,
+        "logging_steps": 1,
+        "bf16": "auto",
+        "gradient_checkpointing": False,
+        "use_vllm": False,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": 0.3,
+        "loss_type": "grpo",
+        "beta": 0.0,
+        "epsilon": 0.2,
+        "scale_rewards": "group",
+        "optim": "adamw_torch",
+        "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+    },
+}
+
+# TRL log keys -> metrics.jsonl keys (the contract the analysis rules read).
+METRIC_KEYS = {
+    "reward": "reward",
+    "reward_std": "reward_std",
+    "entropy": "entropy",
+    "completions/mean_length": "completion_length",
+    "loss": "loss",
+    "oar/ess_ratio": "ess_ratio",
+    "oar/top_mass": "top_mass",
+    "oar/frac_scored": "frac_scored",
+    "oar/fallback_no_answer": "fallback_no_answer",
+    "oar/fallback_nonfinite": "fallback_nonfinite",
+    "time/generate_s": "time_generate_s",
+    "time/score_s": "time_score_s",
+    "step_time": "step_time_s",
+    "peak_memory_mb": "peak_memory_mb",
+    "learning_rate": "learning_rate",
+}
+
+
+class SettingsError(ValueError):
+    """A run's settings are invalid; the message names the key."""
+
+
+def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults filled in and every key checked; raises SettingsError naming the first bad key."""
+    resolved = copy.deepcopy(DEFAULT_SETTINGS)
+    for key, value in settings.items():
+        if key not in resolved:
+            raise SettingsError(f"unknown settings key {key!r}; known: {sorted(resolved)}")
+        if isinstance(resolved[key], dict):
+            if not isinstance(value, Mapping):
+                raise SettingsError(f"settings key {key!r} must be a mapping")
+            for sub, sub_value in value.items():
+                if sub not in resolved[key]:
+                    raise SettingsError(f"unknown settings key '{key}.{sub}'; known: {sorted(resolved[key])}")
+                resolved[key][sub] = sub_value
+        else:
+            resolved[key] = value
+    for key in ("run_id", "model", "train_file"):
+        if not resolved[key]:
+            raise SettingsError(f"settings key {key!r} is required")
+    if resolved["method"] not in METHODS:
+        raise SettingsError(f"settings key 'method' must be one of {METHODS}, got {resolved['method']!r}")
+    if resolved["oar"]["probe"] not in PROBES:
+        raise SettingsError(f"settings key 'oar.probe' must be one of {PROBES}, got {resolved['oar']['probe']!r}")
+    if not 0.0 <= float(resolved["oar"]["tau"]) <= 1.0:
+        raise SettingsError(f"settings key 'oar.tau' must be in [0, 1], got {resolved['oar']['tau']}")
+    if float(resolved["oar"]["beta"]) < 0:
+        raise SettingsError(f"settings key 'oar.beta' must be >= 0, got {resolved['oar']['beta']}")
+    trainer = resolved["trainer"]
+    if trainer["per_device_train_batch_size"] % trainer["num_generations"]:
+        raise SettingsError(
+            "settings key 'trainer.per_device_train_batch_size' must be a multiple of 'trainer.num_generations'"
+        )
+    return resolved
+
+
+def load_problems(path: str | os.PathLike, limit: int | None) -> list[dict[str, str]]:
+    """Records ``{id, problem, answer, source}`` of a prepared JSONL file (``oar.data``'s format)."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise SettingsError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
+            for key in ("id", "problem", "answer"):
+                if not isinstance(record.get(key), str) or not record[key].strip():
+                    raise SettingsError(f"{path}:{line_number}: missing or empty {key!r}")
+            records.append(record)
+            if limit is not None and len(records) >= limit:
+                break
+    if not records:
+        raise SettingsError(f"{path}: no training problems")
+    return records
+
+
+def training_dataset(records: list[dict[str, str]], tokenizer) -> Dataset:
+    """TRL's columns: ``prompt`` (messages for chat models, the plain template otherwise) and ``answer``."""
+    chat = has_chat_template(tokenizer)
+    return Dataset.from_list(
+        [
+            {
+                "prompt": prompt_messages(r["problem"]) if chat else build_prompt(r["problem"], tokenizer, chat=False),
+                "answer": r["answer"],
+                "problem_id": r["id"],
+            }
+            for r in records
+        ]
+    )
+
+
+def build_config(settings: Mapping[str, Any], checkpoint_dir: Path) -> OARConfig:
+    trainer = dict(settings["trainer"])
+    on_gpu = torch.cuda.is_available()
+    bf16 = trainer.pop("bf16")
+    oar = settings["oar"]
+    return OARConfig(
+        output_dir=str(checkpoint_dir),
+        seed=int(settings["seed"]),
+        data_seed=int(settings["seed"]),
+        # TRL's bf16 defaults to True and fails on CPU: set it from the device.
+        bf16=on_gpu if bf16 == "auto" else bool(bf16),
+        use_cpu=not on_gpu,
+        report_to="none",
+        save_strategy="steps",
+        save_only_model=False,
+        dataloader_num_workers=0,
+        log_completions=False,
+        disable_tqdm=False,
+        oar_method=settings["method"],
+        oar_tau=float(oar["tau"]),
+        oar_beta=float(oar["beta"]),
+        oar_floor=float(oar["floor"]),
+        oar_probe=oar["probe"],
+        oar_warmup_steps=int(oar["warmup_steps"]),
+        oar_noise_sigma=float(oar["noise_sigma"]),
+        oar_chunk_tokens=int(oar["chunk_tokens"]),
+        oar_fallback_last_number=bool(oar["fallback_last_number"]),
+        **trainer,
+    )
+
+
+def metrics_line(log: Mapping[str, Any], step: int) -> dict[str, Any] | None:
+    """The metrics.jsonl record of one TRL training log entry (None for non-step entries)."""
+    if "reward" not in log:
+        return None
+    line: dict[str, Any] = {"step": step}
+    for source, target in METRIC_KEYS.items():
+        value = log.get(source)
+        line[target] = None if value is None or (isinstance(value, float) and value != value) else value
+    parts = [line.get(k) for k in ("step_time_s", "time_generate_s", "time_score_s")]
+    line["time_update_s"] = None if None in parts else parts[0] - parts[1] - (parts[2] or 0.0)
+    return line
+
+
+class MetricsFile(TrainerCallback):
+    """Appends one JSON line per logged training step to ``metrics.jsonl``, flushed at once."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        line = metrics_line(logs, state.global_step)
+        if line is not None:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(line) + "\n")
+
+
+def complete_checkpoints(checkpoint_dir: Path) -> list[Path]:
+    """Checkpoints with a trainer state (written last by the Trainer), oldest first."""
+    found = []
+    for path in checkpoint_dir.glob("checkpoint-*"):
+        match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+        if match and (path / "trainer_state.json").is_file():
+            found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found)]
+
+
+def rebuild_metrics(metrics_path: Path, checkpoint: Path | None) -> None:
+    """Rewrite metrics.jsonl from a checkpoint's log history (empty when starting from scratch)."""
+    lines = []
+    if checkpoint is not None:
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+        for entry in state.get("log_history", []):
+            line = metrics_line(entry, int(entry.get("step", 0)))
+            if line is not None:
+                lines.append(json.dumps(line) + "\n")
+    metrics_path.write_text("".join(lines), encoding="utf-8")
+
+
+def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
+    """Train one run into ``out_dir`` (resuming if it has checkpoints); returns the final model folder."""
+    settings = resolve_settings(settings)
+    out = Path(out_dir)
+    checkpoint_dir = out / "checkpoints"
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = out / "metrics.jsonl"
+
+    # A checkpoint folder without trainer_state.json was cut off mid-save: never resume from it.
+    complete = complete_checkpoints(checkpoint_dir)
+    for path in checkpoint_dir.glob("checkpoint-*"):
+        if path not in complete:
+            shutil.rmtree(path)
+    resume = complete[-1] if complete else None
+    rebuild_metrics(metrics_path, resume)
+    if resume is not None:
+        print(f"resuming {settings['run_id']} from {resume}", flush=True)
+
+    tokenizer = AutoTokenizer.from_pretrained(settings["model"])
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=torch.float32)
+    dataset = training_dataset(load_problems(settings["train_file"], settings["train_limit"]), tokenizer)
+    config = build_config(settings, checkpoint_dir)
+    trainer = OARTrainer(
+        model=model,
+        reward_funcs=correctness_reward(bool(settings["oar"]["fallback_last_number"])),
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[MetricsFile(metrics_path)],
+    )
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    final = out / "model"
+    staging = out / ".model.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    trainer.save_model(str(staging))
+    tokenizer.save_pretrained(str(staging))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(staging, final)
+    return final

@@ -1,0 +1,207 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from oar.trainer import METHODS, OARConfig, OARTrainer
+from oar.training import SettingsError, resolve_settings
+
+REPO = Path(__file__).resolve().parents[1]
+FLAT_PROBLEMS = {"p1", "p3"}  # problems whose every completion gets the same reward (A = 0)
+
+
+def _texts(completions):
+    return [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+
+
+def parity_reward(completions, **kwargs):
+    """Deterministic, varied rewards for a random model (it never answers correctly)."""
+    return [float(zlib.crc32(t.encode()) % 2) for t in _texts(completions)]
+
+
+def partly_flat_reward(completions, problem_id, **kwargs):
+    """parity_reward, except that every completion of a 'flat' problem gets 0 (its group has A = 0)."""
+    parity = parity_reward(completions)
+    return [0.0 if pid in FLAT_PROBLEMS else r for r, pid in zip(parity, problem_id)]
+
+
+def dataset(n=4) -> Dataset:
+    return Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i), "problem_id": f"p{i}"}
+            for i in range(n)
+        ]
+    )
+
+
+COMMON = dict(
+    max_steps=1,
+    num_generations=4,
+    per_device_train_batch_size=8,
+    max_completion_length=12,
+    learning_rate=1e-3,  # large, so that one step visibly moves the parameters
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    use_cpu=True,
+    bf16=False,
+    seed=3,
+    beta=0.0,
+    epsilon=0.2,
+    loss_type="grpo",
+    scale_rewards="group",
+    disable_tqdm=True,
+)
+
+
+def make_trainer(model_dir, tmp_path, trainer_cls=OARTrainer, config_cls=OARConfig, reward=parity_reward, **overrides):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    config = config_cls(output_dir=str(tmp_path / "out"), **(COMMON | overrides))
+    return trainer_cls(
+        model=model, reward_funcs=reward, args=config, train_dataset=dataset(), processing_class=tokenizer
+    )
+
+
+def test_grpo_method_equals_stock_grpo_trainer(tiny_model_dir, tmp_path):
+    # Each trainer is built and trained in turn: building one reseeds the global RNG that sampling uses.
+    stock = make_trainer(tiny_model_dir, tmp_path / "stock", GRPOTrainer, GRPOConfig)
+    stock.train()
+    ours = make_trainer(tiny_model_dir, tmp_path / "ours", oar_method="grpo")
+    ours.train()
+    log_stock, log_ours = stock.state.log_history[0], ours.state.log_history[0]
+    # On-policy, the GRPO loss is ~0 (advantages are zero-mean per group); the gradient is not.
+    assert log_stock["grad_norm"] > 0 and log_stock["reward_std"] > 0
+    assert log_ours["loss"] == log_stock["loss"]
+    assert log_ours["grad_norm"] == log_stock["grad_norm"]
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    moved = False
+    for (name, a), (_, b) in zip(stock.model.named_parameters(), ours.model.named_parameters()):
+        assert torch.equal(a, b), name
+        moved |= not torch.equal(a, initial[name])
+    assert moved
+
+
+def generation_batch(trainer) -> list[dict]:
+    """One generation batch as TRL's sampler builds it: each prompt repeated num_generations times."""
+    rows = [trainer.train_dataset[i] for i in range(2)]
+    return [row for row in rows for _ in range(trainer.args.num_generations)]
+
+
+def test_unit_token_weights_give_exactly_the_scalar_loss(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="grpo")
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by TRL's training loop, read by _compute_loss
+    batch = trainer._generate_and_score_completions(generation_batch(trainer))
+    assert batch["advantages"].dim() == 1 and (batch["advantages"] != 0).any()
+    scalar = trainer._compute_loss(trainer.model, batch)
+    width = batch["completion_ids"].shape[1]
+    token = trainer._compute_loss(trainer.model, {**batch, "advantages": batch["advantages"][:, None].expand(-1, width).clone()})
+    assert torch.equal(scalar, token)
+
+
+def test_oar_token_advantages_preserve_mass_and_skip_zero_advantage_rows(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tmp_path, reward=partly_flat_reward, oar_method="oar_p")
+    trainer.model.train()
+    inputs = [row for i in range(4) for row in [trainer.train_dataset[i]] * 4]  # p1 and p3 are flat
+    batch = trainer._generate_and_score_completions(inputs)
+    token_adv = batch["advantages"]
+    mask = batch["completion_mask"].bool()
+    assert token_adv.shape == batch["completion_ids"].shape
+
+    scalar = token_adv.sum(dim=1) / mask.sum(dim=1)  # = A_i, since the weights of a row sum to T_i
+    flat = torch.tensor([pid in FLAT_PROBLEMS for pid in (r["problem_id"] for r in inputs)])
+    assert torch.equal(scalar[flat], torch.zeros(int(flat.sum())))
+    active = scalar != 0
+    assert active.sum() > 0
+    scored = trainer._metrics["train"]["oar/frac_scored"][-1] * len(inputs)
+    assert scored == pytest.approx(active.sum().item())  # only rows with A != 0 were scored
+    # Reshaped: some active row carries unequal token advantages, and padding carries none.
+    assert any(token_adv[i][mask[i]].unique().numel() > 1 for i in torch.nonzero(active).flatten())
+    assert torch.equal(token_adv[~mask], torch.zeros(int((~mask).sum())))
+    for name in ("ess_ratio", "top_mass", "fallback_no_answer", "fallback_nonfinite"):
+        assert trainer._metrics["train"][f"oar/{name}"], name
+    assert trainer._metrics["train"]["oar/ess_ratio"][-1] < 1.0
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "grpo"])
+def test_every_method_trains_a_step(tiny_model_dir, tmp_path, method):
+    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method=method)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["oar/frac_scored"] > 0
+    assert 0 < log["oar/ess_ratio"] <= 1
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_settings_are_validated_with_the_key_named():
+    base = {"run_id": "r", "model": "m", "train_file": "f"}
+    assert resolve_settings(base)["oar"]["tau"] == 0.4
+    for bad, key in [
+        ({"learning_rate": 1.0}, "learning_rate"),
+        ({"oar": {"tua": 0.4}}, "oar.tua"),
+        ({"oar": {"tau": 1.5}}, "oar.tau"),
+        ({"method": "oar_x"}, "method"),
+        ({"trainer": {"per_device_train_batch_size": 6}}, "per_device_train_batch_size"),
+    ]:
+        with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
+            resolve_settings(base | bad)
+    with pytest.raises(SettingsError, match="model"):
+        resolve_settings({"run_id": "r", "train_file": "f"})
+
+
+def write_run_inputs(tmp_path, model_dir, method, max_steps, save_steps):
+    train_file = tmp_path / "train.jsonl"
+    train_file.write_text("".join(json.dumps({"id": f"p{i}", "problem": f"{i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(8)))
+    settings = {
+        "run_id": f"{method}-test",
+        "method": method,
+        "model": str(model_dir),
+        "train_file": str(train_file),
+        "trainer": {"max_steps": max_steps, "save_steps": save_steps, "max_completion_length": 8},
+    }
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def train_command(settings, out_dir):
+    return [sys.executable, str(REPO / "workflow_scripts" / "train.py"), "--settings", str(settings), "--out-dir", str(out_dir)]
+
+
+def test_train_script_resumes_after_a_kill(tiny_model_dir, tmp_path):
+    settings = write_run_inputs(tmp_path, tiny_model_dir, "oar_g", max_steps=5, save_steps=2)
+    out = tmp_path / "run"
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false"}
+    process = subprocess.Popen(train_command(settings, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").exists():
+        assert process.poll() is None, "training ended before its first checkpoint"
+        assert time.time() < deadline
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (out / "done").exists()
+
+    subprocess.run(train_command(settings, out), check=True, capture_output=True, env=env)
+    assert (out / "done").exists() and (out / "model" / "config.json").exists()
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5]
+    state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    run = yaml.safe_load((out / "run.yaml").read_text())
+    assert run["settings"]["method"] == "oar_g" and run["provenance"]["packages"]["trl"] == "1.16.0"
+    assert "commit" in run["provenance"]["git"]

@@ -1,0 +1,63 @@
+"""Train one run (GRPO, OAR-P, OAR-G or a control) from its resolved settings.
+
+Shell::
+
+    python workflow_scripts/train.py --settings run.yaml --out-dir results/runs/oar_p-tau0.4-beta2.0-as_mean-seed0
+
+Snakemake (``script:``): ``params.settings`` is the run's settings dict; named inputs ``model`` and
+``train_file`` override the settings' paths; named output ``done`` (its folder is the run folder).
+
+Writes ``model/``, ``metrics.jsonl``, ``run.yaml`` and, last, ``done``. Rerunning after a kill resumes
+from the newest complete checkpoint in ``checkpoints/``. Multi-GPU: ``accelerate launch
+--num_processes N workflow_scripts/train.py ...`` (or ``torchrun --nproc_per_node N``); each process
+scores its own share of the completions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _script_io import atomic_write_text, provenance, redirect_to_log  # noqa: E402
+
+from oar.training import resolve_settings, train_run  # noqa: E402
+
+
+def main(settings: dict, out_dir: Path) -> None:
+    resolved = resolve_settings(settings)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = out_dir / "done"
+    if done.exists():
+        done.unlink()  # retraining: the old marker must not outlive a failed attempt
+    record = provenance(resolved, inputs={"train_file": resolved["train_file"]}, seed=resolved["seed"])
+    atomic_write_text(out_dir / "run.yaml", yaml.safe_dump({"settings": resolved, "provenance": record}, sort_keys=False))
+    model = train_run(resolved, out_dir)
+    atomic_write_text(done, f"{model}\n")
+    print(f"run {resolved['run_id']} done: {model}", flush=True)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--settings", required=True, type=Path, help="YAML file with one run's settings")
+    parser.add_argument("--out-dir", required=True, type=Path, help="run folder, results/runs/<run_id>")
+    args = parser.parse_args(argv)
+    with open(args.settings, encoding="utf-8") as handle:
+        settings = yaml.safe_load(handle) or {}
+    main(settings, args.out_dir)
+
+
+if "snakemake" in globals():
+    smk = globals()["snakemake"]
+    redirect_to_log(smk)
+    run_settings = dict(smk.params.settings)
+    for key in ("model", "train_file"):
+        if key in smk.input.keys():
+            run_settings[key] = str(getattr(smk.input, key))
+    main(run_settings, Path(smk.output.done).parent)
+elif __name__ == "__main__":
+    cli()
