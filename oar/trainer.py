@@ -47,6 +47,10 @@ class OARConfig(GRPOConfig):
         default=True, metadata={"help": "use the last number as the answer span when there is no \\boxed{}"}
     )
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
+    oar_score_all: bool = field(
+        default=False,
+        metadata={"help": "also score responses with A = 0 (their loss terms are zero anyway): cost measurements"},
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -137,7 +141,8 @@ class OARTrainer(GRPOTrainer):
                 seed=args.seed * 1_000_003 + step,  # fresh noise every step, reproducible per run
             )
             model = self.accelerator.unwrap_model(self.model)
-            scores = score(args.oar_method, model, probes, config, active=active.cpu(), width=completion_mask.shape[1])
+            needs_scores = torch.ones_like(active) if args.oar_score_all else active
+            scores = score(args.oar_method, model, probes, config, active=needs_scores.cpu(), width=completion_mask.shape[1])
             weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
             weights = weights.to(advantages.device) * completion_mask  # padding weight 0
             stats = {

