@@ -205,3 +205,13 @@ def test_train_script_resumes_after_a_kill(tiny_model_dir, tmp_path):
     run = yaml.safe_load((out / "run.yaml").read_text())
     assert run["settings"]["method"] == "oar_g" and run["provenance"]["packages"]["trl"] == "1.16.0"
     assert "commit" in run["provenance"]["git"]
+
+
+def test_score_all_scores_zero_advantage_rows_without_changing_them(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tmp_path, reward=partly_flat_reward, oar_method="position", oar_score_all=True)
+    trainer.model.train()
+    inputs = [row for i in range(4) for row in [trainer.train_dataset[i]] * 4]
+    batch = trainer._generate_and_score_completions(inputs)
+    assert trainer._metrics["train"]["oar/frac_scored"][-1] == 1.0
+    flat = torch.tensor([r["problem_id"] in FLAT_PROBLEMS for r in inputs])
+    assert torch.equal(batch["advantages"][flat], torch.zeros_like(batch["advantages"][flat]))
