@@ -14,6 +14,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
+from oar.importance import probes_from_padded
 from oar.trainer import METHODS, OARConfig, OARTrainer
 from oar.training import SettingsError, resolve_settings
 
@@ -212,6 +213,11 @@ def test_score_all_scores_zero_advantage_rows_without_changing_them(tiny_model_d
     trainer.model.train()
     inputs = [row for i in range(4) for row in [trainer.train_dataset[i]] * 4]
     batch = trainer._generate_and_score_completions(inputs)
-    assert trainer._metrics["train"]["oar/frac_scored"][-1] == 1.0
+    probes = probes_from_padded(
+        trainer.processing_class, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"]
+    )
+    with_reasoning = sum(p.reasoning_len > 0 for p in probes)
+    assert with_reasoning > 12
+    assert trainer._metrics["train"]["oar/frac_scored"][-1] * len(inputs) == pytest.approx(with_reasoning)
     flat = torch.tensor([r["problem_id"] in FLAT_PROBLEMS for r in inputs])
     assert torch.equal(batch["advantages"][flat], torch.zeros_like(batch["advantages"][flat]))
