@@ -1,0 +1,303 @@
+"""Analysis from files: accuracy per run, credit curves, training cost, causal recall, proxy fidelity.
+
+Pure functions over the workflow's files (evaluation ``summary.json``, each run's ``metrics.jsonl``,
+held-out oracle and score JSONL files); they return pandas frames or plain dicts and write nothing.
+Run metadata (model, method, tau, beta, probe, seed per run id) is passed in by the caller.
+
+Aggregation over seeds (:func:`seed_interval`): the mean, and a 95% t-interval when there are two or
+more seeds (no interval with one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
+CURVE_METRICS = (
+    "reward", "reward_std", "entropy", "completion_length", "loss", "ess_ratio", "top_mass", "frac_scored",
+    "fallback_no_answer", "fallback_nonfinite", "time_generate_s", "time_score_s", "time_update_s",
+    "step_time_s", "peak_memory_mb",
+)
+
+
+def _meta_row(run: str, meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {"run": run, **{k: meta.get(k) for k in META_COLUMNS[1:]}}
+
+
+# ------------------------------------------------------------------------------------ seeds
+
+
+def seed_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of per-seed values; low/high are a t-interval, nan with fewer than 2 values."""
+    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    from scipy.stats import t
+
+    half = float(t.ppf(0.5 + confidence / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+# ------------------------------------------------------------------------------------ accuracy
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def accuracy_frame(runs: Mapping[str, Mapping[str, Any]], summaries: Mapping[tuple[str, str], str | Path]) -> pd.DataFrame:
+    """One row per (run, benchmark): pass@1 and its bootstrap interval over problems, with run metadata.
+
+    ``summaries`` maps (run id, benchmark) to the evaluation's ``summary.json``.
+    """
+    rows = []
+    for (run, bench), path in summaries.items():
+        s = read_summary(path)
+        ci = s.get("pass@1_ci95") or [math.nan, math.nan]
+        rows.append({
+            **_meta_row(run, runs[run]),
+            "benchmark": bench,
+            "pass@1": s["pass@1"],
+            "ci_low": ci[0],
+            "ci_high": ci[1],
+            "num_problems": s["num_problems"],
+            "samples_per_problem": s["samples_per_problem"],
+            "unparsable": s.get("unparsable"),
+            "truncated": s.get("truncated"),
+            "mean_response_tokens": s.get("mean_response_tokens"),
+        })
+    return pd.DataFrame(rows, columns=[*META_COLUMNS, "benchmark", "pass@1", "ci_low", "ci_high", "num_problems",
+                                       "samples_per_problem", "unparsable", "truncated", "mean_response_tokens"])
+
+
+def variant_key(row: Mapping[str, Any]) -> tuple:
+    """What identifies a method variant across seeds: model, method, tau, beta, probe."""
+    return tuple(None if _isnan(row.get(k)) else row.get(k) for k in ("model", "method", "tau", "beta", "probe"))
+
+
+def _isnan(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataFrame:
+    """Per variant (model, method, tau, beta, probe) and benchmark (plus ``average``): mean pass@1 over
+    seeds with its 95% interval (t over seeds with >= 2 seeds, else the single run's bootstrap interval
+    over problems; none for the average of a single seed), and what it rests on."""
+    if acc.empty:
+        return pd.DataFrame()
+    out = []
+    acc = acc.copy()
+    acc["_key"] = [variant_key(r) for r in acc.to_dict("records")]
+    for key, g in acc.groupby("_key", sort=False, dropna=False):
+        seeds = sorted({s for s in g["seed"] if not _isnan(s)})
+        base = dict(zip(("model", "method", "tau", "beta", "probe"), key))
+        per_seed_avg: dict[Any, list[float]] = {}
+        for bench in benchmarks:
+            b = g[g["benchmark"] == bench]
+            if b.empty:
+                continue
+            values = list(b["pass@1"])
+            n_seeds = len(values)
+            mean, low, high = seed_interval(values)
+            interval = "seeds"
+            if n_seeds == 1:
+                low, high, interval = float(b["ci_low"].iloc[0]), float(b["ci_high"].iloc[0]), "bootstrap over problems"
+            out.append({**base, "benchmark": bench, "mean": mean, "ci_low": low, "ci_high": high, "n_seeds": n_seeds,
+                        "interval": interval, "num_problems": int(b["num_problems"].max()),
+                        "samples_per_problem": int(b["samples_per_problem"].max())})
+            for seed, v in zip(b["seed"], b["pass@1"]):
+                per_seed_avg.setdefault(None if _isnan(seed) else seed, []).append(v)
+        complete = [np.mean(v) for v in per_seed_avg.values() if len(v) == len(benchmarks)]
+        if complete:
+            mean, low, high = seed_interval(complete)
+            out.append({**base, "benchmark": "average", "mean": mean, "ci_low": low, "ci_high": high,
+                        "n_seeds": len(complete), "interval": "seeds" if len(complete) > 1 else "none",
+                        "num_problems": None, "samples_per_problem": None})
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------ credit curves
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON lines of a run's ``metrics.jsonl`` (blank lines skipped; a torn last line dropped)."""
+    rows = []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break  # a run killed mid-write
+            raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
+    return rows
+
+
+def training_curves(runs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, str | Path]) -> pd.DataFrame:
+    """Long frame: one row per (run, logged step) with the run metadata and every known metric."""
+    rows = []
+    for run, path in metrics.items():
+        for m in read_metrics(path):
+            if "step" not in m:
+                raise ValueError(f"{path}: a metrics line has no 'step'")
+            rows.append({**_meta_row(run, runs[run]), "step": int(m["step"]),
+                         **{k: m.get(k) for k in CURVE_METRICS}})
+    frame = pd.DataFrame(rows, columns=[*META_COLUMNS, "step", *CURVE_METRICS])
+    for k in CURVE_METRICS:
+        frame[k] = pd.to_numeric(frame[k], errors="coerce")
+    return frame
+
+
+def credit_summary(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per run: steps logged, mean and final reward, mean ESS ratio and top-10% mass over training, final
+    entropy and response length, median step time."""
+    rows = []
+    for run, g in curves.groupby("run", sort=False):
+        g = g.sort_values("step")
+        first = g.iloc[0]
+        rows.append({
+            **{k: first[k] for k in META_COLUMNS},
+            "steps": int(g["step"].max()),
+            "reward_mean": g["reward"].mean(),
+            "reward_final": g["reward"].iloc[-1],
+            "ess_ratio_mean": g["ess_ratio"].mean(),
+            "top_mass_mean": g["top_mass"].mean(),
+            "entropy_final": g["entropy"].iloc[-1],
+            "completion_length_final": g["completion_length"].iloc[-1],
+            "frac_scored_mean": g["frac_scored"].mean(),
+            "step_time_s_median": g["step_time_s"].median(),
+        })
+    return pd.DataFrame(rows, columns=[*META_COLUMNS, "steps", "reward_mean", "reward_final", "ess_ratio_mean",
+                                       "top_mass_mean", "entropy_final", "completion_length_final", "frac_scored_mean",
+                                       "step_time_s_median"])
+
+
+def cost_summary(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, method): median step time over every logged step of its runs, its ratio to GRPO's,
+    and the median generate / score / update times. Methods are compared at their training tau/beta/probe
+    only when the frame holds one variant per method (the cost group does)."""
+    rows = []
+    for (model, method), g in curves.groupby(["model", "method"], sort=False):
+        rows.append({
+            "model": model, "method": method, "runs": g["run"].nunique(), "steps": len(g),
+            "step_time_s": g["step_time_s"].median(),
+            "time_generate_s": g["time_generate_s"].median(),
+            "time_score_s": g["time_score_s"].median(),
+            "time_update_s": g["time_update_s"].median(),
+            "peak_memory_mb": g["peak_memory_mb"].max(),
+        })
+    out = pd.DataFrame(rows, columns=["model", "method", "runs", "steps", "step_time_s", "time_generate_s",
+                                      "time_score_s", "time_update_s", "peak_memory_mb"])
+    ratios = []
+    for r in out.to_dict("records"):
+        grpo = out[(out["model"] == r["model"]) & (out["method"] == "grpo")]["step_time_s"]
+        ratios.append(r["step_time_s"] / grpo.iloc[0] if len(grpo) and grpo.iloc[0] > 0 else math.nan)
+    out["ratio_to_grpo"] = ratios
+    return out
+
+
+# ------------------------------------------------------------------------------------ held-out study
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _scores_by_index(rows: Sequence[Mapping[str, Any]]) -> dict[int, list[float]]:
+    return {int(r["index"]): list(r["scores"]) for r in rows}
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    x = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    n = len(x)
+    return {
+        "mean": float(x.mean()) if n else math.nan,
+        "std": float(x.std(ddof=1)) if n > 1 else math.nan,
+        "sem": float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
+        "n": n,
+        "n_undefined": len(values) - n,
+    }
+
+
+def causal_recall(oracle: Sequence[Mapping[str, Any]], scores: Mapping[str, Sequence[Mapping[str, Any]]],
+                  fraction: float = 0.1) -> dict[str, Any]:
+    """recall@k (k = ceil(fraction R)) of each scorer's top tokens against the oracle causal tokens.
+
+    ``oracle``: rows with ``index``, ``reasoning_len`` and ``causal`` (positions); ``scores``: scorer ->
+    rows with ``index`` and ``scores`` (R values). Responses with an empty oracle carry no recall
+    (counted in ``empty_oracle``). A chance line is included: the expected recall of a uniformly random
+    top-k, ``E|K ∩ O| / min(k, |O|) = k |O| / R / min(k, |O|)``.
+    """
+    from oar.metrics import default_k, recall_at_k
+
+    per_response = []
+    chance = []
+    for row in oracle:
+        causal = [int(i) for i in row["causal"]]
+        r_len = int(row["reasoning_len"])
+        if r_len == 0 or not causal:
+            continue
+        k = default_k(r_len, fraction)
+        chance.append(k * len(causal) / r_len / min(k, len(causal)))
+        entry = {"index": int(row["index"]), "reasoning_len": r_len, "k": k, "oracle_size": len(causal)}
+        for scorer, rows in scores.items():
+            s = _scores_by_index(rows).get(int(row["index"]))
+            if s is None:
+                raise ValueError(f"scorer {scorer!r} has no scores for held-out response {row['index']}")
+            if len(s) != r_len:
+                raise ValueError(f"scorer {scorer!r}: {len(s)} scores for {r_len} reasoning tokens (response {row['index']})")
+            entry[scorer] = recall_at_k(s, causal, k)
+        per_response.append(entry)
+    summary = {scorer: _spread([e[scorer] for e in per_response]) for scorer in scores}
+    sizes = [len(r["causal"]) / r["reasoning_len"] for r in oracle if r["reasoning_len"]]
+    return {
+        "fraction": fraction,
+        "responses": len(oracle),
+        "empty_oracle": len(oracle) - len(per_response),
+        "oracle_share_mean": float(np.mean(sizes)) if sizes else math.nan,
+        "chance": _spread(chance),
+        "summary": summary,
+        "per_response": per_response,
+    }
+
+
+def proxy_fidelity(reference: Sequence[Mapping[str, Any]], scorers: Mapping[str, Sequence[Mapping[str, Any]]],
+                   fraction: float = 0.1) -> dict[str, Any]:
+    """Spearman and top-k overlap of each scorer with the reference scorer (OAR-P), per response.
+
+    Responses with fewer than 2 reasoning tokens are skipped; a constant score vector gives an
+    undefined Spearman (counted in ``n_undefined``).
+    """
+    from oar.metrics import spearman, topk_overlap
+
+    ref = _scores_by_index(reference)
+    summary, per_response = {}, []
+    for name, rows in scorers.items():
+        other = _scores_by_index(rows)
+        rhos, overlaps = [], []
+        for idx, r in ref.items():
+            if len(r) < 2:
+                continue
+            o = other.get(idx)
+            if o is None or len(o) != len(r):
+                raise ValueError(f"scorer {name!r}: scores of response {idx} missing or of another length")
+            rho, ov = spearman(o, r), topk_overlap(o, r, fraction)
+            rhos.append(rho)
+            overlaps.append(ov)
+            per_response.append({"scorer": name, "index": idx, "spearman": rho, "topk_overlap": ov})
+        summary[name] = {"spearman": _spread(rhos), "topk_overlap": _spread(overlaps)}
+    return {"fraction": fraction, "summary": summary, "per_response": per_response}

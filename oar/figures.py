@@ -1,0 +1,206 @@
+"""The workflow's figures: data in, PNG and PDF files out (matplotlib, Agg backend).
+
+Each function takes plain frames or dicts (as written by ``oar.analysis``) and output paths, draws one
+figure, and saves it to every path given (the format follows the suffix), each to a temporary name that
+is renamed when complete.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+METHOD_NAMES = {"base": "Base model", "grpo": "GRPO", "oar_p": "OAR-P", "oar_g": "OAR-G", "grad_norm": "grad-norm",
+                "entropy": "entropy", "position": "position", "random": "random"}
+METHOD_ORDER = tuple(METHOD_NAMES)
+COLORS = {"grpo": "#555555", "oar_p": "#d62728", "oar_g": "#1f77b4", "grad_norm": "#9467bd", "entropy": "#2ca02c",
+          "position": "#ff7f0e", "random": "#8c564b"}
+
+
+def _order(methods) -> list[str]:
+    return sorted(methods, key=lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else 99)
+
+
+def save(fig, paths: Sequence[str | os.PathLike]) -> None:
+    for path in paths:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+        os.close(fd)
+        try:
+            # fixed metadata so that reruns of the same data give the same PDF bytes
+            metadata = {"CreationDate": None} if path.suffix == ".pdf" else {"Software": None}
+            fig.savefig(tmp, dpi=150, bbox_inches="tight", metadata=metadata)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    plt.close(fig)
+
+
+CURVE_PANELS = (("reward", "reward"), ("entropy", "policy entropy"), ("ess_ratio", "ESS ratio of token weights"),
+                ("top_mass", "top-10% advantage mass"))
+
+
+def training_curves(curves: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> None:
+    """2 x 2 panels (reward, entropy, ESS ratio, top-10% mass) against the step, one line per method
+    (mean over seeds; a band for min-max over seeds where there are several), one figure row of panels per
+    model when there are several models."""
+    models = list(dict.fromkeys(curves["model"])) or ["(none)"]
+    fig, axes = plt.subplots(2 * len(models), 2, figsize=(10, 6.5 * len(models)), squeeze=False)
+    for mi, model in enumerate(models):
+        data = curves[curves["model"] == model]
+        for pi, (key, title) in enumerate(CURVE_PANELS):
+            ax = axes[2 * mi + pi // 2, pi % 2]
+            for method in _order(data["method"].unique()):
+                g = data[data["method"] == method]
+                by_step = g.groupby("step")[key]
+                mean = by_step.mean()
+                if mean.isna().all():
+                    continue
+                color = COLORS.get(method)
+                ax.plot(mean.index, mean.values, marker="o", ms=3, label=METHOD_NAMES.get(method, method), color=color)
+                if g["seed"].nunique() > 1:
+                    ax.fill_between(mean.index, by_step.min().values, by_step.max().values, alpha=0.15, color=color)
+            ax.set_title(title + (f" ({model})" if len(models) > 1 else ""), fontsize=10)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 7), frameon=False,
+                   bbox_to_anchor=(0.5, 1.02))
+    fig.tight_layout()
+    save(fig, paths)
+
+
+def grid_heatmap(acc: pd.DataFrame, benchmarks: Sequence[str], paths: Sequence[str | os.PathLike]) -> None:
+    """Average accuracy (%) over benchmarks for each (tau, beta), mean over seeds; one panel per
+    (model, method)."""
+    data = acc[~acc["method"].isin(["base", "grpo"])]
+    per_run = (data[data["benchmark"].isin(benchmarks)].groupby(["model", "method", "tau", "beta", "seed"])["pass@1"]
+               .mean().reset_index())
+    panels = list(per_run.groupby(["model", "method"], sort=False))
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 3.8), squeeze=False)
+    for ax, ((model, method), g) in zip(axes[0], panels):
+        cell = g.groupby(["tau", "beta"])["pass@1"].mean() * 100
+        taus, betas = sorted(g["tau"].unique()), sorted(g["beta"].unique())
+        matrix = np.array([[cell.get((t, b), np.nan) for b in betas] for t in taus])
+        im = ax.imshow(matrix, cmap="viridis", aspect="auto", origin="lower")
+        ax.set_xticks(range(len(betas)), [f"{b:g}" for b in betas])
+        ax.set_yticks(range(len(taus)), [f"{t:g}" for t in taus])
+        ax.set_xlabel("beta")
+        ax.set_ylabel("tau")
+        ax.set_title(f"{METHOD_NAMES.get(method, method)} ({model})", fontsize=10)
+        finite = matrix[np.isfinite(matrix)]
+        mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+        for i in range(len(taus)):
+            for j in range(len(betas)):
+                if np.isfinite(matrix[i, j]):
+                    ax.text(j, i, f"{matrix[i, j]:.1f}", ha="center", va="center", fontsize=9,
+                            color="white" if matrix[i, j] < mid else "black")
+        fig.colorbar(im, ax=ax, label="average accuracy (%)")
+    if not panels:
+        axes[0, 0].text(0.5, 0.5, "no grid runs", ha="center", va="center")
+    fig.tight_layout()
+    save(fig, paths)
+
+
+def recall_bars(recall: Mapping[str, Any], paths: Sequence[str | os.PathLike]) -> None:
+    """Causal-token recall@10% per scorer (mean and standard error over responses), with the chance line."""
+    names = _order(list(recall["summary"]))
+    means = [recall["summary"][n]["mean"] for n in names]
+    sems = [recall["summary"][n]["sem"] for n in names]
+    fig, ax = plt.subplots(figsize=(1.1 * len(names) + 2, 3.6))
+    x = np.arange(len(names))
+    ax.bar(x, [m if m is not None else np.nan for m in means],
+           yerr=[s if s is not None else 0 for s in sems], capsize=3,
+           color=[COLORS.get(n, "#777777") for n in names])
+    chance = (recall.get("chance") or {}).get("mean")
+    if chance is not None and not math.isnan(chance):
+        ax.axhline(chance, color="black", ls="--", lw=1, label=f"chance ({chance:.2f})")
+        ax.legend(frameon=False, fontsize=8)
+    ax.set_xticks(x, [METHOD_NAMES.get(n, n) for n in names])
+    ax.set_ylabel("recall@10%")
+    ax.set_ylim(0, 1.05)
+    n = max((recall["summary"][k]["n"] for k in names), default=0)
+    ax.set_title(f"oracle causal-token recall ({n} responses)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    save(fig, paths)
+
+
+def cost_bars(cost: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> None:
+    """Median step time per method, stacked as generate / score / update, with the ratio to GRPO."""
+    models = list(dict.fromkeys(cost["model"]))
+    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(1.0 * cost["method"].nunique() + 3, 3.8) if len(models) <= 1
+                             else (5 * len(models), 3.8), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        g = cost[cost["model"] == model].set_index("method").loc[_order(cost[cost["model"] == model]["method"])]
+        x = np.arange(len(g))
+        bottom = np.zeros(len(g))
+        for part, color in (("time_generate_s", "#9ecae1"), ("time_score_s", "#fc9272"), ("time_update_s", "#a1d99b")):
+            values = g[part].fillna(0).to_numpy(dtype=float)
+            ax.bar(x, values, bottom=bottom, color=color, label=part.removeprefix("time_").removesuffix("_s"))
+            bottom += values
+        total = g["step_time_s"].to_numpy(dtype=float)
+        ax.scatter(x, total, color="black", marker="_", s=200, zorder=3, label="step (median)")
+        for xi, (t, r) in enumerate(zip(total, g["ratio_to_grpo"])):
+            if np.isfinite(t):
+                ax.text(xi, t, f"{r:.2f}x" if np.isfinite(r) else "", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(x, [METHOD_NAMES.get(m, m) for m in g.index], rotation=30, ha="right")
+        ax.set_ylabel("seconds per training step")
+        ax.set_title(f"training cost ({model})", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    save(fig, paths)
+
+
+def normalised(scores: Sequence[float]) -> np.ndarray:
+    """log(1 + s) scaled to [0, 1] per response, as the gate sees the scores (constant -> 0)."""
+    s = np.log1p(np.clip(np.asarray(scores, dtype=float), 0, None))
+    span = s.max() - s.min() if len(s) else 0
+    return (s - s.min()) / span if span > 0 else np.zeros_like(s)
+
+
+def token_heatmap(tokens: Sequence[str], scores: Mapping[str, Sequence[float]], paths: Sequence[str | os.PathLike],
+                  weights: Sequence[float] | None = None, weights_label: str = "gate weight",
+                  title: str = "") -> None:
+    """One column per scorer (normalised importance) and optionally the gate's weights, one row per
+    reasoning token, labelled with the token's text."""
+    names = list(scores)
+    columns = [normalised(scores[n]) for n in names]
+    labels = [METHOD_NAMES.get(n, n) for n in names]
+    n_tok = len(tokens)
+    width = len(columns) + (1 if weights is not None else 0)
+    fig, axes = plt.subplots(1, width, figsize=(1.4 * width + 1.6, 0.19 * n_tok + 1.4), sharey=True, squeeze=False)
+    shown = [repr(t)[1:-1][:18] for t in tokens]
+    for i, (ax, col, label) in enumerate(zip(axes[0], columns, labels)):
+        ax.imshow(col[:, None], cmap="magma_r", aspect="auto", vmin=0, vmax=1)
+        ax.set_xticks([0], [label])
+        ax.xaxis.tick_top()
+        if i == 0:
+            ax.set_yticks(range(n_tok), shown, fontsize=7, family="monospace")
+    if weights is not None:
+        ax = axes[0, -1]
+        w = np.asarray(weights, dtype=float)
+        ax.barh(range(n_tok), w, color="#d62728", height=0.8)
+        ax.axvline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_xlabel(weights_label, fontsize=8)
+        ax.xaxis.set_label_position("top")
+        ax.set_ylim(n_tok - 0.5, -0.5)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    save(fig, paths)

@@ -1,0 +1,277 @@
+"""The workflow's tables: pandas frames in, a CSV frame and a Markdown text out.
+
+Accuracies are shown in percent. A cell reads ``mean [low, high]`` with the 95% interval of
+:func:`oar.analysis.aggregate_accuracy` (over seeds with two or more seeds, else the bootstrap over
+problems of the single evaluation); the CSV keeps the interval and what it rests on in separate
+columns. :func:`write_table` writes both files atomically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from oar.analysis import aggregate_accuracy
+
+METHOD_NAMES = {
+    "base": "Base model",
+    "grpo": "GRPO",
+    "oar_p": "OAR-P",
+    "oar_g": "OAR-G",
+    "grad_norm": "grad-norm",
+    "entropy": "entropy",
+    "position": "position",
+    "random": "random",
+}
+METHOD_ORDER = tuple(METHOD_NAMES)
+PROBE_NAMES = {"lt_logits": "LT-Logits", "as_mean": "AS-Mean", "as_joint": "AS-Joint"}
+BENCHMARK_NAMES = {"gsm8k_test": "GSM8K", "math500": "MATH500", "math_test": "MATH", "aime24": "AIME24",
+                   "aime25": "AIME25", "amc23": "AMC23", "average": "Avg."}
+
+
+def _isnan(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def fmt_num(v: Any, digits: int = 1, scale: float = 1.0) -> str:
+    return "–" if _isnan(v) else f"{v * scale:.{digits}f}"
+
+
+def fmt_cell(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1) -> str:
+    """``48.3 [44.1, 52.0]`` (no brackets when there is no interval)."""
+    if _isnan(mean):
+        return "–"
+    text = f"{mean * scale:.{digits}f}"
+    if not _isnan(low) and not _isnan(high):
+        text += f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+    return text
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    """A GitHub Markdown table; ``align`` is one of l/r per column (default: first left, rest right)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    esc = [[str(c).replace("|", "\\|") for c in row] for row in [headers, *rows]]
+    rule = ["---" if a == "l" else "---:" for a in align]
+    lines = ["| " + " | ".join(esc[0]) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def method_label(method: str, tau: Any = None, beta: Any = None, probe: Any = None, show: Sequence[str] = ()) -> str:
+    """``OAR-G``, or with variant settings: ``OAR-G (tau 0.0, boost-only)``, ``OAR-P (AS-Joint)``."""
+    label = METHOD_NAMES.get(method, method)
+    extra = []
+    if "tau" in show and not _isnan(tau):
+        note = {0.0: ", boost-only", 1.0: ", suppress-only"}.get(float(tau), "")
+        extra.append(f"tau {float(tau):g}{note}")
+    if "beta" in show and not _isnan(beta):
+        extra.append(f"beta {float(beta):g}")
+    if "probe" in show and not _isnan(probe):
+        extra.append(PROBE_NAMES.get(probe, probe))
+    return label + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _sort_key(row: Mapping[str, Any]) -> tuple:
+    m = row["method"]
+    return (METHOD_ORDER.index(m) if m in METHOD_ORDER else 99,
+            -1 if _isnan(row.get("tau")) else float(row["tau"]),
+            -1 if _isnan(row.get("beta")) else float(row["beta"]),
+            "" if _isnan(row.get("probe")) else str(row["probe"]))
+
+
+def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[str] = ()) -> pd.DataFrame:
+    """Per variant: one row with ``<bench>``, ``<bench>_ci_low``, ``<bench>_ci_high`` (percent),
+    ``<bench>_problems`` and ``<bench>_samples`` for every benchmark and ``average``, plus ``n_seeds``."""
+    agg = aggregate_accuracy(acc, benchmarks)
+    if agg.empty:
+        return pd.DataFrame()
+    rows = []
+    keys = ["model", "method", "tau", "beta", "probe"]
+    agg["_key"] = [tuple(None if _isnan(r[k]) else r[k] for k in keys) for r in agg.to_dict("records")]
+    for key, g in agg.groupby("_key", sort=False):
+        row: dict[str, Any] = dict(zip(keys, key))
+        row["label"] = method_label(row["method"], row["tau"], row["beta"], row["probe"], show)
+        row["n_seeds"] = int(g["n_seeds"].max())
+        for bench in [*benchmarks, "average"]:
+            b = g[g["benchmark"] == bench]
+            if b.empty:
+                continue
+            r = b.iloc[0]
+            row[bench] = r["mean"] * 100
+            row[f"{bench}_ci_low"] = r["ci_low"] * 100 if not _isnan(r["ci_low"]) else math.nan
+            row[f"{bench}_ci_high"] = r["ci_high"] * 100 if not _isnan(r["ci_high"]) else math.nan
+            if bench != "average":
+                row[f"{bench}_problems"] = r["num_problems"]
+                row[f"{bench}_samples"] = r["samples_per_problem"]
+        rows.append(row)
+    rows.sort(key=lambda r: (str(r["model"]), *_sort_key(r)))
+    return pd.DataFrame(rows)
+
+
+def _accuracy_markdown(wide: pd.DataFrame, benchmarks: Sequence[str], title: str,
+                       extra: Sequence[tuple[str, str, int]] = ()) -> str:
+    """One Markdown table per model: label | benchmarks | average | extra columns."""
+    parts = [f"## {title}\n"]
+    cols = [*benchmarks, "average"]
+    for model, g in wide.groupby("model", sort=False):
+        headers = ["Method", *[BENCHMARK_NAMES.get(b, b) for b in cols], "seeds", *[h for _, h, _ in extra]]
+        rows = []
+        for r in g.to_dict("records"):
+            cells = [fmt_cell(r.get(b, math.nan), r.get(f"{b}_ci_low", math.nan), r.get(f"{b}_ci_high", math.nan),
+                              scale=1.0) for b in cols]
+            rows.append([r["label"], *cells, r["n_seeds"] if r["method"] != "base" else "–",
+                         *[fmt_num(r.get(c), d) for c, _, d in extra]])
+        parts.append(f"\n### {model}\n\n" + markdown_table(headers, rows))
+        first = g.iloc[0]
+        sizes = ", ".join(f"{BENCHMARK_NAMES.get(b, b)} {int(first[f'{b}_problems'])} problems x "
+                          f"{int(first[f'{b}_samples'])}" for b in benchmarks if f"{b}_problems" in first
+                          and not _isnan(first[f"{b}_problems"]))
+        parts.append(f"\nAccuracy in %, pass@1 (mean over samples where a benchmark samples several). {sizes}. "
+                     "Brackets: 95% interval (t over seeds with >= 2 seeds, else bootstrap over problems).\n")
+    return "".join(parts)
+
+
+def _join_credit(wide: pd.DataFrame, credit: pd.DataFrame | None, columns: Sequence[str]) -> pd.DataFrame:
+    """Mean over seeds of per-run credit columns, joined on the variant."""
+    if credit is None or credit.empty or wide.empty:
+        return wide
+    keys = ["model", "method", "tau", "beta", "probe"]
+    credit = credit.copy()
+    credit["_key"] = [tuple(None if _isnan(r[k]) else r[k] for k in keys) for r in credit.to_dict("records")]
+    means = credit.groupby("_key", sort=False)[list(columns)].mean()
+    wide = wide.copy()
+    wide_keys = [tuple(None if _isnan(r[k]) else r[k] for k in keys) for r in wide.to_dict("records")]
+    for c in columns:
+        wide[c] = [means[c].get(k, math.nan) if k in means.index else math.nan for k in wide_keys]
+    return wide
+
+
+CREDIT_COLUMNS = (("ess_ratio_mean", "ESS ratio", 3), ("top_mass_mean", "top-10% mass", 3),
+                  ("entropy_final", "final entropy", 3))
+
+
+def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, methods: Sequence[str] | None = None,
+                   show: Sequence[str] = (), credit: pd.DataFrame | None = None,
+                   keep=None) -> tuple[pd.DataFrame, str]:
+    """The main table, the gating and probe ablations and the controls: (wide CSV frame, Markdown).
+
+    ``methods`` keeps only those methods (and the base model row, always first); ``keep`` is an optional
+    row filter on the wide frame; ``credit`` adds the per-variant credit metrics.
+    """
+    wide = accuracy_wide(acc, benchmarks, show)
+    if wide.empty:
+        return wide, f"## {title}\n\nNo results.\n"
+    if methods is not None:
+        wide = wide[wide["method"].isin(["base", *methods])]
+    if keep is not None:
+        wide = wide[[bool(keep(r)) for r in wide.to_dict("records")]]
+    extra = ()
+    if credit is not None and not credit.empty:
+        wide = _join_credit(wide, credit, [c for c, _, _ in CREDIT_COLUMNS])
+        extra = CREDIT_COLUMNS
+    wide = wide.reset_index(drop=True)
+    return wide, _accuracy_markdown(wide, benchmarks, title, extra)
+
+
+def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """tau x beta grid: CSV one row per (model, method, tau, beta) with every benchmark and the average;
+    Markdown one matrix of the average accuracy (%) per model and method, tau down, beta across."""
+    wide = accuracy_wide(acc[acc["method"] != "base"] if not acc.empty else acc, benchmarks, ("tau", "beta"))
+    if wide.empty:
+        return wide, "## tau x beta grid\n\nNo results.\n"
+    wide = wide[wide["method"] != "grpo"].reset_index(drop=True)
+    parts = ["## tau x beta grid\n"]
+    for (model, method), g in wide.groupby(["model", "method"], sort=False):
+        taus = sorted(g["tau"].unique())
+        betas = sorted(g["beta"].unique())
+        headers = ["tau \\ beta", *[f"{b:g}" for b in betas]]
+        rows = []
+        for t in taus:
+            row = [f"{t:g}"]
+            for b in betas:
+                cell = g[(g["tau"] == t) & (g["beta"] == b)]
+                row.append(fmt_cell(cell["average"].iloc[0], cell["average_ci_low"].iloc[0],
+                                    cell["average_ci_high"].iloc[0], scale=1.0) if len(cell) and "average" in cell else "–")
+            rows.append(row)
+        parts.append(f"\n### {model}, {METHOD_NAMES.get(method, method)}\n\n" + markdown_table(headers, rows))
+    parts.append("\nAverage accuracy over the benchmarks in % (95% interval over seeds where there are >= 2).\n")
+    return wide, "".join(parts)
+
+
+def recall_table(recall: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
+    rows = []
+    for scorer, s in recall["summary"].items():
+        rows.append({"scorer": scorer, "label": METHOD_NAMES.get(scorer, scorer), "recall_mean": s["mean"],
+                     "recall_std": s["std"], "recall_sem": s["sem"], "n": s["n"]})
+    chance = recall.get("chance") or {}
+    rows.append({"scorer": "chance", "label": "chance (uniform top-k)", "recall_mean": chance.get("mean"),
+                 "recall_std": chance.get("std"), "recall_sem": chance.get("sem"), "n": chance.get("n")})
+    frame = pd.DataFrame(rows)
+    md = markdown_table(["Scorer", "recall@10%", "std", "n"],
+                        [[r["label"], fmt_num(r["recall_mean"], 3), fmt_num(r["recall_std"], 3), r["n"]]
+                         for r in rows])
+    probe = PROBE_NAMES.get(recall.get("probe"), recall.get("probe"))
+    note = (f"\n{recall['responses']} held-out responses, {recall['empty_oracle']} with no oracle causal token; "
+            f"oracle tokens are {fmt_num(recall.get('oracle_share_mean'), 1, 100)}% of the reasoning tokens on "
+            f"average. Outcome probe of the scorers: {probe}.\n")
+    return frame, "## Causal-token recall\n\n" + md + note
+
+
+def fidelity_table(fidelity: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
+    rows = []
+    for probe, result in fidelity["probes"].items():
+        for scorer, s in result["summary"].items():
+            rows.append({"probe": probe, "scorer": scorer, "spearman_mean": s["spearman"]["mean"],
+                         "spearman_std": s["spearman"]["std"], "topk_overlap_mean": s["topk_overlap"]["mean"],
+                         "topk_overlap_std": s["topk_overlap"]["std"], "n": s["spearman"]["n"],
+                         "n_undefined": s["spearman"]["n_undefined"],
+                         "scoring_wall_s": (result.get("wall_s") or {}).get(scorer)})
+    frame = pd.DataFrame(rows)
+    ref = METHOD_NAMES.get(fidelity["reference"], fidelity["reference"])
+    md = markdown_table(
+        ["Probe", "Scorer", f"Spearman with {ref}", "top-10% overlap", "n", "undefined", "scoring s"],
+        [[PROBE_NAMES.get(r["probe"], r["probe"]), METHOD_NAMES.get(r["scorer"], r["scorer"]),
+          f"{fmt_num(r['spearman_mean'], 3)} ± {fmt_num(r['spearman_std'], 3)}",
+          f"{fmt_num(r['topk_overlap_mean'], 3)} ± {fmt_num(r['topk_overlap_std'], 3)}",
+          r["n"], r["n_undefined"], fmt_num(r["scoring_wall_s"], 1)] for r in rows],
+        align="llrrrrr")
+    return frame, f"## Proxy fidelity (against {ref})\n\n" + md + "\nMean ± standard deviation over held-out responses.\n"
+
+
+def cost_table(cost: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    cost = cost.copy()
+    cost["label"] = [METHOD_NAMES.get(m, m) for m in cost["method"]]
+    cost = cost.sort_values(["model", "method"], key=lambda s: s.map(
+        lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else 99) if s.name == "method" else s)
+    parts = ["## Training cost\n"]
+    for model, g in cost.groupby("model", sort=False):
+        parts.append(f"\n### {model}\n\n" + markdown_table(
+            ["Method", "step s (median)", "x GRPO", "generate s", "score s", "update s", "steps"],
+            [[r["label"], fmt_num(r["step_time_s"], 2), fmt_num(r["ratio_to_grpo"], 2) + "x",
+              fmt_num(r["time_generate_s"], 2), fmt_num(r["time_score_s"], 2), fmt_num(r["time_update_s"], 2),
+              r["steps"]] for r in g.to_dict("records")]))
+    parts.append("\nMedians over every logged training step of every run of the method. The paper reports "
+                 "1.4x (OAR-G) and 4.2x (OAR-P) on GPUs.\n")
+    return cost.reset_index(drop=True), "".join(parts)
+
+
+def write_table(frame: pd.DataFrame, markdown: str, csv_path: str | os.PathLike, md_path: str | os.PathLike) -> None:
+    """Write the CSV and the Markdown, each to a temporary name first and then renamed."""
+    for path, write in ((csv_path, lambda f: frame.to_csv(f, index=False, float_format="%.6g")),
+                        (md_path, lambda f: f.write(markdown))):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with open(fd, "w", encoding="utf-8", newline="") as f:
+                write(f)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

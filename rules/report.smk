@@ -1,0 +1,143 @@
+# Tables (CSV + Markdown), figures (PNG + PDF), the HTML report and the named targets. Tables and
+# figures read only cached analysis files, so they rerun without training or evaluation; each kind
+# has its own script (workflow_scripts/tables.py, workflow_scripts/plot.py), so a change in the
+# plotting code reruns only the plotting jobs.
+
+
+rule table:
+    input:
+        unpack(table_inputs),
+    output:
+        csv=report(
+            f"{R}/tables/{{name}}.csv",
+            caption="captions/table.rst",
+            category="Tables",
+            labels={"table": "{name}"},
+        ),
+        md=f"{R}/tables/{{name}}.md",
+    log:
+        f"{R}/logs/tables/{{name}}.log",
+    benchmark:
+        f"{R}/benchmarks/tables/{{name}}.tsv"
+    conda:
+        "../envs/oar.yaml"
+    threads: rule_threads("plot")
+    resources:
+        **rule_resources("plot"),
+    params:
+        benchmarks=BENCHMARKS,
+        main_methods=config["runs"]["main"]["methods"],
+        default_tau=config["training"]["oar"]["tau"],
+        default_beta=config["training"]["oar"]["beta"],
+        default_probe=config["training"]["oar"]["probe"],
+    script:
+        "../workflow_scripts/tables.py"
+
+
+rule figure:
+    input:
+        unpack(figure_inputs),
+    output:
+        png=report(
+            f"{R}/figures/{{name}}.png",
+            caption="captions/figure.rst",
+            category="Figures",
+            labels={"figure": "{name}"},
+        ),
+        pdf=f"{R}/figures/{{name}}.pdf",
+    log:
+        f"{R}/logs/figures/{{name}}.log",
+    benchmark:
+        f"{R}/benchmarks/figures/{{name}}.tsv"
+    conda:
+        "../envs/oar.yaml"
+    threads: rule_threads("plot")
+    resources:
+        **rule_resources("plot"),
+    params:
+        heatmap_scorers=HEATMAP["scorers"],
+        response_index=HEATMAP["response_index"],
+        max_tokens=HEATMAP["max_tokens"],
+        tau=config["training"]["oar"]["tau"],
+        beta=config["training"]["oar"]["beta"],
+        floor=config["training"]["oar"]["floor"],
+    script:
+        "../workflow_scripts/plot.py"
+
+
+rule html_report:
+    input:
+        tables=table_files(*TABLES),
+        figures=figure_files(*FIGURES),
+    output:
+        html=f"{R}/report.html",
+    log:
+        f"{R}/logs/report.log",
+    benchmark:
+        f"{R}/benchmarks/report.tsv"
+    conda:
+        "../envs/oar.yaml"
+    threads: rule_threads("plot")
+    resources:
+        **rule_resources("plot"),
+    params:
+        snakefile=workflow.main_snakefile,
+        config=config,
+    script:
+        "../workflow_scripts/report.py"
+
+
+# ------------------------------------------------------------------------------ named targets
+
+
+rule main_table:
+    input:
+        table_files("main_table"),
+
+
+rule ablation_gating:
+    input:
+        table_files("ablation_gating"),
+
+
+rule ablation_grid:
+    input:
+        table_files("ablation_grid"),
+        figure_files("grid_heatmap"),
+
+
+rule ablation_probe:
+    input:
+        table_files("ablation_probe"),
+
+
+rule causal_recall:
+    input:
+        table_files("causal_recall"),
+        figure_files("recall_bars"),
+
+
+rule fidelity:
+    input:
+        table_files("fidelity"),
+
+
+rule cost:
+    input:
+        table_files("cost"),
+        figure_files("cost_bars"),
+
+
+rule tables:
+    input:
+        table_files(*TABLES),
+
+
+rule figures:
+    input:
+        figure_files(*FIGURES),
+
+
+rule report:
+    input:
+        rules.html_report.output.html,

@@ -1,0 +1,104 @@
+"""Analysis jobs of the workflow (Snakemake ``script:`` only; the science is in ``oar.analysis``).
+
+``params.kind`` selects the job:
+
+- ``accuracy``: evaluation summaries of a registry group -> one CSV row per (run, benchmark);
+- ``credit``: ``metrics.jsonl`` of a group's runs -> training curves (long CSV) and a per-run summary;
+- ``cost``: training curves -> median step time per method and its ratio to GRPO;
+- ``recall``: oracle causal tokens + held-out scores -> causal-token recall per scorer (JSON);
+- ``fidelity``: held-out scores -> Spearman and top-10% overlap of each scorer with OAR-P (JSON).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import atomic_open, atomic_write_json, redirect_to_log  # noqa: E402
+
+from oar import analysis  # noqa: E402
+
+
+def _clean(obj):
+    """JSON-safe: nan/inf -> None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _write_csv(frame, path):
+    with atomic_open(path) as f:
+        frame.to_csv(f, index=False)
+
+
+def _run_of(path: str, depth: int) -> str:
+    """Run id ("<model>/<spec>") of ``.../<model>/<spec>/<depth path parts>``."""
+    parts = Path(path).parts
+    return "/".join(parts[len(parts) - depth - 2 : len(parts) - depth])
+
+
+def accuracy(smk):
+    summaries = {}
+    for path in smk.input.summaries:
+        run = _run_of(path, 2)
+        summaries[(run, Path(path).parent.name)] = path
+    frame = analysis.accuracy_frame(smk.params.runs, summaries)
+    _write_csv(frame, smk.output.csv)
+    print(f"{len(frame)} (run, benchmark) rows -> {smk.output.csv}")
+
+
+def credit(smk):
+    metrics = {_run_of(p, 1): p for p in smk.input.metrics}
+    curves = analysis.training_curves(smk.params.runs, metrics)
+    _write_csv(curves, smk.output.curves)
+    _write_csv(analysis.credit_summary(curves), smk.output.summary)
+    print(f"{len(curves)} logged steps of {len(metrics)} runs -> {smk.output.curves}")
+
+
+def cost(smk):
+    import pandas as pd
+
+    frame = analysis.cost_summary(pd.read_csv(smk.input.curves))
+    _write_csv(frame, smk.output.csv)
+    print(frame.to_string(index=False))
+
+
+def recall(smk):
+    oracle = analysis.read_jsonl(smk.input.oracle)
+    scores = {s: analysis.read_jsonl(p) for s, p in zip(smk.params.scorers, smk.input.scores)}
+    result = analysis.causal_recall(oracle, scores, smk.params.fraction)
+    result["probe"] = smk.params.probe
+    atomic_write_json(smk.output.json, _clean(result))
+    for name, s in result["summary"].items():
+        print(f"{name:10s} recall@10% = {s['mean']:.3f} (n = {s['n']})")
+
+
+def fidelity(smk):
+    names = [smk.params.reference, *smk.params.scorers]
+    files = iter(smk.input.scores)
+    by_probe = {}
+    for probe in smk.params.probes:
+        rows = {name: analysis.read_jsonl(next(files)) for name in names}
+        result = analysis.proxy_fidelity(rows[smk.params.reference], {n: rows[n] for n in smk.params.scorers},
+                                         smk.params.fraction)
+        result["wall_s"] = {n: sum(r.get("wall_s", 0.0) for r in rows[n]) for n in names}
+        by_probe[probe] = result
+    atomic_write_json(smk.output.json, _clean({"reference": smk.params.reference, "probes": by_probe}))
+    print(f"fidelity of {', '.join(smk.params.scorers)} against {smk.params.reference} -> {smk.output.json}")
+
+
+JOBS = {"accuracy": accuracy, "credit": credit, "cost": cost, "recall": recall, "fidelity": fidelity}
+
+if __name__ == "__main__":
+    smk = globals().get("snakemake")
+    if smk is None:
+        sys.exit("analyze.py runs under Snakemake's script: directive; the functions are in oar.analysis")
+    redirect_to_log(smk)
+    JOBS[smk.params.kind](smk)

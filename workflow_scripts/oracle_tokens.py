@@ -1,0 +1,70 @@
+"""Oracle causal tokens of every held-out response (``oar.oracle``): pad substitution + greedy re-decoding.
+
+Shell::
+
+    python workflow_scripts/oracle_tokens.py --model results/models/smollm2 \
+        --responses results/analysis/heldout/responses.jsonl --oracle results/analysis/heldout/oracle.jsonl
+
+One JSON line per response: ``index``, ``reasoning_len``, ``causal`` (positions), the answer after each
+substitution, the reference answer, tokens generated and wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import load_model, read_jsonl, run_main, write_jsonl  # noqa: E402
+
+FLAGS = ("no_fallback_last_number",)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--responses", required=True)
+    p.add_argument("--oracle", required=True, help="output JSONL")
+    p.add_argument("--slack-tokens", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--reference", default="response", choices=("response", "clean"))
+    p.add_argument("--no-fallback-last-number", action="store_true")
+    p.add_argument("--threads", type=int)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from oar.importance import build_probes
+    from oar.oracle import causal_tokens
+
+    started = time.perf_counter()
+    fallback = not args.no_fallback_last_number
+    rows = read_jsonl(args.responses)
+    model, tokenizer = load_model(args.model, threads=args.threads)
+    probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
+                          fallback_last_number=fallback)
+    out = []
+    for n, (row, probe) in enumerate(zip(rows, probes), start=1):
+        if probe.reasoning_len != row["reasoning_len"]:
+            raise ValueError(f"{args.responses}: response {row['index']} has {probe.reasoning_len} reasoning tokens "
+                             f"now, {row['reasoning_len']} when it was written (other tokenizer or grading?)")
+        res = causal_tokens(model, tokenizer, probe, reference=args.reference, slack_tokens=args.slack_tokens,
+                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                            fallback_last_number=fallback)
+        out.append({"index": row["index"], "reasoning_len": res.reasoning_len, "causal": res.causal,
+                    "reference_answer": res.reference_answer, "answers": res.answers,
+                    "clean_answers": res.clean_answers, "tokens_generated": res.tokens_generated,
+                    "wall_s": res.wall_s})
+        print(f"[{n}/{len(rows)}] response {row['index']}: {len(res.causal)}/{res.reasoning_len} causal tokens "
+              f"({res.tokens_generated} tokens re-decoded in {res.wall_s:.1f} s)", flush=True)
+    write_jsonl(args.oracle, out)
+    print(f"oracle of {len(out)} responses in {time.perf_counter() - started:.1f} s -> {args.oracle}")
+
+
+if __name__ == "__main__":
+    run_main(main, globals(), FLAGS)

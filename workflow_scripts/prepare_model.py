@@ -1,0 +1,60 @@
+"""Prepare one base model folder from its source (``packaged``, ``tiny``, a folder or a hub id).
+
+Shell::
+
+    python workflow_scripts/prepare_model.py --source packaged --model results/models/smollm2 \
+        --summary results/models/smollm2.summary.json
+
+Snakemake (``script:``): outputs ``model`` and ``summary``, params ``source`` and ``seed``. The folder is
+written atomically (staging folder, then rename); the summary records the source, parameter count,
+checksums and provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import atomic_write_json, run_main  # noqa: E402
+from _script_io import checksum, provenance  # noqa: E402
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--source", required=True, help="'packaged', 'tiny', a model folder or a hub id")
+    p.add_argument("--model", required=True, help="model folder to write")
+    p.add_argument("--summary", required=True, help="summary JSON to write")
+    p.add_argument("--seed", type=int, default=0, help="initialisation seed of source 'tiny'")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from oar.models import prepare_model
+
+    started = time.perf_counter()
+    path = prepare_model(args.source, args.model, seed=args.seed)
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(path)
+    summary = {
+        "source": args.source,
+        "model": str(path),
+        "model_type": cfg.model_type,
+        "vocab_size": getattr(cfg, "vocab_size", None),
+        "num_hidden_layers": getattr(cfg, "num_hidden_layers", None),
+        "hidden_size": getattr(cfg, "hidden_size", None),
+        "wall_s": time.perf_counter() - started,
+        "checksums": checksum(path),
+        "provenance": provenance(vars(args), seed=args.seed),
+    }
+    atomic_write_json(args.summary, summary)
+    print(f"model {args.source!r} -> {path}")
+
+
+if __name__ == "__main__":
+    run_main(main, globals())

@@ -1,0 +1,67 @@
+"""Score every reasoning token of the held-out responses with one scorer and outcome probe.
+
+Shell::
+
+    python workflow_scripts/score_heldout.py --model results/models/smollm2 \
+        --responses results/analysis/heldout/responses.jsonl --scorer oar_p --probe as_mean \
+        --scores results/analysis/heldout/scores/oar_p-as_mean.jsonl
+
+One JSON line per response: ``index``, ``scores`` (one per reasoning token, from
+``oar.importance.score``), whether the outcome fell back to LT-Logits, and the scoring time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import load_model, read_jsonl, run_main, write_jsonl  # noqa: E402
+
+FLAGS = ("no_fallback_last_number",)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--responses", required=True)
+    p.add_argument("--scores", required=True, help="output JSONL")
+    p.add_argument("--scorer", required=True)
+    p.add_argument("--probe", default="as_mean")
+    p.add_argument("--noise-sigma", type=float, default=1e-3)
+    p.add_argument("--chunk-tokens", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-fallback-last-number", action="store_true")
+    p.add_argument("--threads", type=int)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from oar.importance import ScorerConfig, build_probes, score
+
+    rows = read_jsonl(args.responses)
+    model, tokenizer = load_model(args.model, threads=args.threads)
+    probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
+                          fallback_last_number=not args.no_fallback_last_number)
+    config = ScorerConfig(probe=args.probe, noise_sigma=args.noise_sigma, chunk_tokens=args.chunk_tokens,
+                          seed=args.seed)
+    out = []
+    total = 0.0
+    for row, probe in zip(rows, probes):
+        started = time.perf_counter()
+        result = score(args.scorer, model, [probe], config)
+        wall = time.perf_counter() - started
+        total += wall
+        out.append({"index": row["index"], "reasoning_len": probe.reasoning_len,
+                    "scores": result.scores[0, : probe.reasoning_len].tolist(),
+                    "lt_fallback": bool(result.lt_fallback[0]), "wall_s": wall})
+    write_jsonl(args.scores, out)
+    print(f"{args.scorer} ({args.probe}) on {len(out)} responses in {total:.1f} s -> {args.scores}")
+
+
+if __name__ == "__main__":
+    run_main(main, globals(), FLAGS)

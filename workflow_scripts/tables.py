@@ -1,0 +1,57 @@
+"""Write one table (CSV + Markdown) from cached analysis files (Snakemake ``script:``; the tables
+themselves are built by ``oar.tables``). The table is the ``name`` wildcard."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import redirect_to_log  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from oar import tables  # noqa: E402
+
+
+def _credit(smk):
+    return pd.read_csv(smk.input.credit) if "credit" in smk.input.keys() else None
+
+
+def build(smk):
+    name = smk.wildcards.name
+    p = smk.params
+    if name == "main_table":
+        return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Main table",
+                                     methods=p.main_methods)
+    if name == "ablation_gating":
+        return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks,
+                                     "Gating ablation (bi-level vs boost-only vs suppress-only)",
+                                     show=("tau",), credit=_credit(smk))
+    if name == "ablation_probe":
+        return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Outcome-probe ablation",
+                                     show=("probe",), credit=_credit(smk))
+    if name == "controls":
+        return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Controls",
+                                     credit=_credit(smk))
+    if name == "ablation_grid":
+        return tables.grid_table(pd.read_csv(smk.input.accuracy), p.benchmarks)
+    if name == "causal_recall":
+        return tables.recall_table(json.loads(Path(smk.input.recall).read_text()))
+    if name == "fidelity":
+        return tables.fidelity_table(json.loads(Path(smk.input.fidelity).read_text()))
+    if name == "cost":
+        return tables.cost_table(pd.read_csv(smk.input.cost))
+    raise ValueError(f"unknown table {name!r}")
+
+
+if __name__ == "__main__":
+    smk = globals().get("snakemake")
+    if smk is None:
+        sys.exit("tables.py runs under Snakemake's script: directive; the tables are built by oar.tables")
+    redirect_to_log(smk)
+    frame, markdown = build(smk)
+    tables.write_table(frame, markdown, smk.output.csv, smk.output.md)
+    print(markdown)
