@@ -9,6 +9,7 @@
 #   snakemake --report results/report.html
 
 import os
+import sys
 
 from jsonschema import ValidationError
 from snakemake.exceptions import WorkflowError
@@ -34,12 +35,14 @@ except WorkflowError as e:
     raise WorkflowError(f"config error at {key}: {cause.message}") from None
 
 
-# Scripts import the oar package from this source tree, whatever environment runs them
-# (the venv, a conda env made with --sdm conda, a SLURM job).
+# Scripts import the oar package from this source tree, whatever environment runs them (the venv,
+# a conda env made with --sdm conda, a SLURM job), and `python` in a shell command is the Python
+# that runs Snakemake (a conda env's own Python comes first on PATH in its jobs).
 os.environ.update(
     PYTHONPATH=os.pathsep.join(
         p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p
-    )
+    ),
+    PATH=os.pathsep.join((os.path.dirname(sys.executable), os.environ.get("PATH", ""))),
 )
 
 

@@ -90,6 +90,7 @@ rule heldout_responses:
         max_new_tokens=config["analysis"]["heldout"]["max_new_tokens"],
         seed=config["analysis"]["heldout"]["seed"],
         min_reasoning_tokens=config["analysis"]["heldout"]["min_reasoning_tokens"],
+        keep_unanswered=not config["analysis"]["heldout"]["require_answer"],
         no_fallback_last_number=not config["training"]["oar"]["fallback_last_number"],
         threads=lambda wc, threads: threads,
     script:

@@ -7,6 +7,8 @@
 
 import copy
 import os
+
+import yaml
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -139,22 +141,8 @@ def check_config():
         config_error("analysis.fidelity.scorers", "lists the reference scorer itself")
 
 
-TRAINER_KEYS = (
-    "max_steps",
-    "num_generations",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "learning_rate",
-    "max_completion_length",
-    "temperature",
-    "save_steps",
-    "logging_steps",
-    "bf16",
-    "gradient_checkpointing",
-    "use_vllm",
-    "vllm_mode",
-    "vllm_gpu_memory_utilization",
-)
+with open(os.path.join(workflow.basedir, "config", "schema.yaml")) as _f:
+    TRAINER_KEYS = tuple(yaml.safe_load(_f)["$defs"]["trainer"]["properties"])
 
 
 def trainer_settings(model):
@@ -174,7 +162,7 @@ def run_id(model, method, seed, tau=None, beta=None, probe=None):
     if method in USES_PROBE:
         parts.append(oar["probe"] if probe is None else probe)
     parts.append(f"seed{seed}")
-    return f"{model}/" + "-".join(parts)
+    return f"{model}/{'-'.join(parts)}"
 
 
 def run_settings(model, method, seed, tau=None, beta=None, probe=None):
@@ -192,6 +180,8 @@ def run_settings(model, method, seed, tau=None, beta=None, probe=None):
         "model": model_dir(model),
         "train_file": data_file(config["training"]["dataset"]),
         "train_limit": config["training"]["limit"],
+        "model_dtype": config["models"][model].get("model_dtype")
+        or config["training"]["model_dtype"],
         "oar": oar,
         "trainer": trainer_settings(model),
     }
@@ -399,18 +389,10 @@ def against_files(wildcards):
     return [data_file(b) for b in dict.fromkeys(tests) if b != wildcards.dataset]
 
 
-def data_param(key):
-    return lambda wc: config["data"][wc.dataset].get(key)
-
-
 def eval_model(wildcards):
     if is_base(wildcards.run):
         return model_dir(model_of(wildcards.run))
     return f"{R}/runs/{wildcards.run}/model"
-
-
-def eval_param(key):
-    return lambda wc: eval_settings(model_of(wc.run), wc.bench).get(key)
 
 
 def run_meta(runs):
@@ -508,3 +490,75 @@ def figure_files(*names):
         if n in FIGURES
         for ext in ("png", "pdf")
     ]
+
+
+# ------------------------------------------------------------------------- command lines
+# prepare_data.py, evaluate.py and train.py run through `shell:` with their command-line options:
+# Snakemake 9.27's `script:` puts its preamble above a script's `from __future__` import, which is then
+# a SyntaxError, and those scripts start with one.
+
+SCRIPTS = os.path.join(workflow.basedir, "workflow_scripts")
+
+
+def cli(**options):
+    """'--key value ...' (shell-quoted) from keyword options; None and False are left out, True is a
+    bare flag, a list gives several values."""
+    import shlex
+
+    out = []
+    for key, value in options.items():
+        opt = f"--{key.replace('_', '-')}"
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(opt)
+        elif isinstance(value, (list, tuple)):
+            out += [opt, *map(str, value)]
+        else:
+            out += [opt, str(value)]
+    return " ".join(shlex.quote(x) for x in out)
+
+
+def prepare_data_args(wildcards, input, output):
+    spec = config["data"][wildcards.dataset]
+    return cli(
+        dataset=wildcards.dataset,
+        source=spec["source"],
+        path=spec.get("path"),
+        fields=spec.get("fields"),
+        hub_id=spec.get("hub_id"),
+        hub_config=spec.get("hub_config"),
+        hub_split=spec.get("hub_split"),
+        levels=spec.get("levels"),
+        limit=spec.get("limit"),
+        shuffle_seed=spec.get("shuffle_seed"),
+        skip_bad_rows=spec.get("skip_bad_rows"),
+        against=list(input.against),
+        on_overlap=(
+            config["training"]["on_overlap"]
+            if wildcards.dataset == config["training"]["dataset"]
+            else None
+        ),
+        out=output.out,
+        summary=output.summary,
+    )
+
+
+def evaluate_args(wildcards, input, output, threads):
+    settings = eval_settings(model_of(wildcards.run), wildcards.bench)
+    return cli(
+        model=input.model,
+        benchmark_file=input.benchmark_file,
+        summary=output.summary,
+        threads=threads,
+        quiet=True,
+        **settings,
+    )
+
+
+def write_settings(path, settings):
+    """One run's resolved settings as YAML (train.py --settings), written atomically."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        yaml.safe_dump(dict(settings), f, sort_keys=False)
+    os.replace(tmp, path)

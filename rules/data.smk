@@ -38,21 +38,7 @@ rule prepare_data:
     resources:
         **rule_resources("prepare_data"),
     params:
-        dataset=lambda wc: wc.dataset,
-        source=data_param("source"),
-        path=data_param("path"),
-        fields=data_param("fields"),
-        hub_id=data_param("hub_id"),
-        hub_config=data_param("hub_config"),
-        hub_split=data_param("hub_split"),
-        levels=data_param("levels"),
-        limit=data_param("limit"),
-        shuffle_seed=data_param("shuffle_seed"),
-        skip_bad_rows=data_param("skip_bad_rows"),
-        on_overlap=lambda wc: (
-            config["training"]["on_overlap"]
-            if wc.dataset == config["training"]["dataset"]
-            else None
-        ),
-    script:
-        "../workflow_scripts/prepare_data.py"
+        script=f"{SCRIPTS}/prepare_data.py",
+        args=prepare_data_args,
+    shell:
+        "python {params.script} {params.args} > {log} 2>&1"

@@ -19,18 +19,7 @@ rule evaluate:
     resources:
         **rule_resources("evaluate"),
     params:
-        limit=eval_param("limit"),
-        n=eval_param("n"),
-        temperature=eval_param("temperature"),
-        top_p=eval_param("top_p"),
-        max_new_tokens=eval_param("max_new_tokens"),
-        backend=eval_param("backend"),
-        batch_size=eval_param("batch_size"),
-        dtype=eval_param("dtype"),
-        chat=eval_param("chat"),
-        seed=eval_param("seed"),
-        n_boot=eval_param("n_boot"),
-        threads=lambda wc, threads: threads,
-        quiet=True,
-    script:
-        "../workflow_scripts/evaluate.py"
+        script=f"{SCRIPTS}/evaluate.py",
+        args=evaluate_args,
+    shell:
+        "python {params.script} {params.args} > {log} 2>&1"

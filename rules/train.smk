@@ -1,10 +1,23 @@
 # Training: one job per run id of the registry (rules/common.smk). The run's fully resolved settings
-# go to workflow_scripts/train.py as a param (a change in them reruns the run) and are written to
-# results/runs/<run>/run.yaml with versions and the git commit. A rerun resumes from checkpoints/.
+# are written to results/runs/<run>/settings.yaml (rewritten, and the run retrained, when they
+# change); train.py copies them into run.yaml with versions and the git commit. A rerun of a killed
+# run resumes from its checkpoints/.
+
+
+rule run_settings:
+    output:
+        settings=f"{R}/runs/{{run}}/settings.yaml",
+    log:
+        f"{R}/logs/run_settings/{{run}}.log",
+    params:
+        settings=lambda wc: RUNS[wc.run],
+    run:
+        write_settings(output.settings, params.settings)
 
 
 rule train:
     input:
+        settings=rules.run_settings.output.settings,
         model=lambda wc: model_dir(model_of(wc.run)),
         train_file=data_file(config["training"]["dataset"]),
     output:
@@ -21,6 +34,7 @@ rule train:
     resources:
         **rule_resources("train"),
     params:
-        settings=lambda wc: RUNS[wc.run],
-    script:
-        "../workflow_scripts/train.py"
+        script=f"{SCRIPTS}/train.py",
+    shell:
+        "OMP_NUM_THREADS={threads} python {params.script} --settings {input.settings:q}"
+        " --out-dir $(dirname {output.done:q}) > {log} 2>&1"

@@ -56,3 +56,7 @@ def load_model(model_dir: str | Path, device: str = "auto", threads: int | None 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
     return model, tokenizer
+
+# Scripts run through Snakemake's `script:` directive (prepare_model, heldout, oracle_tokens,
+# score_heldout, analyze, tables, plot, report) get Snakemake's preamble above their first line, so
+# they must not start with `from __future__ import ...` (a SyntaxError there) and their `__doc__` is None.

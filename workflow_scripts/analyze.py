@@ -9,8 +9,6 @@
 - ``fidelity``: held-out scores -> Spearman and top-10% overlap of each scorer with OAR-P (JSON).
 """
 
-from __future__ import annotations
-
 import math
 import sys
 from pathlib import Path

@@ -11,8 +11,6 @@ response (what every scorer and the oracle read, never re-tokenised), the decode
 extracted answer, the reference and whether it is correct. Every method compared reads this file.
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 import time
@@ -22,11 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_model, run_main, write_jsonl  # noqa: E402
 
-FLAGS = ("no_fallback_last_number",)
+FLAGS = ("no_fallback_last_number", "keep_unanswered")
+
+
+DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a base model.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=DESCRIPTION)
     p.add_argument("--model", required=True)
     p.add_argument("--problems", required=True, help="prepared dataset (JSONL)")
     p.add_argument("--responses", required=True, help="output JSONL")
@@ -37,6 +38,7 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-reasoning-tokens", type=int, default=4)
     p.add_argument("--no-fallback-last-number", action="store_true")
+    p.add_argument("--keep-unanswered", action="store_true", help="keep responses without an answer span")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--threads", type=int)
     return p.parse_args(argv)
@@ -89,7 +91,7 @@ def main(argv=None):
     for i, (problem, probe) in enumerate(zip(problems, probes)):
         text = tokenizer.decode(probe.response_ids, skip_special_tokens=True)
         g = grade(text, problem["answer"], fallback_last_number=fallback)
-        if not probe.has_answer or probe.reasoning_len < args.min_reasoning_tokens:
+        if (not probe.has_answer and not args.keep_unanswered) or probe.reasoning_len < args.min_reasoning_tokens:
             dropped += 1
             continue
         rows.append({
@@ -108,7 +110,7 @@ def main(argv=None):
     if not rows:
         raise ValueError(f"none of the {len(problems)} held-out responses has an answer and "
                          f">= {args.min_reasoning_tokens} reasoning tokens; raise analysis.heldout.num_problems "
-                         "or max_new_tokens")
+                         "or max_new_tokens (or set analysis.heldout.require_answer: false)")
     write_jsonl(args.responses, rows)
     print(f"{len(rows)} held-out responses ({dropped} without an answer or too short left out, "
           f"{sum(r['correct'] for r in rows)} correct) in {time.perf_counter() - started:.1f} s -> {args.responses}")

@@ -9,8 +9,6 @@ One JSON line per response: ``index``, ``reasoning_len``, ``causal`` (positions)
 substitution, the reference answer, tokens generated and wall time.
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 import time
@@ -23,8 +21,11 @@ from _common import load_model, read_jsonl, run_main, write_jsonl  # noqa: E402
 FLAGS = ("no_fallback_last_number",)
 
 
+DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.oracle``): pad substitution + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=DESCRIPTION)
     p.add_argument("--model", required=True)
     p.add_argument("--responses", required=True)
     p.add_argument("--oracle", required=True, help="output JSONL")

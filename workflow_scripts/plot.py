@@ -1,8 +1,6 @@
 """Draw one figure (PNG + PDF) from cached analysis files (Snakemake ``script:``; the figures themselves
 are drawn by ``oar.figures``). The figure is the ``name`` wildcard."""
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path

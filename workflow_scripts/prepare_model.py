@@ -10,8 +10,6 @@ written atomically (staging folder, then rename); the summary records the source
 checksums and provenance.
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 import time
@@ -23,8 +21,11 @@ from _common import atomic_write_json, run_main  # noqa: E402
 from _script_io import checksum, provenance  # noqa: E402
 
 
+DESCRIPTION = 'Prepare one base model folder from its source (``packaged``, ``tiny``, a folder or a hub id).'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=DESCRIPTION)
     p.add_argument("--source", required=True, help="'packaged', 'tiny', a model folder or a hub id")
     p.add_argument("--model", required=True, help="model folder to write")
     p.add_argument("--summary", required=True, help="summary JSON to write")

@@ -6,8 +6,6 @@ with ``report()`` and their captions (rules/captions/). ``snakemake --report res
 from the shell gives the same file.
 """
 
-from __future__ import annotations
-
 import os
 import shutil
 import subprocess

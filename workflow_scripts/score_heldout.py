@@ -10,8 +10,6 @@ One JSON line per response: ``index``, ``scores`` (one per reasoning token, from
 ``oar.importance.score``), whether the outcome fell back to LT-Logits, and the scoring time.
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 import time
@@ -24,8 +22,11 @@ from _common import load_model, read_jsonl, run_main, write_jsonl  # noqa: E402
 FLAGS = ("no_fallback_last_number",)
 
 
+DESCRIPTION = 'Score every reasoning token of the held-out responses with one scorer and outcome probe.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=DESCRIPTION)
     p.add_argument("--model", required=True)
     p.add_argument("--responses", required=True)
     p.add_argument("--scores", required=True, help="output JSONL")

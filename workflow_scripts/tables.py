@@ -1,8 +1,6 @@
 """Write one table (CSV + Markdown) from cached analysis files (Snakemake ``script:``; the tables
 themselves are built by ``oar.tables``). The table is the ``name`` wildcard."""
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path
