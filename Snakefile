@@ -22,14 +22,14 @@ min_version("9.0")
 # whole (a recursive merge would keep the default's models and datasets beside the given ones).
 if not workflow.overwrite_configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 try:
     validate(config, "config/schema.yaml")
 except WorkflowError as e:
-    cause = next((a for a in e.args if isinstance(a, ValidationError)), None)
-    if cause is None:
+    cause = e.__context__  # validate() raises inside its `except ValidationError`
+    if not isinstance(cause, ValidationError):
         raise
     key = ".".join(str(p) for p in cause.absolute_path) or "(top level)"
     raise WorkflowError(f"config error at {key}: {cause.message}") from None

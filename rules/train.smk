@@ -35,6 +35,7 @@ rule train:
         **rule_resources("train"),
     params:
         script=f"{SCRIPTS}/train.py",
+        launcher=lambda wc: config["models"][model_of(wc.run)]["launcher"],
     shell:
-        "OMP_NUM_THREADS={threads} python {params.script} --settings {input.settings:q}"
+        "OMP_NUM_THREADS={threads} {params.launcher} {params.script} --settings {input.settings:q}"
         " --out-dir $(dirname {output.done:q}) > {log} 2>&1"

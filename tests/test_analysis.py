@@ -1,0 +1,168 @@
+"""oar.analysis, oar.tables and oar.figures on small synthetic files."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from oar import analysis, figures, tables
+
+BENCH = ["gsm8k_test", "math500"]
+
+
+def write_summary(path, p1, n=10, ci=(0.1, 0.9), samples=1):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pass@1": p1, "pass@1_ci95": list(ci), "num_problems": n,
+                                "samples_per_problem": samples, "unparsable": 0, "truncated": 1,
+                                "mean_response_tokens": 50.0}))
+    return path
+
+
+def write_metrics(path, steps, step_time=1.0, ess=1.0, top=0.1, reward=0.0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"step": s, "reward": reward + 0.1 * s, "reward_std": 0.1, "entropy": 2.0 - 0.1 * s,
+                         "completion_length": 60, "loss": 0.0, "ess_ratio": ess, "top_mass": top,
+                         "frac_scored": 1.0, "fallback_no_answer": 0, "fallback_nonfinite": 0,
+                         "time_generate_s": step_time / 2, "time_score_s": step_time / 4,
+                         "time_update_s": step_time / 4, "step_time_s": step_time, "peak_memory_mb": 100})
+             for s in range(1, steps + 1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+RUNS = {
+    "m/base": {"model": "m", "method": "base"},
+    "m/grpo-seed0": {"model": "m", "method": "grpo", "seed": 0},
+    "m/grpo-seed1": {"model": "m", "method": "grpo", "seed": 1},
+    "m/oar_p-seed0": {"model": "m", "method": "oar_p", "tau": 0.4, "beta": 2.0, "probe": "as_mean", "seed": 0},
+    "m/oar_p-seed1": {"model": "m", "method": "oar_p", "tau": 0.4, "beta": 2.0, "probe": "as_mean", "seed": 1},
+}
+
+
+@pytest.fixture
+def acc(tmp_path):
+    values = {"m/base": (0.1, 0.2), "m/grpo-seed0": (0.3, 0.5), "m/grpo-seed1": (0.5, 0.7),
+              "m/oar_p-seed0": (0.6, 0.6), "m/oar_p-seed1": (0.6, 0.6)}
+    summaries = {(run, b): write_summary(tmp_path / run / b / "summary.json", v) for run, vs in values.items()
+                 for b, v in zip(BENCH, vs)}
+    return analysis.accuracy_frame(RUNS, summaries)
+
+
+def test_seed_interval():
+    mean, low, high = analysis.seed_interval([0.3, 0.5])
+    assert mean == pytest.approx(0.4)
+    # t(0.975, 1) = 12.706; sd = 0.1414; half = 12.706 * 0.1414 / sqrt(2) = 1.2706
+    assert high - mean == pytest.approx(1.2706, abs=1e-3) and mean - low == pytest.approx(high - mean)
+    assert math.isnan(analysis.seed_interval([0.3])[1])
+
+
+def test_aggregate_accuracy_uses_seeds_or_the_bootstrap(acc):
+    agg = analysis.aggregate_accuracy(acc, BENCH)
+    grpo = agg[(agg["method"] == "grpo") & (agg["benchmark"] == "gsm8k_test")].iloc[0]
+    assert grpo["mean"] == pytest.approx(0.4) and grpo["n_seeds"] == 2 and grpo["interval"] == "seeds"
+    base = agg[(agg["method"] == "base") & (agg["benchmark"] == "math500")].iloc[0]
+    assert (base["ci_low"], base["ci_high"]) == (0.1, 0.9) and base["interval"] == "bootstrap over problems"
+    avg = agg[(agg["method"] == "grpo") & (agg["benchmark"] == "average")].iloc[0]
+    assert avg["mean"] == pytest.approx(0.5)  # seeds' averages 0.4 and 0.6
+    # identical seeds: zero-width interval
+    oar = agg[(agg["method"] == "oar_p") & (agg["benchmark"] == "average")].iloc[0]
+    assert oar["ci_low"] == pytest.approx(0.6) and oar["ci_high"] == pytest.approx(0.6)
+
+
+def test_main_table_markdown_and_csv(acc, tmp_path):
+    frame, md = tables.accuracy_table(acc, BENCH, "Main table", methods=["grpo", "oar_p"])
+    assert list(frame["label"]) == ["Base model", "GRPO", "OAR-P"]
+    assert frame.loc[1, "gsm8k_test"] == pytest.approx(40.0)
+    assert "| Method | GSM8K | MATH500 | Avg. | seeds |" in md
+    assert "| GRPO | 40.0 [" in md and "| Base model | 10.0 [10.0, 90.0] |" in md
+    tables.write_table(frame, md, tmp_path / "t.csv", tmp_path / "t.md")
+    assert pd.read_csv(tmp_path / "t.csv").shape[0] == 3
+    assert (tmp_path / "t.md").read_text() == md
+
+
+def test_method_labels():
+    assert tables.method_label("oar_g", 0.0, 2.0, "as_mean", ("tau",)) == "OAR-G (tau 0, boost-only)"
+    assert tables.method_label("oar_g", 1.0, 2.0, "as_mean", ("tau",)) == "OAR-G (tau 1, suppress-only)"
+    assert tables.method_label("oar_p", 0.4, 2.0, "as_joint", ("probe",)) == "OAR-P (AS-Joint)"
+
+
+def test_credit_and_cost(tmp_path):
+    runs = {r: m for r, m in RUNS.items() if r != "m/base"}
+    metrics = {r: write_metrics(tmp_path / r / "metrics.jsonl", 3, step_time=4.0 if "oar_p" in r else 1.0,
+                                ess=0.5 if "oar_p" in r else 1.0) for r in runs}
+    # a run killed mid-write leaves a torn last line, which is dropped
+    with open(metrics["m/grpo-seed1"], "a") as f:
+        f.write('{"step": 4, "rew')
+    curves = analysis.training_curves(runs, metrics)
+    assert len(curves) == 12 and set(curves["method"]) == {"grpo", "oar_p"}
+    summary = analysis.credit_summary(curves)
+    oar = summary[summary["run"] == "m/oar_p-seed0"].iloc[0]
+    assert oar["ess_ratio_mean"] == 0.5 and oar["steps"] == 3 and oar["reward_final"] == pytest.approx(0.3)
+    cost = analysis.cost_summary(curves)
+    assert cost.set_index("method").loc["oar_p", "ratio_to_grpo"] == pytest.approx(4.0)
+    frame, md = tables.cost_table(cost)
+    assert "4.00x" in md and list(frame["method"]) == ["grpo", "oar_p"]
+
+
+def test_read_metrics_rejects_a_bad_middle_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl:2"):
+        analysis.read_metrics(path)
+
+
+def test_causal_recall_and_fidelity():
+    oracle = [{"index": 0, "reasoning_len": 10, "causal": [9]},
+              {"index": 1, "reasoning_len": 10, "causal": []},
+              {"index": 2, "reasoning_len": 20, "causal": [0, 1]}]
+    ramp = {"index": 0, "scores": list(range(10))}
+    scores = {
+        "position": [ramp, {"index": 1, "scores": list(range(10))}, {"index": 2, "scores": list(range(20))}],
+        "oar_p": [{"index": 0, "scores": [0] * 9 + [5]}, {"index": 1, "scores": [1] * 10},
+                  {"index": 2, "scores": [3, 2] + [0] * 18}],
+    }
+    result = analysis.causal_recall(oracle, scores)
+    assert result["empty_oracle"] == 1
+    assert result["summary"]["oar_p"]["mean"] == 1.0
+    # position: response 0 hits (k = 1, last token), response 2 misses (k = 2, last two tokens)
+    assert result["summary"]["position"]["mean"] == 0.5 and result["summary"]["position"]["n"] == 2
+    frame, md = tables.recall_table(result)
+    assert "chance" in list(frame["scorer"]) and "| OAR-P | 1.000 |" in md
+
+    fid = analysis.proxy_fidelity(scores["oar_p"], {"position": scores["position"]})
+    s = fid["summary"]["position"]
+    assert s["spearman"]["n_undefined"] == 1  # response 1: constant OAR-P scores
+    assert s["topk_overlap"]["n"] == 3
+
+
+def test_recall_checks_lengths():
+    with pytest.raises(ValueError, match="reasoning tokens"):
+        analysis.causal_recall([{"index": 0, "reasoning_len": 3, "causal": [1]}],
+                               {"x": [{"index": 0, "scores": [1, 2]}]})
+
+
+def test_grid_table_and_figures(tmp_path, acc):
+    grid_runs = {f"m/oar_g-{t}-{b}": {"model": "m", "method": "oar_g", "tau": t, "beta": b, "probe": "as_mean",
+                                      "seed": 0} for t in (0.2, 0.6) for b in (1.0, 2.0)}
+    summaries = {(r, bench): write_summary(tmp_path / "g" / r / bench / "summary.json", meta["tau"] + meta["beta"] / 10)
+                 for r, meta in grid_runs.items() for bench in BENCH}
+    grid = analysis.accuracy_frame(grid_runs, summaries)
+    frame, md = tables.grid_table(grid, BENCH)
+    assert len(frame) == 4 and "| 0.6 | 70.0 | 80.0 |" in md
+
+    out = tmp_path / "fig"
+    figures.grid_heatmap(grid, BENCH, [out / "grid.png", out / "grid.pdf"])
+    runs = {r: m for r, m in RUNS.items() if r != "m/base"}
+    curves = analysis.training_curves(runs, {r: write_metrics(tmp_path / r / "metrics.jsonl", 3) for r in runs})
+    figures.training_curves(curves, [out / "curves.png", out / "curves.pdf"])
+    figures.cost_bars(analysis.cost_summary(curves), [out / "cost.png"])
+    figures.recall_bars({"summary": {"oar_p": {"mean": 0.5, "sem": 0.1, "n": 3}, "random": {"mean": 0.1, "sem": None, "n": 3}},
+                         "chance": {"mean": 0.1}}, [out / "recall.png"])
+    figures.token_heatmap(["a", "b", "\n"], {"oar_p": [0, 1, 2], "entropy": [1, 1, 1]}, [out / "tok.png"],
+                          weights=[0.5, 1.0, 1.5])
+    for name in ("grid.png", "grid.pdf", "curves.png", "curves.pdf", "cost.png", "recall.png", "tok.png"):
+        assert (out / name).stat().st_size > 1000
+    assert not list(out.glob(".*"))  # no temporary file left behind

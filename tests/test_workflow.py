@@ -1,0 +1,254 @@
+"""The Snakemake workflow without running any job: lint, formatting, config validation, the run
+registry and the job lists of the paper config and of each named target (dry runs)."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+SNAKEFMT = Path(sys.executable).with_name("snakefmt")
+DEFAULT = ROOT / "config" / "config.yaml"
+PAPER = ROOT / "config" / "paper.yaml"
+SCHEMA = ROOT / "config" / "schema.yaml"
+
+pytestmark = pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake is not installed beside this Python")
+
+
+def snakemake(*args: str, cwd: Path, configfile: Path | None = None) -> subprocess.CompletedProcess:
+    cmd = [str(SNAKEMAKE), *args, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(cwd)]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def dry_run(target: str, cwd: Path, configfile: Path | None = None) -> tuple[Counter, list[tuple[str, dict]]]:
+    """(jobs per rule, [(rule, wildcards)]) of ``snakemake -n target``."""
+    proc = snakemake(target, "-n", cwd=cwd, configfile=configfile)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs: list[tuple[str, dict]] = []
+    current = None
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):$", line.strip())
+        if m:
+            current = m.group(1)
+            jobs.append((current, {}))
+            continue
+        m = re.match(r"^wildcards: (.*)$", line.strip())
+        if m and current is not None:
+            jobs[-1] = (current, dict(kv.split("=", 1) for kv in m.group(1).split(", ")))
+    return Counter(rule for rule, _ in jobs), jobs
+
+
+def trained(jobs) -> set[str]:
+    return {w["run"] for rule, w in jobs if rule == "train"}
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+# ----------------------------------------------------------------------------------- static checks
+
+
+def test_lint_passes(tmp_path):
+    proc = snakemake("--lint", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_snakefmt_clean():
+    if not SNAKEFMT.exists():
+        pytest.skip("snakefmt is not installed")
+    proc = subprocess.run([str(SNAKEFMT), "--check", str(ROOT / "Snakefile"), str(ROOT / "rules")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_default_profile():
+    assert not (ROOT / "profiles" / "default").exists()
+    for name in ("slurm", "local"):
+        profile = load(ROOT / "profiles" / name / "config.v8+.yaml")
+        assert profile["rerun-incomplete"] is True
+    slurm = load(ROOT / "profiles" / "slurm" / "config.v8+.yaml")
+    assert slurm["executor"] == "slurm" and slurm["retries"] >= 1 and "slurm-logdir" in slurm
+    local = load(ROOT / "profiles" / "local" / "config.v8+.yaml")
+    assert local["cores"] == 2 and "gpu=0" in local["resources"]
+
+
+def test_schema_matches_library():
+    """The schema's enums and trainer keys are the library's (a drift would reject valid configs or let
+    invalid ones through to a job)."""
+    from oar.data import DATASETS
+    from oar.importance import PROBES, SCORERS
+    from oar.trainer import METHODS
+    from oar.training import DEFAULT_SETTINGS
+
+    defs = load(SCHEMA)["$defs"]
+    assert set(defs["method"]["enum"]) == set(METHODS)
+    assert set(defs["scorer"]["enum"]) == set(SCORERS)
+    assert set(defs["probe"]["enum"]) == set(PROBES)
+    assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
+    assert set(defs["trainer"]["properties"]) == set(DEFAULT_SETTINGS["trainer"])
+    assert set(defs["oar"]["properties"]) == set(DEFAULT_SETTINGS["oar"])
+
+
+# ----------------------------------------------------------------------------------- registry
+
+
+def expected_runs(cfg: dict) -> set[str]:
+    """Run ids of a config, computed here independently of rules/common.smk."""
+    oar = {"tau": 0.4, "beta": 2.0, "probe": "as_mean", **cfg["training"].get("oar", {})}
+    runs_cfg = cfg["runs"]
+    models = list(cfg["models"])
+
+    def rid(model, method, seed, tau=None, beta=None, probe=None):
+        tau = oar["tau"] if tau is None else tau
+        beta = oar["beta"] if beta is None else beta
+        probe = oar["probe"] if probe is None else probe
+        if method == "grpo":
+            return f"{model}/grpo-seed{seed}"
+        if method in ("entropy", "position", "random"):
+            return f"{model}/{method}-tau{float(tau)!r}-beta{float(beta)!r}-seed{seed}"
+        return f"{model}/{method}-tau{float(tau)!r}-beta{float(beta)!r}-{probe}-seed{seed}"
+
+    out = set()
+    for group in ("main", "gating", "grid", "probes", "controls"):
+        spec = runs_cfg.get(group, {})
+        if not spec.get("methods"):
+            continue
+        for model in spec.get("models") or models:
+            for seed in spec.get("seeds") or runs_cfg["seeds"]:
+                if group in ("main", "controls"):
+                    out |= {rid(model, m, seed) for m in spec["methods"]}
+                if group in ("gating", "grid", "probes", "controls"):
+                    out.add(rid(model, "grpo", seed))
+                if group == "controls":
+                    out |= {rid(model, m, seed) for m in runs_cfg["main"]["methods"]}
+                if group == "gating":
+                    out |= {rid(model, m, seed, tau=t) for m in spec["methods"] for t in [*spec["taus"], oar["tau"]]}
+                if group == "grid":
+                    out |= {rid(model, m, seed, tau=t, beta=b) for m in spec["methods"] for t in spec["taus"]
+                            for b in spec["betas"]}
+                if group == "probes":
+                    out |= {rid(model, m, seed, probe=p) for m in spec["methods"] for p in spec["probes"]}
+    return out
+
+
+def test_paper_dry_run_lists_the_expected_jobs(tmp_path):
+    cfg = load(PAPER)
+    counts, jobs = dry_run("all", tmp_path, PAPER)
+    runs = expected_runs(cfg)
+    assert trained(jobs) == runs
+    n_models, n_bench = len(cfg["models"]), len(cfg["evaluation"]["benchmarks"])
+    n_scores = len({(s, cfg["analysis"]["recall"]["probe"]) for s in cfg["analysis"]["recall"]["scorers"]}
+                   | {(s, p) for p in cfg["analysis"]["fidelity"]["probes"]
+                      for s in [cfg["analysis"]["fidelity"]["reference"], *cfg["analysis"]["fidelity"]["scorers"]]}
+                   | {(s, "as_mean") for s in ("oar_p", "oar_g", "entropy")})
+    expected = {
+        "prepare_model": n_models,
+        "prepare_data": len(cfg["data"]),
+        "run_settings": len(runs),
+        "train": len(runs),
+        "evaluate": (len(runs) + n_models) * n_bench,
+        "heldout_responses": 1,
+        "oracle": 1,
+        "score_heldout": n_scores,
+        "accuracy": 5,
+        "credit": 5,
+        "cost_summary": 1,
+        "recall_analysis": 1,
+        "fidelity_analysis": 1,
+        "table": 8,
+        "figure": 5,
+        "html_report": 1,
+        "all": 1,
+    }
+    assert dict(counts) == expected
+    # the numbers quoted in the README
+    assert len(runs) == 93 and counts["evaluate"] == 475
+
+
+def test_default_registry_trains_grpo_once(tmp_path):
+    counts, jobs = dry_run("all", tmp_path)
+    runs = trained(jobs)
+    assert runs == expected_runs(load(DEFAULT))
+    assert counts["train"] == len(runs) == 14
+    assert sum(r.endswith("/grpo-seed0") for r in runs) == 1
+
+
+@pytest.mark.parametrize(
+    "target, groups",
+    [("ablation_gating", ("gating",)), ("ablation_grid", ("grid",)), ("ablation_probe", ("probes",)),
+     ("main_table", ("main",))],
+)
+def test_ablation_target_trains_only_its_runs(tmp_path, target, groups):
+    cfg = load(DEFAULT)
+    only = copy.deepcopy(cfg)
+    only["runs"] = {"seeds": cfg["runs"]["seeds"], **{g: cfg["runs"][g] for g in groups}}
+    for g in ("main", "gating", "grid", "probes", "controls"):
+        only["runs"].setdefault(g, {"methods": []})
+    counts, jobs = dry_run(target, tmp_path)
+    wanted = expected_runs(only)
+    assert trained(jobs) == wanted
+    assert len(wanted) < len(expected_runs(cfg))
+    evaluated = {w["run"] for rule, w in jobs if rule == "evaluate"}
+    assert evaluated == wanted | {"smollm2/base"}
+    assert not {"oracle", "score_heldout", "heldout_responses"} & set(counts)
+
+
+@pytest.mark.parametrize("target", ["causal_recall", "fidelity"])
+def test_heldout_targets_train_nothing(tmp_path, target):
+    counts, _ = dry_run(target, tmp_path)
+    assert "train" not in counts and "evaluate" not in counts
+    assert counts["score_heldout"] >= 1
+
+
+# ----------------------------------------------------------------------------------- invalid configs
+
+
+def _mutate(cfg: dict, path: str, value) -> dict:
+    cfg = copy.deepcopy(cfg)
+    keys = path.split(".")
+    node = cfg
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node.setdefault(k, {})
+    if isinstance(node, list):
+        node[int(keys[-1])] = value
+    else:
+        node[keys[-1]] = value
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        ("runs.gating.taus.0", 1.5, "runs.gating.taus.0"),
+        ("runs.grid.betas.1", -1.0, "runs.grid.betas.1"),
+        ("training.oar.tau", -0.1, "training.oar.tau"),
+        ("runs.main.methods.1", "oar_x", "runs.main.methods.1"),
+        ("runs.probes.probes.0", "as_median", "runs.probes.probes.0"),
+        ("training.trainer.max_stpes", 3, "max_stpes"),
+        ("runs.seedz", [0], "seedz"),
+        ("data.gsm8k_train.source", "ftp", "data.gsm8k_train.source"),
+        ("evaluation.benchmarks", ["gsm8k_test", "aime24"], "evaluation.benchmarks"),
+        ("training.trainer.per_device_train_batch_size", 6, "training.trainer.per_device_train_batch_size"),
+        ("runs.controls.models", ["qwen"], "runs.controls.models"),
+        ("analysis.heldout.dataset", "math12k", "analysis.heldout.dataset"),
+    ],
+)
+def test_invalid_config_is_rejected_naming_the_key(tmp_path, path, value, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_mutate(load(DEFAULT), path, value)))
+    proc = snakemake("all", "-n", cwd=tmp_path, configfile=bad)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "config error at" in out and message in out, out[-2000:]
+    assert "rule train" not in out  # stopped before planning any job
