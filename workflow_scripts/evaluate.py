@@ -21,8 +21,6 @@ become the same options. Declare only ``summary.json`` as the rule's output: Sna
 outputs of a failed job, and ``samples.jsonl`` is what a rerun resumes from.
 """
 
-from __future__ import annotations
-
 import argparse
 import hashlib
 import json

@@ -17,10 +17,7 @@ Both files are written atomically (temporary name, then rename); the summary hol
 sources, checksums, duplicates, overlap with the ``--against`` benchmarks and provenance.
 """
 
-from __future__ import annotations
-
 import argparse
-import json
 import sys
 from pathlib import Path
 
