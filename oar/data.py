@@ -262,8 +262,8 @@ def iter_hub(hub_id: str, config: str | None, split: str, cache_dir: str | None 
 # ------------------------------------------------------------------------------------ normalisation
 
 _WS = re.compile(r"\s+")
-_BOXED_BRACE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_BOXED_BARE = re.compile(r"\\boxed\s+([^\s${}]+?)\.?(?=[\s$]|$)")
+# A box with braces, or the brace-less "\\boxed 2" of two MATH train solutions (extract_reference reads both).
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{|\\(?:boxed|fbox)\s+[^\s${}]")
 
 
 def normalise_problem_text(text: str) -> str:
@@ -297,13 +297,8 @@ def normalise_answer(raw: Any, fmt: str, where: str, field_name: str) -> str:
         raise DataError(f"{where}: answer field {field_name!r} is a {type(raw).__name__}, not a string or number")
     if fmt == "hash" and (not isinstance(raw, str) or "####" not in raw):
         raise DataError(f"{where}: field {field_name!r} has no '#### <answer>' line")
-    if fmt == "boxed":
-        if not isinstance(raw, str) or not _BOXED_BRACE.search(raw):
-            # two MATH train solutions write "\\boxed 2" without braces: take the token after the last one
-            bare = _BOXED_BARE.findall(raw) if isinstance(raw, str) else []
-            if not bare:
-                raise DataError(f"{where}: field {field_name!r} has no \\boxed{{}} answer")
-            raw = bare[-1]
+    if fmt == "boxed" and (not isinstance(raw, str) or not _BOXED.search(raw)):
+        raise DataError(f"{where}: field {field_name!r} has no \\boxed{{}} answer")
     try:
         answer = extract_reference(raw)
     except Exception as e:  # noqa: BLE001

@@ -65,6 +65,8 @@ class AnswerSpan:
 _BOXED_RESPONSE = re.compile(r"\\boxed\s*\{")
 # MATH reference solutions occasionally use \fbox for the final answer.
 _BOXED_REFERENCE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# MATH writes a one-token answer without braces a few times: "\\boxed 2".
+_BARE_BOXED = re.compile(r"\\(?:boxed|fbox)\s+([^\s${}\\]+)")
 
 # A number as a model writes it. The minus sign only counts when it cannot be a binary minus
 # ("12-7" ends in 7, "x = -3" ends in -3). Thousands groups must be exactly three digits so that the
@@ -177,7 +179,8 @@ def extract_reference(raw) -> str:
     * int -> ``str(raw)``; float (AMC stores ``27.0``) -> ``"27"`` when integral, else ``repr`` (``"0.5"``).
     * str whose last line starts with ``####`` (GSM8K solution) -> the rest of that line, without
       thousands separators (``"#### 1,000"`` -> ``"1000"``).
-    * str containing ``\\boxed{}`` or ``\\fbox{}`` (MATH solution) -> the content of the last one.
+    * str containing ``\\boxed{}`` or ``\\fbox{}`` (MATH solution) -> the content of the last one;
+      a brace-less ``\\boxed 2`` (a few MATH solutions) -> its single token.
     * any other str -> stripped; an integral decimal such as ``"27.0"`` becomes ``"27"``.
 
     Raises ValueError for None, bool, non-finite floats, empty answers, an unclosed box, or any
@@ -205,6 +208,8 @@ def extract_reference(raw) -> str:
         if boxed is None:
             raise ValueError(f"reference solution has an unclosed \\boxed{{: {raw[-80:]!r}")
         text = text[boxed[1] : boxed[2]].strip()
+    elif bare := _BARE_BOXED.findall(text):
+        text = bare[-1].rstrip(".")
     text = _INTEGRAL_DECIMAL.sub(r"\1", text)
     if not text:
         raise ValueError(f"reference answer is empty: {raw!r}")

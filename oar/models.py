@@ -88,6 +88,9 @@ def _set_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> 
         # Base models often ship without a pad token; eos is the usual stand-in.
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    # Byte-level BPE decodes exactly; the legacy clean-up (strip spaces before punctuation) would alter
+    # text, and transformers warns about it on every load of a folder that asks for it.
+    tokenizer.clean_up_tokenization_spaces = False
     model.config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -260,3 +260,9 @@ def test_grade_reports_the_span_and_respects_the_fallback_switch():
     result = grade("12 + 7 = 19", "19")
     assert result == Grade(AnswerSpan("19", 9, 11, 9, "last_number"), True)
     assert grade("12 + 7 = 19", "19", fallback_last_number=False) == Grade(None, False)
+
+
+def test_reference_with_a_brace_less_box_gives_its_token():
+    # Two MATH train solutions write "\boxed 2" without braces; the whole solution must not leak through.
+    assert extract_reference("so the answer is $\\boxed 2$.") == "2"
+    assert extract_reference("We get \\boxed 9.") == "9"
