@@ -420,12 +420,9 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
         clean = outcome_from_logits(out.logits, kind, answer)
         cache = out.past_key_values
 
-        start, total, r = probe.reasoning_start, ids.shape[1], probe.reasoning_len
-        row = torch.empty(r, dtype=torch.float32, device=device)
-        j0 = 0
-        while j0 < r:
-            suffix_len = total - start - j0
-            copies = max(1, min(r - j0, config.chunk_tokens // suffix_len))
+        start = probe.reasoning_start
+        row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
+        for j0, copies in _oar_p_chunks(probe, kind, config.chunk_tokens):
             suffix = ids[:, start + j0 :].repeat(copies, 1)
             suffix[torch.arange(copies, device=device), torch.arange(copies, device=device)] = pad_id
             out = model(
@@ -436,7 +433,6 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
             )
             perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
             row[j0 : j0 + copies] = divergence(_expand(clean, copies), perturbed)
-            j0 += copies
         results.append(row)
     return results
 
@@ -567,13 +563,20 @@ def random_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: 
     return [torch.rand(p.reasoning_len, generator=generator) for p in probes]
 
 
+def _oar_p_chunks(probe: Probe, kind: str, chunk_tokens: int):
+    """OAR-P's schedule: (first substituted position j0, number of copies) per forward. A chunk runs
+    ``copies`` suffixes of ``len(probe) - prompt - j0`` tokens, at most ``chunk_tokens`` in all (at
+    least one copy)."""
+    total, start, r = len(probe.ids(kind)), probe.reasoning_start, probe.reasoning_len
+    j0 = 0
+    while j0 < r:
+        copies = max(1, min(r - j0, chunk_tokens // (total - start - j0)))
+        yield j0, copies
+        j0 += copies
+
+
 def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int) -> float:
     """OAR-P's cost for one probe in clean-forward token equivalents (tokens run / probe length)."""
-    total, start, r = len(probe.ids(kind)), probe.reasoning_start, probe.reasoning_len
-    tokens, j0 = total, 0
-    while j0 < r:
-        suffix = total - start - j0
-        copies = max(1, min(r - j0, chunk_tokens // suffix))
-        tokens += copies * suffix
-        j0 += copies
+    total, start = len(probe.ids(kind)), probe.reasoning_start
+    tokens = total + sum(copies * (total - start - j0) for j0, copies in _oar_p_chunks(probe, kind, chunk_tokens))
     return tokens / total if total else math.nan
