@@ -68,6 +68,7 @@ include: "rules/report.smk"
 
 
 localrules:
+    run_settings,
     all,
     main_table,
     ablation_gating,

@@ -91,6 +91,8 @@ rule heldout_responses:
         seed=config["analysis"]["heldout"]["seed"],
         min_reasoning_tokens=config["analysis"]["heldout"]["min_reasoning_tokens"],
         keep_unanswered=not config["analysis"]["heldout"]["require_answer"],
+        keep_truncated=not config["analysis"]["heldout"]["require_complete"],
+        max_responses=config["analysis"]["heldout"]["max_responses"],
         no_fallback_last_number=not config["training"]["oar"]["fallback_last_number"],
         threads=lambda wc, threads: threads,
     script:

@@ -5,8 +5,9 @@ Shell::
     python workflow_scripts/heldout.py --model results/models/smollm2 --problems results/data/gsm8k_test.jsonl \
         --responses results/analysis/heldout/responses.jsonl --offset 100 --num-problems 8
 
-One response per problem (greedy by default), kept when it has an answer span and at least
-``--min-reasoning-tokens`` reasoning tokens. Each JSON line holds the token ids of the prompt and the
+One response per problem (greedy by default), kept when it ended with eos (a response cut at the token
+limit would make the oracle's re-decoding compare answers of unfinished texts), has an answer span and at
+least ``--min-reasoning-tokens`` reasoning tokens; at most ``--max-responses`` are kept. Each JSON line holds the token ids of the prompt and the
 response (what every scorer and the oracle read, never re-tokenised), the decoded reasoning tokens, the
 extracted answer, the reference and whether it is correct. Every method compared reads this file.
 """
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_model, run_main, write_jsonl  # noqa: E402
 
-FLAGS = ("no_fallback_last_number", "keep_unanswered")
+FLAGS = ("no_fallback_last_number", "keep_unanswered", "keep_truncated")
 
 
 DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a base model.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -39,6 +40,9 @@ def parse_args(argv):
     p.add_argument("--min-reasoning-tokens", type=int, default=4)
     p.add_argument("--no-fallback-last-number", action="store_true")
     p.add_argument("--keep-unanswered", action="store_true", help="keep responses without an answer span")
+    p.add_argument("--keep-truncated", action="store_true",
+                   help="keep responses cut at --max-new-tokens (default: only those that ended with eos)")
+    p.add_argument("--max-responses", type=int, help="keep at most this many (the first ones that qualify)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--threads", type=int)
     return p.parse_args(argv)
@@ -64,7 +68,7 @@ def main(argv=None):
     prompt_ids = encode_prompts(tokenizer, [build_prompt(p["problem"], tokenizer) for p in problems])
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id
-    responses = []
+    responses, finished = [], []
     for start in range(0, len(problems), args.batch_size):
         batch = list(range(start, min(start + args.batch_size, len(problems))))
         width = max(len(prompt_ids[i]) for i in batch)
@@ -84,14 +88,17 @@ def main(argv=None):
             seq = out[r]
             stop = next((k for k, t in enumerate(seq) if t in set(eos)), None)
             responses.append(seq if stop is None else seq[:stop])
+            finished.append(stop is not None)
         print(f"generated {len(responses)}/{len(problems)} responses", flush=True)
 
     probes = build_probes(tokenizer, prompt_ids, responses, fallback_last_number=fallback)
     rows, dropped = [], 0
-    for i, (problem, probe) in enumerate(zip(problems, probes)):
+    for i, (problem, probe, done) in enumerate(zip(problems, probes, finished)):
         text = tokenizer.decode(probe.response_ids, skip_special_tokens=True)
         g = grade(text, problem["answer"], fallback_last_number=fallback)
-        if (not probe.has_answer and not args.keep_unanswered) or probe.reasoning_len < args.min_reasoning_tokens:
+        if ((not probe.has_answer and not args.keep_unanswered) or (not done and not args.keep_truncated)
+                or probe.reasoning_len < args.min_reasoning_tokens
+                or (args.max_responses is not None and len(rows) >= args.max_responses)):
             dropped += 1
             continue
         rows.append({
@@ -106,14 +113,15 @@ def main(argv=None):
             "answer": g.answer.text if g.answer else None,
             "answer_kind": probe.answer_kind,
             "correct": bool(g.correct),
+            "finished": done,
         })
     if not rows:
         raise ValueError(f"none of the {len(problems)} held-out responses has an answer and "
                          f">= {args.min_reasoning_tokens} reasoning tokens; raise analysis.heldout.num_problems "
-                         "or max_new_tokens (or set analysis.heldout.require_answer: false)")
+                         "or max_new_tokens (or set analysis.heldout.require_answer / require_complete: false)")
     write_jsonl(args.responses, rows)
-    print(f"{len(rows)} held-out responses ({dropped} without an answer or too short left out, "
-          f"{sum(r['correct'] for r in rows)} correct) in {time.perf_counter() - started:.1f} s -> {args.responses}")
+    print(f"{len(rows)} held-out responses ({dropped} left out: no answer, cut at the token limit, too short "
+          f"or beyond --max-responses; {sum(r['correct'] for r in rows)} correct) in {time.perf_counter() - started:.1f} s -> {args.responses}")
 
 
 if __name__ == "__main__":
