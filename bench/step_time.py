@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,8 +52,12 @@ def main() -> None:
                         help="score every response, also those with A = 0 (the packaged model rarely earns a "
                              "reward, so without this most steps score nothing)")
     parser.add_argument("--out", type=Path, help="Markdown table to write")
+    parser.add_argument("--one-run", nargs=2, metavar=("SETTINGS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.one_run:
+        train_run(json.loads(args.one_run[0]), args.one_run[1])
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     model, train_file = ensure_inputs(args.work)
 
@@ -76,8 +81,10 @@ def main() -> None:
                     "save_steps": 10**6,
                 },
             }
+            # One process per method: its peak memory is its own, and no method inherits another's caches.
             started = time.perf_counter()
-            train_run(settings, out)
+            subprocess.run([sys.executable, __file__, "--one-run", json.dumps(settings), str(out),
+                            "--threads", str(args.threads)], check=True)
             print(f"{method}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         lines = [json.loads(line) for line in metrics.read_text().splitlines()]
         steady = lines[1:] or lines
