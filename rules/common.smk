@@ -340,7 +340,16 @@ def rule_resources(kind):
 
 
 def rule_threads(kind):
-    return int(resource_set(kind)["threads"])
+    """Threads from config (the kind's, or the model's override for jobs of one model)."""
+    overridden = any(
+        "threads" in (config["models"][m]["resources"].get(kind) or {})
+        for m in model_names()
+    )
+    if not overridden:
+        return int(resource_set(kind)["threads"])
+    return lambda wildcards: int(
+        resource_set(kind, _model_from_wildcards(wildcards))["threads"]
+    )
 
 
 # ------------------------------------------------------------------------------- build it
