@@ -59,8 +59,9 @@ def load(path: Path) -> dict:
 # ----------------------------------------------------------------------------------- static checks
 
 
-def test_lint_passes(tmp_path):
-    proc = snakemake("--lint", cwd=tmp_path)
+@pytest.mark.parametrize("configfile", [None, PAPER], ids=["default", "paper"])
+def test_lint_passes(tmp_path, configfile):
+    proc = snakemake("--lint", cwd=tmp_path, configfile=configfile)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
