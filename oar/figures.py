@@ -186,8 +186,9 @@ def token_heatmap(tokens: Sequence[str], scores: Mapping[str, Sequence[float]], 
     width = len(columns) + (1 if weights is not None else 0)
     fig, axes = plt.subplots(1, width, figsize=(1.4 * width + 1.6, 0.19 * n_tok + 1.4), sharey=True, squeeze=False)
     shown = [repr(t)[1:-1][:18] for t in tokens]
+    image = None
     for i, (ax, col, label) in enumerate(zip(axes[0], columns, labels)):
-        ax.imshow(col[:, None], cmap="magma_r", aspect="auto", vmin=0, vmax=1)
+        image = ax.imshow(col[:, None], cmap="magma_r", aspect="auto", vmin=0, vmax=1)
         ax.set_xticks([0], [label])
         ax.xaxis.tick_top()
         if i == 0:
@@ -203,4 +204,11 @@ def token_heatmap(tokens: Sequence[str], scores: Mapping[str, Sequence[float]], 
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
+    if image is not None:  # a colour bar under the heatmap columns, in a margin of its own
+        height = fig.get_figheight()
+        fig.subplots_adjust(bottom=fig.subplotpars.bottom + 0.7 / height)
+        first, last = axes[0][0].get_position(), axes[0][len(columns) - 1].get_position()
+        cax = fig.add_axes((first.x0, 0.25 / height, last.x1 - first.x0, 0.12 / height))
+        fig.colorbar(image, cax=cax, orientation="horizontal",
+                     label="importance: log(1 + s) scaled to [0, 1] per scorer (dark = high)")
     save(fig, paths)
