@@ -18,6 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -63,6 +64,7 @@ def training_curves(curves: pd.DataFrame, paths: Sequence[str | os.PathLike]) ->
         data = curves[curves["model"] == model]
         for pi, (key, title) in enumerate(CURVE_PANELS):
             ax = axes[2 * mi + pi // 2, pi % 2]
+            drawn = False
             for method in _order(data["method"].unique()):
                 g = data[data["method"] == method]
                 by_step = g.groupby("step")[key]
@@ -70,17 +72,25 @@ def training_curves(curves: pd.DataFrame, paths: Sequence[str | os.PathLike]) ->
                 if mean.isna().all():
                     continue
                 color = COLORS.get(method)
+                drawn = True
                 ax.plot(mean.index, mean.values, marker="o", ms=3, label=METHOD_NAMES.get(method, method), color=color)
                 if g["seed"].nunique() > 1:
                     ax.fill_between(mean.index, by_step.min().values, by_step.max().values, alpha=0.15, color=color)
+            if not drawn:
+                ax.text(0.5, 0.5, "undefined at every step\n(e.g. every advantage was 0)", ha="center",
+                        va="center", transform=ax.transAxes, fontsize=9, color="#777777")
             ax.set_title(title + (f" ({model})" if len(models) > 1 else ""), fontsize=10)
             ax.set_xlabel("step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
+    handles, labels = {}, []
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
     if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 7), frameon=False,
-                   bbox_to_anchor=(0.5, 1.02))
-    fig.tight_layout()
+        fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=min(len(handles), 7),
+                   frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
     save(fig, paths)
 
 
