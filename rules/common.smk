@@ -502,9 +502,10 @@ def figure_files(*names):
 
 
 # ------------------------------------------------------------------------- command lines
-# prepare_data.py, evaluate.py and train.py run through `shell:` with their command-line options:
-# Snakemake 9.27's `script:` puts its preamble above a script's `from __future__` import, which is then
-# a SyntaxError, and those scripts start with one.
+# prepare_data.py, evaluate.py and train.py run through `shell:` with their command-line options (the
+# same commands a user types), train.py with the run's settings.yaml. (Snakemake 9.27's `script:` puts
+# its preamble above a script's first line, so a script run that way may not start with a
+# `from __future__` import and sees `__doc__` as None.)
 
 SCRIPTS = os.path.join(workflow.basedir, "workflow_scripts")
 
