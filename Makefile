@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test
+.PHONY: setup run test explain
 setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
@@ -18,7 +18,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: setup
-	$(BIN)/python -m oar.demo
+	$(BIN)/snakemake --cores 2 all
+
+explain: setup
+	$(BIN)/python -m oar.explain
 
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider

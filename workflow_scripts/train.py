@@ -13,7 +13,6 @@ from the newest complete checkpoint in ``checkpoints/``. Multi-GPU: ``accelerate
 scores its own share of the completions.
 """
 
-from __future__ import annotations
 
 import argparse
 import sys
