@@ -149,3 +149,17 @@ def redirect_to_log(smk: Any) -> None:
     if getattr(smk, "log", None):
         log = open(smk.log[0], "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives for the process
         sys.stdout = sys.stderr = log
+
+
+def run_cli(main: Any, flags: Sequence[str], user_errors: tuple[type[BaseException], ...], namespace: Mapping[str, Any]) -> None:
+    """Entry point of a script: argv from Snakemake's ``script:`` directive (``snakemake`` in the
+    script's globals) or from the shell; errors a user can cause exit with one line, no traceback."""
+    try:
+        smk = namespace.get("snakemake")
+        if smk is not None:
+            redirect_to_log(smk)
+            main(snakemake_argv(smk, flags))
+        else:
+            main()
+    except user_errors as e:
+        sys.exit(f"error: {e}")

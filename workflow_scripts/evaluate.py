@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_write_json, checksum, provenance, redirect_to_log, sha256_file, snakemake_argv  # noqa: E402
+from _script_io import atomic_write_json, checksum, provenance, run_cli, sha256_file  # noqa: E402
 
 from oar.data import MEAN_OF_16, DataError, eval_defaults, read_records  # noqa: E402
 from oar.evaluation import SUMMARY_FILE, EvalConfigMismatch, EvalSettings, run_generation, summarize  # noqa: E402
@@ -142,11 +142,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        if "snakemake" in globals():  # run by Snakemake's script: directive
-            redirect_to_log(snakemake)  # noqa: F821
-            main(snakemake_argv(snakemake, FLAGS))  # noqa: F821
-        else:
-            main()
-    except (DataError, EvalConfigMismatch, FileNotFoundError) as e:
-        sys.exit(f"error: {e}")
+    run_cli(main, FLAGS, (DataError, EvalConfigMismatch, FileNotFoundError), globals())

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_open, atomic_write_json, provenance, redirect_to_log, sha256_file, snakemake_argv  # noqa: E402
+from _script_io import atomic_open, atomic_write_json, provenance, run_cli, sha256_file  # noqa: E402
 
 from oar.data import DATASETS, SOURCES, DataError, build_dataset, read_records, write_records  # noqa: E402
 
@@ -82,11 +82,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        if "snakemake" in globals():  # run by Snakemake's script: directive
-            redirect_to_log(snakemake)  # noqa: F821
-            main(snakemake_argv(snakemake, FLAGS))  # noqa: F821
-        else:
-            main()
-    except DataError as e:
-        sys.exit(f"error: {e}")
+    run_cli(main, FLAGS, (DataError,), globals())
