@@ -3,7 +3,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -183,18 +182,34 @@ def train_command(settings, out_dir):
     return [sys.executable, str(REPO / "workflow_scripts" / "train.py"), "--settings", str(settings), "--out-dir", str(out_dir)]
 
 
+# Runs train.py in a process that SIGKILLs itself as soon as checkpoint-<step> is on disk: a real
+# kill at a fixed point. Polling for the checkpoint from outside raced the run itself, which on the
+# tiny model finishes its remaining steps in a fraction of a second.
+KILL_AFTER_CHECKPOINT = """
+import os, runpy, signal, sys
+import transformers
+kill_step = int(sys.argv.pop(1))
+save = transformers.Trainer._save_checkpoint
+def save_then_die(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    if self.state.global_step == kill_step:
+        os.kill(os.getpid(), signal.SIGKILL)
+transformers.Trainer._save_checkpoint = save_then_die
+sys.argv[0] = sys.argv[1]
+del sys.argv[1]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def test_train_script_resumes_after_a_kill(tiny_model_dir, tmp_path):
     settings = write_run_inputs(tmp_path, tiny_model_dir, "oar_g", max_steps=5, save_steps=2)
     out = tmp_path / "run"
     env = os.environ | {"TOKENIZERS_PARALLELISM": "false"}
-    process = subprocess.Popen(train_command(settings, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.time() + 300
-    while not (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").exists():
-        assert process.poll() is None, "training ended before its first checkpoint"
-        assert time.time() < deadline
-        time.sleep(0.2)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    script, *args = train_command(settings, out)[1:]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_CHECKPOINT, "2", script, *args], capture_output=True, env=env, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    assert (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").exists()
+    assert not (out / "checkpoints" / "checkpoint-4").exists()
     assert not (out / "done").exists()
 
     subprocess.run(train_command(settings, out), check=True, capture_output=True, env=env)
