@@ -90,21 +90,25 @@ def main() -> None:
         steady = lines[1:] or lines
         rows[method] = {part: statistics.median(l[part] or 0.0 for l in steady) for part in PARTS}
         rows[method]["peak_memory_mb"] = max(l["peak_memory_mb"] for l in lines)
+        score_peaks = [l.get("score_peak_memory_mb") for l in lines]
+        rows[method]["score_peak_memory_mb"] = max((p for p in score_peaks if p is not None), default=float("nan"))
         rows[method]["frac_scored"] = statistics.mean(l["frac_scored"] for l in lines)
 
     base = rows.get("grpo")
-    header = "| method | generate s | score s | update s | step s | step / GRPO | peak MB | scored |"
-    table = [header, "|" + "---|" * 8]
+    header = "| method | generate s | score s | update s | step s | step / GRPO | peak MiB | scoring peak MiB | scored |"
+    table = [header, "|" + "---|" * 9]
     for method, r in rows.items():
         ratio = r["step_time_s"] / base["step_time_s"] if base else float("nan")
         table.append(
             f"| {method} | {r['time_generate_s']:.1f} | {r['time_score_s']:.1f} | {r['time_update_s']:.1f} | "
-            f"{r['step_time_s']:.1f} | {ratio:.2f} | {r['peak_memory_mb']:.0f} | {r['frac_scored']:.2f} |"
+            f"{r['step_time_s']:.1f} | {ratio:.2f} | {r['peak_memory_mb']:.0f} | {r['score_peak_memory_mb']:.0f} | "
+            f"{r['frac_scored']:.2f} |"
         )
     note = (f"\nMedians over steps 2..{args.steps} ({args.batch} completions of <= {args.max_completion_length} "
             f"tokens, G = {args.num_generations}, {args.threads} threads, "
             f"{'every response scored' if args.score_all else 'only responses with A != 0 scored'}); "
-            "peak MB = process peak RSS (CPU).")
+            "peak MiB = process peak (resident set on CPU, CUDA allocator on GPU); scoring peak MiB = the peak "
+            "within the scoring phase alone.")
     text = "\n".join(table) + "\n" + note + "\n"
     print(text)
     if args.out:

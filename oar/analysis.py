@@ -23,7 +23,7 @@ META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
 CURVE_METRICS = (
     "reward", "reward_std", "entropy", "completion_length", "loss", "ess_ratio", "top_mass", "frac_scored",
     "fallback_no_answer", "fallback_nonfinite", "time_generate_s", "time_score_s", "time_update_s",
-    "step_time_s", "peak_memory_mb",
+    "step_time_s", "peak_memory_mb", "score_peak_memory_mb",
 )
 
 
@@ -187,7 +187,7 @@ def credit_summary(curves: pd.DataFrame) -> pd.DataFrame:
 
 def cost_summary(curves: pd.DataFrame) -> pd.DataFrame:
     """Per (model, method): median step time over every logged step of its runs, its ratio to GRPO's,
-    and the median generate / score / update times. Methods are compared at their training tau/beta/probe
+    the median generate / score / update times, and the largest process and scoring-phase peak memory. Methods are compared at their training tau/beta/probe
     only when the frame holds one variant per method (the cost group does)."""
     rows = []
     for (model, method), g in curves.groupby(["model", "method"], sort=False):
@@ -198,9 +198,10 @@ def cost_summary(curves: pd.DataFrame) -> pd.DataFrame:
             "time_score_s": g["time_score_s"].median(),
             "time_update_s": g["time_update_s"].median(),
             "peak_memory_mb": g["peak_memory_mb"].max(),
+            "score_peak_memory_mb": g["score_peak_memory_mb"].max(),
         })
     out = pd.DataFrame(rows, columns=["model", "method", "runs", "steps", "step_time_s", "time_generate_s",
-                                      "time_score_s", "time_update_s", "peak_memory_mb"])
+                                      "time_score_s", "time_update_s", "peak_memory_mb", "score_peak_memory_mb"])
     ratios = []
     for r in out.to_dict("records"):
         grpo = out[(out["model"] == r["model"]) & (out["method"] == "grpo")]["step_time_s"]

@@ -252,12 +252,16 @@ def cost_table(cost: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     parts = ["## Training cost\n"]
     for model, g in cost.groupby("model", sort=False):
         parts.append(f"\n### {model}\n\n" + markdown_table(
-            ["Method", "step s (median)", "x GRPO", "generate s", "score s", "update s", "steps"],
+            ["Method", "step s (median)", "x GRPO", "generate s", "score s", "update s", "peak MiB",
+             "scoring peak MiB", "steps"],
             [[r["label"], fmt_num(r["step_time_s"], 2), fmt_num(r["ratio_to_grpo"], 2) + "x",
               fmt_num(r["time_generate_s"], 2), fmt_num(r["time_score_s"], 2), fmt_num(r["time_update_s"], 2),
+              fmt_num(r["peak_memory_mb"], 0), fmt_num(r["score_peak_memory_mb"], 0),
               r["steps"]] for r in g.to_dict("records")]))
     parts.append("\nMedians over every logged training step of every run of the method. The paper reports "
-                 "1.4x (OAR-G) and 4.2x (OAR-P) on GPUs.\n")
+                 "1.4x (OAR-G) and 4.2x (OAR-P) on GPUs. Peak memory is the largest over the method's runs: "
+                 "CUDA allocator peak on GPU, resident set on CPU; the scoring peak is the peak within the "
+                 "importance-scoring phase alone.\n")
     return cost.reset_index(drop=True), "".join(parts)
 
 

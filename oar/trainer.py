@@ -16,7 +16,6 @@ Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO).
 from __future__ import annotations
 
 import math
-import resource
 import time
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from oar.grading import grade
 from oar.importance import PROBES, SCORERS, ScorerConfig, probes_from_padded, score
+from oar.memory import PeakMemory
 from oar.metrics import ess_ratio, top_mass
 from oar.reshaping import gate
 
@@ -77,13 +77,6 @@ def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0
     return correctness
 
 
-def peak_memory_mb() -> float:
-    """Peak memory of this process so far: CUDA allocator peak on GPU, resident set size on CPU."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 class OARTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages are reshaped per token by an importance scorer."""
 
@@ -93,6 +86,7 @@ class OARTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise TypeError("OARTrainer needs an OARConfig")
+        self._memory = PeakMemory()
 
     def _generate_and_score_completions(self, inputs):
         started = time.perf_counter()
@@ -104,11 +98,14 @@ class OARTrainer(GRPOTrainer):
         if mode != "train":
             return output
 
-        weights, stats = self._token_weights(output)
+        with self._memory.phase() as score_peak:
+            weights, stats = self._token_weights(output)
         metrics["time/score_s"].append(time.perf_counter() - generated)
         for name, value in stats.items():
             metrics[f"oar/{name}"].append(value)
-        metrics["peak_memory_mb"].append(peak_memory_mb())
+        # Process peak so far (the previous steps' updates included) and the peak within scoring alone.
+        metrics["peak_memory_mb"].append(self._memory.process_peak_mb())
+        metrics["memory/score_peak_mb"].append(score_peak.mb)
         if weights is None:
             return output
         # A new dict: the buffered generation batch is reused across iterations and must stay as built.

@@ -93,6 +93,7 @@ METRIC_KEYS = {
     "time/score_s": "time_score_s",
     "step_time": "step_time_s",
     "peak_memory_mb": "peak_memory_mb",
+    "memory/score_peak_mb": "score_peak_memory_mb",
     "learning_rate": "learning_rate",
 }
 

@@ -214,8 +214,9 @@ def test_train_script_resumes_after_a_kill(tiny_model_dir, tmp_path):
 
     subprocess.run(train_command(settings, out), check=True, capture_output=True, env=env)
     assert (out / "done").exists() and (out / "model" / "config.json").exists()
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3, 4, 5]
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5]
+    assert all(0 < line["score_peak_memory_mb"] <= line["peak_memory_mb"] for line in lines)
     state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     run = yaml.safe_load((out / "run.yaml").read_text())

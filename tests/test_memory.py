@@ -1,0 +1,34 @@
+import math
+
+import pytest
+import torch
+
+from oar.memory import PeakMemory, _reset_rss_high_water
+
+MIB = 2**20
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU (resident set) counter")
+def test_phase_peak_sees_only_its_own_phase():
+    if not _reset_rss_high_water():
+        pytest.skip("/proc/self/clear_refs is not writable here: phase peaks are NaN by design")
+    tracker = PeakMemory()
+    with tracker.phase() as heavy:
+        block = torch.ones(300 * MIB // 4)  # 300 MiB, every page touched
+        del block
+    with tracker.phase() as light:
+        torch.zeros(16)
+    assert heavy.mb - light.mb > 200  # the second phase does not inherit the first one's peak
+    assert tracker.process_peak_mb() >= heavy.mb
+
+
+def test_phase_peak_is_nan_when_the_counter_cannot_be_reset(monkeypatch):
+    import oar.memory
+
+    monkeypatch.setattr(oar.memory.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(oar.memory, "_reset_rss_high_water", lambda: False)
+    tracker = PeakMemory()
+    with tracker.phase() as peak:
+        pass
+    assert math.isnan(peak.mb)
+    assert tracker.process_peak_mb() > 0
