@@ -188,15 +188,14 @@ def train_command(settings, out_dir):
 KILL_AFTER_CHECKPOINT = """
 import os, runpy, signal, sys
 import transformers
-kill_step = int(sys.argv.pop(1))
+kill_step = int(sys.argv[1])
+sys.argv = sys.argv[2:]  # the script and its arguments, as if it had been run directly
 save = transformers.Trainer._save_checkpoint
 def save_then_die(self, *args, **kwargs):
     save(self, *args, **kwargs)
     if self.state.global_step == kill_step:
         os.kill(os.getpid(), signal.SIGKILL)
 transformers.Trainer._save_checkpoint = save_then_die
-sys.argv[0] = sys.argv[1]
-del sys.argv[1]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 

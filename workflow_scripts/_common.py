@@ -1,36 +1,19 @@
-"""Small additive helpers for the workflow scripts written for the Snakemake DAG (beside ``_script_io``).
-
-``run_main(main, argv_from_snakemake)`` runs a script's ``main`` either from the shell or under
-Snakemake's ``script:`` directive (stdout/stderr to the rule's log), turning user-fixable errors into one
-line on stderr and exit status 1.
-"""
+"""Small helpers shared by the model-reading workflow scripts (beside ``_script_io``): JSONL files,
+loading a model folder, and the options every held-out script takes."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # oar importable from the source tree in any environment
     sys.path.insert(1, str(REPO_ROOT))
 
-from _script_io import atomic_open, atomic_write_json, atomic_write_text, redirect_to_log, snakemake_argv  # noqa: E402,F401
-
-
-def run_main(main: Callable[[list[str] | None], Any], namespace: dict, flags: tuple[str, ...] = (),
-             errors: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)) -> None:
-    smk = namespace.get("snakemake")
-    try:
-        if smk is not None:
-            redirect_to_log(smk)
-            main(snakemake_argv(smk, flags))
-        else:
-            main(None)
-    except errors as e:
-        sys.exit(f"error: {e}")
+from _script_io import atomic_open, atomic_write_json, atomic_write_text, run_cli, snakemake_only  # noqa: E402,F401
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -42,6 +25,16 @@ def write_jsonl(path: str | Path, rows) -> None:
     with atomic_open(path) as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def model_script_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with the options every held-out script takes: the model folder, the answer-span
+    fallback switch and the torch thread count."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", required=True)
+    p.add_argument("--no-fallback-last-number", action="store_true")
+    p.add_argument("--threads", type=int)
+    return p
 
 
 def load_model(model_dir: str | Path, device: str = "auto", threads: int | None = None):

@@ -151,15 +151,27 @@ def redirect_to_log(smk: Any) -> None:
         sys.stdout = sys.stderr = log
 
 
-def run_cli(main: Any, flags: Sequence[str], user_errors: tuple[type[BaseException], ...], namespace: Mapping[str, Any]) -> None:
-    """Entry point of a script: argv from Snakemake's ``script:`` directive (``snakemake`` in the
-    script's globals) or from the shell; errors a user can cause exit with one line, no traceback."""
+def run_cli(main: Any, namespace: Mapping[str, Any], flags: Sequence[str] = (),
+            user_errors: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)) -> None:
+    """Entry point of a script: ``main(argv)`` with argv from Snakemake's ``script:`` directive
+    (``snakemake`` in the script's globals; stdout/stderr to the rule's log) or ``main(None)`` from the
+    shell; errors a user can cause exit with one line, no traceback."""
     try:
         smk = namespace.get("snakemake")
         if smk is not None:
             redirect_to_log(smk)
             main(snakemake_argv(smk, flags))
         else:
-            main()
+            main(None)
     except user_errors as e:
         sys.exit(f"error: {e}")
+
+
+def snakemake_only(namespace: Mapping[str, Any], script: str, shell_hint: str) -> Any:
+    """The ``snakemake`` object of a script that only runs under ``script:``, its output sent to the
+    rule's log; from the shell, exit with a line that says where the work is done instead."""
+    smk = namespace.get("snakemake")
+    if smk is None:
+        sys.exit(f"{script} runs under Snakemake's script: directive; {shell_hint}")
+    redirect_to_log(smk)
+    return smk

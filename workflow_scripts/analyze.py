@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import atomic_open, atomic_write_json, redirect_to_log  # noqa: E402
+from _common import atomic_open, atomic_write_json, snakemake_only  # noqa: E402
 
 from oar import analysis  # noqa: E402
 
@@ -95,8 +95,5 @@ def fidelity(smk):
 JOBS = {"accuracy": accuracy, "credit": credit, "cost": cost, "recall": recall, "fidelity": fidelity}
 
 if __name__ == "__main__":
-    smk = globals().get("snakemake")
-    if smk is None:
-        sys.exit("analyze.py runs under Snakemake's script: directive; the functions are in oar.analysis")
-    redirect_to_log(smk)
+    smk = snakemake_only(globals(), "analyze.py", "the functions are in oar.analysis")
     JOBS[smk.params.kind](smk)

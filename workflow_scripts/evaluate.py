@@ -142,4 +142,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    run_cli(main, FLAGS, (DataError, EvalConfigMismatch, FileNotFoundError), globals())
+    run_cli(main, globals(), FLAGS, (DataError, EvalConfigMismatch, FileNotFoundError))

@@ -12,14 +12,13 @@ response (what every scorer and the oracle read, never re-tokenised), the decode
 extracted answer, the reference and whether it is correct. Every method compared reads this file.
 """
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_model, run_main, write_jsonl  # noqa: E402
+from _common import load_model, model_script_parser, run_cli, write_jsonl  # noqa: E402
 
 FLAGS = ("no_fallback_last_number", "keep_unanswered", "keep_truncated")
 
@@ -28,8 +27,7 @@ DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a b
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=DESCRIPTION)
-    p.add_argument("--model", required=True)
+    p = model_script_parser(DESCRIPTION)
     p.add_argument("--problems", required=True, help="prepared dataset (JSONL)")
     p.add_argument("--responses", required=True, help="output JSONL")
     p.add_argument("--offset", type=int, default=0)
@@ -38,13 +36,11 @@ def parse_args(argv):
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-reasoning-tokens", type=int, default=4)
-    p.add_argument("--no-fallback-last-number", action="store_true")
     p.add_argument("--keep-unanswered", action="store_true", help="keep responses without an answer span")
     p.add_argument("--keep-truncated", action="store_true",
                    help="keep responses cut at --max-new-tokens (default: only those that ended with eos)")
     p.add_argument("--max-responses", type=int, help="keep at most this many (the first ones that qualify)")
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--threads", type=int)
     return p.parse_args(argv)
 
 
@@ -125,4 +121,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main, globals(), FLAGS)
+    run_cli(main, globals(), FLAGS)

@@ -9,14 +9,13 @@ One JSON line per response: ``index``, ``reasoning_len``, ``causal`` (positions)
 substitution, the reference answer, tokens generated and wall time.
 """
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_model, read_jsonl, run_main, write_jsonl  # noqa: E402
+from _common import load_model, model_script_parser, read_jsonl, run_cli, write_jsonl  # noqa: E402
 
 FLAGS = ("no_fallback_last_number",)
 
@@ -25,16 +24,13 @@ DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.oracle``):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=DESCRIPTION)
-    p.add_argument("--model", required=True)
+    p = model_script_parser(DESCRIPTION)
     p.add_argument("--responses", required=True)
     p.add_argument("--oracle", required=True, help="output JSONL")
     p.add_argument("--slack-tokens", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--reference", default="response", choices=("response", "clean"))
-    p.add_argument("--no-fallback-last-number", action="store_true")
-    p.add_argument("--threads", type=int)
     return p.parse_args(argv)
 
 
@@ -68,4 +64,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main, globals(), FLAGS)
+    run_cli(main, globals(), FLAGS)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import read_jsonl, redirect_to_log  # noqa: E402
+from _common import read_jsonl, snakemake_only  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
@@ -60,8 +60,5 @@ def draw(smk):
 
 
 if __name__ == "__main__":
-    smk = globals().get("snakemake")
-    if smk is None:
-        sys.exit("plot.py runs under Snakemake's script: directive; the figures are drawn by oar.figures")
-    redirect_to_log(smk)
+    smk = snakemake_only(globals(), "plot.py", "the figures are drawn by oar.figures")
     draw(smk)

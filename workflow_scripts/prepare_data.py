@@ -82,4 +82,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    run_cli(main, FLAGS, (DataError,), globals())
+    run_cli(main, globals(), FLAGS, (DataError,))

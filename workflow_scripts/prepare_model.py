@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import atomic_write_json, run_main  # noqa: E402
+from _common import atomic_write_json, run_cli  # noqa: E402
 from _script_io import checksum, provenance  # noqa: E402
 
 
@@ -58,4 +58,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main, globals())
+    run_cli(main, globals())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import redirect_to_log  # noqa: E402
+from _common import snakemake_only  # noqa: E402
 
 
 def snakemake_command() -> list[str]:
@@ -44,8 +44,5 @@ def main(smk) -> None:
 
 
 if __name__ == "__main__":
-    smk = globals().get("snakemake")
-    if smk is None:
-        sys.exit("report.py runs under Snakemake; from the shell use: snakemake --report results/report.html")
-    redirect_to_log(smk)
+    smk = snakemake_only(globals(), "report.py", "from the shell use: snakemake --report results/report.html")
     main(smk)

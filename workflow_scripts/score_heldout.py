@@ -10,14 +10,13 @@ One JSON line per response: ``index``, ``scores`` (one per reasoning token, from
 ``oar.importance.score``), whether the outcome fell back to LT-Logits, and the scoring time.
 """
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_model, read_jsonl, run_main, write_jsonl  # noqa: E402
+from _common import load_model, model_script_parser, read_jsonl, run_cli, write_jsonl  # noqa: E402
 
 FLAGS = ("no_fallback_last_number",)
 
@@ -26,8 +25,7 @@ DESCRIPTION = 'Score every reasoning token of the held-out responses with one sc
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=DESCRIPTION)
-    p.add_argument("--model", required=True)
+    p = model_script_parser(DESCRIPTION)
     p.add_argument("--responses", required=True)
     p.add_argument("--scores", required=True, help="output JSONL")
     p.add_argument("--scorer", required=True)
@@ -35,8 +33,6 @@ def parse_args(argv):
     p.add_argument("--noise-sigma", type=float, default=1e-3)
     p.add_argument("--chunk-tokens", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-fallback-last-number", action="store_true")
-    p.add_argument("--threads", type=int)
     return p.parse_args(argv)
 
 
@@ -65,4 +61,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main, globals(), FLAGS)
+    run_cli(main, globals(), FLAGS)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import redirect_to_log  # noqa: E402
+from _common import snakemake_only  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
@@ -46,10 +46,7 @@ def build(smk):
 
 
 if __name__ == "__main__":
-    smk = globals().get("snakemake")
-    if smk is None:
-        sys.exit("tables.py runs under Snakemake's script: directive; the tables are built by oar.tables")
-    redirect_to_log(smk)
+    smk = snakemake_only(globals(), "tables.py", "the tables are built by oar.tables")
     frame, markdown = build(smk)
     tables.write_table(frame, markdown, smk.output.csv, smk.output.md)
     print(markdown)
