@@ -148,6 +148,9 @@ class OARTrainer(GRPOTrainer):
                 "fallback_nonfinite": scores.nonfinite.sum().item(),
             }
 
+        # Share of responses with A != 0: a step where it is 0 trains nothing (the guard against
+        # untrained comparisons counts such steps).
+        stats["frac_active"] = active.float().mean().item()
         rows = active if active.any() else torch.ones_like(active)
         stats["ess_ratio"] = ess_ratio(weights, completion_mask)[rows].nanmean().item()
         token_adv = advantages[:, None] * weights

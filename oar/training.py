@@ -87,6 +87,7 @@ METRIC_KEYS = {
     "oar/ess_ratio": "ess_ratio",
     "oar/top_mass": "top_mass",
     "oar/frac_scored": "frac_scored",
+    "oar/frac_active": "frac_active",
     "oar/fallback_no_answer": "fallback_no_answer",
     "oar/fallback_nonfinite": "fallback_nonfinite",
     "time/generate_s": "time_generate_s",
@@ -303,6 +304,47 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
         os.replace(staging, final)
     trainer.accelerator.wait_for_everyone()
     return final
+
+
+def weights_delta(base_dir: str | os.PathLike, trained_dir: str | os.PathLike) -> dict[str, Any]:
+    """How far a trained model folder's weights moved from its base model folder's.
+
+    Compares every tensor of the ``*.safetensors`` files by name (in float64, one tensor at a time, so
+    memory stays at one tensor): ``tensors_changed`` counts tensors with any element changed;
+    ``rel_l2`` is ||trained - base|| / ||base|| over all shared tensors. A run whose every advantage was
+    zero ends with ``tensors_changed == 0``: it trained nothing.
+    """
+    from safetensors import safe_open
+
+    def tensors(folder: Path) -> dict[str, Path]:
+        found = {}
+        for file in sorted(Path(folder).glob("*.safetensors")):
+            with safe_open(str(file), framework="pt") as handle:
+                found.update({name: file for name in handle.keys()})
+        if not found:
+            raise FileNotFoundError(f"{folder}: no *.safetensors weights")
+        return found
+
+    base, trained = tensors(Path(base_dir)), tensors(Path(trained_dir))
+    shared = sorted(set(base) & set(trained))
+    changed, diff_sq, base_sq, max_abs = 0, 0.0, 0.0, 0.0
+    for name in shared:
+        with safe_open(str(base[name]), framework="pt") as b, safe_open(str(trained[name]), framework="pt") as t:
+            before, after = b.get_tensor(name).double(), t.get_tensor(name).double()
+        delta = after - before
+        if delta.any():
+            changed += 1
+            max_abs = max(max_abs, delta.abs().max().item())
+        diff_sq += delta.pow(2).sum().item()
+        base_sq += before.pow(2).sum().item()
+    return {
+        "tensors": len(shared),
+        "tensors_changed": changed,
+        "max_abs_delta": max_abs,
+        "rel_l2_delta": (diff_sq ** 0.5) / (base_sq ** 0.5) if base_sq > 0 else float("nan"),
+        "only_in_base": len(set(base) - set(trained)),
+        "only_in_trained": len(set(trained) - set(base)),
+    }
 
 
 def is_main_process() -> bool:

@@ -24,6 +24,7 @@ rule train:
         done=f"{R}/runs/{{run}}/done",
         model=directory(f"{R}/runs/{{run}}/model"),
         metrics=f"{R}/runs/{{run}}/metrics.jsonl",
+        weights=f"{R}/runs/{{run}}/weights_delta.json",
     log:
         f"{R}/logs/train/{{run}}.log",
     benchmark:

@@ -236,3 +236,22 @@ def test_score_all_scores_zero_advantage_rows_without_changing_them(tiny_model_d
     assert trainer._metrics["train"]["oar/frac_scored"][-1] * len(inputs) == pytest.approx(with_reasoning)
     flat = torch.tensor([r["problem_id"] in FLAT_PROBLEMS for r in inputs])
     assert torch.equal(batch["advantages"][flat], torch.zeros_like(batch["advantages"][flat]))
+
+
+def test_weights_delta_tells_a_trained_model_from_its_base(tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from oar.training import weights_delta
+
+    same = weights_delta(tiny_model_dir, tiny_model_dir)
+    assert same["tensors"] > 0 and same["tensors_changed"] == 0 and same["rel_l2_delta"] == 0.0
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.model.norm.weight.add_(1e-3)  # one tensor moves
+    model.save_pretrained(tmp_path / "moved")
+    moved = weights_delta(tiny_model_dir, tmp_path / "moved")
+    assert moved["tensors_changed"] == 1 and moved["max_abs_delta"] == pytest.approx(1e-3, rel=1e-3)
+    assert moved["rel_l2_delta"] > 0
+    with pytest.raises(FileNotFoundError, match="safetensors"):
+        weights_delta(tiny_model_dir, tmp_path)

@@ -7,7 +7,8 @@ Shell::
 Snakemake (``script:``): ``params.settings`` is the run's settings dict; named inputs ``model`` and
 ``train_file`` override the settings' paths; named output ``done`` (its folder is the run folder).
 
-Writes ``model/``, ``metrics.jsonl``, ``run.yaml`` and, last, ``done``. Rerunning after a kill resumes
+Writes ``model/``, ``metrics.jsonl``, ``run.yaml``, ``weights_delta.json`` (how far the weights moved
+from the base model's: zero means the run trained nothing) and, last, ``done``. Rerunning after a kill resumes
 from the newest complete checkpoint in ``checkpoints/``. Multi-GPU: ``accelerate launch
 --num_processes N workflow_scripts/train.py ...`` (or ``torchrun --nproc_per_node N``); each process
 scores its own share of the completions.
@@ -15,6 +16,7 @@ scores its own share of the completions.
 
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _script_io import atomic_write_text, provenance, redirect_to_log  # noqa: E402
 
-from oar.training import is_main_process, resolve_settings, train_run  # noqa: E402
+from oar.training import is_main_process, resolve_settings, train_run, weights_delta  # noqa: E402
 
 
 def main(settings: dict, out_dir: Path) -> None:
@@ -40,6 +42,11 @@ def main(settings: dict, out_dir: Path) -> None:
         atomic_write_text(out_dir / "run.yaml", yaml.safe_dump(run, sort_keys=False))
     model = train_run(resolved, out_dir)
     if main_process:
+        # Evidence that the run trained: how far its weights moved from the base model's.
+        delta = weights_delta(resolved["model"], model)
+        atomic_write_text(out_dir / "weights_delta.json", json.dumps(delta, indent=1) + "\n")
+        print(f"weights moved: {delta['tensors_changed']} of {delta['tensors']} tensors changed, "
+              f"relative L2 change {delta['rel_l2_delta']:.3g}", flush=True)
         atomic_write_text(done, f"{model}\n")
         print(f"run {resolved['run_id']} done: {model}", flush=True)
 
