@@ -22,6 +22,7 @@ import pandas as pd
 META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
 CURVE_METRICS = (
     "reward", "reward_std", "entropy", "completion_length", "loss", "ess_ratio", "top_mass", "frac_scored",
+    "frac_active",
     "fallback_no_answer", "fallback_nonfinite", "time_generate_s", "time_score_s", "time_update_s",
     "step_time_s", "peak_memory_mb", "score_peak_memory_mb",
 )
@@ -161,16 +162,41 @@ def training_curves(runs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str,
     return frame
 
 
-def credit_summary(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per run: steps logged, mean and final reward, mean ESS ratio and top-10% mass over training, final
-    entropy and response length, median step time."""
+def steps_with_advantage(g: pd.DataFrame) -> int:
+    """Logged steps of one run in which some response had a non-zero advantage (the only steps that
+    train anything). Older metrics files without ``frac_active`` fall back on a non-zero reward std."""
+    if "frac_active" in g and g["frac_active"].notna().any():
+        return int((g["frac_active"].fillna(0) > 0).sum())
+    return int((g["reward_std"].fillna(0) > 0).sum())
+
+
+SUMMARY_COLUMNS = ("steps", "steps_with_advantage", "weights_changed", "rel_l2_delta", "trained", "reward_first",
+                   "reward_mean", "reward_final", "ess_ratio_mean", "top_mass_mean", "entropy_final",
+                   "completion_length_final", "frac_scored_mean", "step_time_s_median")
+
+
+def credit_summary(curves: pd.DataFrame, weights: Mapping[str, Mapping[str, Any]] | None = None) -> pd.DataFrame:
+    """Per run: steps logged and steps with a non-zero advantage, whether the weights moved (from the
+    run's ``weights_delta.json`` in ``weights``, run id -> record), ``trained`` (both), first, mean and
+    final reward, mean ESS ratio and top-10% mass over training, final entropy and response length,
+    median step time. A run without a weights record has ``weights_changed`` unknown (None) and is
+    judged on its steps alone."""
+    weights = weights or {}
     rows = []
     for run, g in curves.groupby("run", sort=False):
         g = g.sort_values("step")
         first = g.iloc[0]
+        delta = weights.get(run)
+        changed = None if delta is None else bool(delta["tensors_changed"] > 0)
+        active_steps = steps_with_advantage(g)
         rows.append({
             **{k: first[k] for k in META_COLUMNS},
             "steps": int(g["step"].max()),
+            "steps_with_advantage": active_steps,
+            "weights_changed": changed,
+            "rel_l2_delta": math.nan if delta is None else delta["rel_l2_delta"],
+            "trained": active_steps > 0 and changed is not False,
+            "reward_first": g["reward"].iloc[0],
             "reward_mean": g["reward"].mean(),
             "reward_final": g["reward"].iloc[-1],
             "ess_ratio_mean": g["ess_ratio"].mean(),
@@ -180,9 +206,7 @@ def credit_summary(curves: pd.DataFrame) -> pd.DataFrame:
             "frac_scored_mean": g["frac_scored"].mean(),
             "step_time_s_median": g["step_time_s"].median(),
         })
-    return pd.DataFrame(rows, columns=[*META_COLUMNS, "steps", "reward_mean", "reward_final", "ess_ratio_mean",
-                                       "top_mass_mean", "entropy_final", "completion_length_final", "frac_scored_mean",
-                                       "step_time_s_median"])
+    return pd.DataFrame(rows, columns=[*META_COLUMNS, *SUMMARY_COLUMNS])
 
 
 def cost_summary(curves: pd.DataFrame) -> pd.DataFrame:
@@ -223,14 +247,51 @@ def _scores_by_index(rows: Sequence[Mapping[str, Any]]) -> dict[int, list[float]
 
 
 def _spread(values: Sequence[float]) -> dict[str, Any]:
+    """Mean, standard deviation, standard error and 95% t-interval of the defined values."""
     x = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
     n = len(x)
+    _, low, high = seed_interval(list(x))
     return {
         "mean": float(x.mean()) if n else math.nan,
         "std": float(x.std(ddof=1)) if n > 1 else math.nan,
         "sem": float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
+        "ci_low": low,
+        "ci_high": high,
         "n": n,
         "n_undefined": len(values) - n,
+    }
+
+
+# Rankings that need no scorer: the trivial orders any scorer's recall must be read against.
+POSITION_BASELINES = {
+    "earliest_first": lambda r_len: [float(-i) for i in range(r_len)],
+    "latest_first": lambda r_len: [float(i) for i in range(r_len)],
+}
+
+
+def oracle_sanity(oracle: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Is the oracle measuring the reasoning, or just breaking the model? Share of reasoning positions
+    whose intervention flips the answer (pooled and per response), and the Spearman correlation of
+    oracle membership with the relative position j / R, pooled over responses (strongly negative: early
+    tokens flip because any early change derails the model; strongly positive: only the last tokens matter).
+    """
+    from oar.metrics import spearman
+
+    member, where = [], []
+    for row in oracle:
+        r_len = int(row["reasoning_len"])
+        causal = {int(i) for i in row["causal"]}
+        member += [1.0 if j in causal else 0.0 for j in range(r_len)]
+        where += [j / max(r_len - 1, 1) for j in range(r_len)]
+    correct = [row.get("correct") for row in oracle]
+    return {
+        "intervention": next((row.get("intervention") for row in oracle if row.get("intervention")), None),
+        "positions": len(member),
+        "flip_rate": float(np.mean(member)) if member else math.nan,
+        "flip_rate_per_response": _spread([len(r["causal"]) / r["reasoning_len"] for r in oracle if r["reasoning_len"]]),
+        "position_spearman": spearman(member, where) if len(member) > 1 else math.nan,
+        "responses_correct": sum(c is True for c in correct),
+        "responses_incorrect": sum(c is False for c in correct),
     }
 
 
@@ -241,7 +302,8 @@ def causal_recall(oracle: Sequence[Mapping[str, Any]], scores: Mapping[str, Sequ
     ``oracle``: rows with ``index``, ``reasoning_len`` and ``causal`` (positions); ``scores``: scorer ->
     rows with ``index`` and ``scores`` (R values). Responses with an empty oracle carry no recall
     (counted in ``empty_oracle``). A chance line is included: the expected recall of a uniformly random
-    top-k, ``E|K ∩ O| / min(k, |O|) = k |O| / R / min(k, |O|)``.
+    top-k, ``E|K ∩ O| / min(k, |O|) = k |O| / R / min(k, |O|)``; so are the trivial position orders of
+    ``POSITION_BASELINES`` (``baselines``), and the oracle's own sanity numbers (:func:`oracle_sanity`).
     """
     from oar.metrics import default_k, recall_at_k
 
@@ -262,8 +324,11 @@ def causal_recall(oracle: Sequence[Mapping[str, Any]], scores: Mapping[str, Sequ
             if len(s) != r_len:
                 raise ValueError(f"scorer {scorer!r}: {len(s)} scores for {r_len} reasoning tokens (response {row['index']})")
             entry[scorer] = recall_at_k(s, causal, k)
+        for name, order in POSITION_BASELINES.items():
+            entry[name] = recall_at_k(order(r_len), causal, k)
         per_response.append(entry)
     summary = {scorer: _spread([e[scorer] for e in per_response]) for scorer in scores}
+    baselines = {name: _spread([e[name] for e in per_response]) for name in POSITION_BASELINES}
     sizes = [len(r["causal"]) / r["reasoning_len"] for r in oracle if r["reasoning_len"]]
     return {
         "fraction": fraction,
@@ -271,6 +336,8 @@ def causal_recall(oracle: Sequence[Mapping[str, Any]], scores: Mapping[str, Sequ
         "empty_oracle": len(oracle) - len(per_response),
         "oracle_share_mean": float(np.mean(sizes)) if sizes else math.nan,
         "chance": _spread(chance),
+        "baselines": baselines,
+        "oracle": oracle_sanity(oracle),
         "summary": summary,
         "per_response": per_response,
     }

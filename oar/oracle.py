@@ -10,6 +10,11 @@ not equivalent (``oar.grading.answers_match``) to the reference answer. Two refe
 - ``"clean"``: the answer of a greedy re-decode of the clean prefix ``prompt | u_1..u_j``, at the
   same position; it isolates the substitution's effect for sampled responses, at twice the cost.
 
+The intervention at position j (``INTERVENTIONS``): ``pad`` (the tokenizer's pad id, as OAR-P), ``space``
+(the single token of " "), ``alternative`` (the model's most likely token at j other than u_j and other
+than a special token), ``delete`` (u_j removed; u_{j+1} is kept and decoding resumes after it) and
+``none`` (u_j kept: a null intervention, whose flips measure the re-decoding's own noise).
+
 Re-decoding is batched: the R prefixes of a response are left-padded into batches of ``batch_size``
 (similar lengths together), each decoded with ``model.generate`` (greedy, no repetition penalty) for at
 most ``remaining + slack_tokens`` new tokens, ``remaining`` being how many content tokens followed the
@@ -18,6 +23,7 @@ prefix in the original response, capped at ``max_new_tokens``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +34,11 @@ from oar.grading import answers_match, extract_answer
 from oar.importance import Probe
 
 REFERENCES = ("response", "clean")
+# What replaces reasoning token j before the rest is re-decoded. OAR-P's scorer always substitutes pad (the
+# method's definition); the oracle's intervention is a separate choice, because a token the model never
+# saw mid-text (pad) can throw a small model off the problem altogether, so that almost every position
+# "flips" the answer. "none" is the null intervention (token j kept): it must flip nothing.
+INTERVENTIONS = ("pad", "space", "alternative", "delete", "none")
 
 
 @dataclass
@@ -39,6 +50,7 @@ class OracleResult:
     causal: list[int]
     answers: list[str | None]
     clean_answers: list[str | None] | None = None
+    intervention: str = "pad"
     tokens_generated: int = 0
     wall_s: float = 0.0
     budgets: list[int] = field(default_factory=list)
@@ -94,6 +106,31 @@ def greedy_continuations(model, prefixes: Sequence[Sequence[int]], budgets: Sequ
     return out
 
 
+def space_token_id(tokenizer) -> int:
+    """The single token of " " (the neutral substitute); an error if " " is not one token."""
+    ids = tokenizer.encode(" ", add_special_tokens=False)
+    if len(ids) != 1:
+        raise ValueError(f"' ' is {len(ids)} tokens for this tokenizer; intervention 'space' needs one")
+    return int(ids[0])
+
+
+@torch.no_grad()
+def alternative_tokens(model, tokenizer, prompt: Sequence[int], response: Sequence[int], positions: Sequence[int]) -> list[int]:
+    """For each position j, the model's most likely token at response position j other than
+    ``response[j]`` and other than a special token (one forward pass of the clean sequence)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt) + list(response)], dtype=torch.long, device=device)
+    logits = model(input_ids=ids).logits[0].float()
+    banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long, device=device)
+    out = []
+    for j in positions:
+        row = logits[len(prompt) + j - 1].clone()
+        row[banned] = -math.inf
+        row[int(response[j])] = -math.inf
+        out.append(int(row.argmax()))
+    return out
+
+
 def _answer(tokenizer, ids: Sequence[int], fallback_last_number: bool) -> str | None:
     text = tokenizer.decode(list(ids), skip_special_tokens=True)
     span = extract_answer(text, fallback_last_number=fallback_last_number)
@@ -115,9 +152,22 @@ def _content_len(tokenizer, response_ids: Sequence[int]) -> int:
     return n
 
 
+def intervened(prompt: Sequence[int], response: Sequence[int], content: int, j: int, intervention: str,
+               substitute: int | None) -> tuple[list[int], int]:
+    """(response tokens kept before re-decoding, how many content tokens they stand for) after the
+    intervention at position j; the model re-decodes from the end of the kept tokens."""
+    if intervention == "none":
+        return list(response[: j + 1]), j + 1
+    if intervention == "delete":
+        kept = list(response[:j]) + list(response[j + 1 : min(j + 2, content)])
+        return kept, min(j + 2, content)
+    return list(response[:j]) + [int(substitute)], j + 1
+
+
 def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", slack_tokens: int = 16,
                   max_new_tokens: int = 256, batch_size: int = 32, fallback_last_number: bool = True,
-                  timeout_s: float = 5.0, positions: Sequence[int] | None = None) -> OracleResult:
+                  timeout_s: float = 5.0, positions: Sequence[int] | None = None,
+                  intervention: str = "pad") -> OracleResult:
     """The oracle causal reasoning positions of one response (see the module docstring).
 
     ``positions`` restricts the positions tried (default: every reasoning token); ``answers`` then holds
@@ -125,6 +175,8 @@ def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", s
     """
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    if intervention not in INTERVENTIONS:
+        raise ValueError(f"intervention must be one of {INTERVENTIONS}, got {intervention!r}")
     started = time.perf_counter()
     was_training = model.training
     model.eval()
@@ -139,20 +191,25 @@ def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", s
         raise ValueError(f"positions must lie in [0, {r_len})")
     ref_answer = _answer(tokenizer, response[:content], fallback_last_number)
 
-    def budget(prefix_len: int) -> int:
-        return max(1, min(max_new_tokens, content - prefix_len + slack_tokens))
+    def budget(consumed: int) -> int:
+        return max(1, min(max_new_tokens, content - consumed + slack_tokens))
 
     try:
-        prefixes = [prompt + response[:j] + [pad_id] for j in todo]
-        budgets = [budget(j + 1) for j in todo]
-        conts = greedy_continuations(model, prefixes, budgets, pad_id, eos_ids, batch_size)
+        if intervention == "alternative":
+            substitutes: list[int | None] = alternative_tokens(model, tokenizer, prompt, response, todo)
+        else:
+            fixed = {"pad": pad_id, "space": space_token_id(tokenizer) if intervention == "space" else None}
+            substitutes = [fixed.get(intervention)] * len(todo)
+        kept = [intervened(prompt, response, content, j, intervention, x) for j, x in zip(todo, substitutes)]
+        budgets = [budget(consumed) for _, consumed in kept]
+        conts = greedy_continuations(model, [prompt + k for k, _ in kept], budgets, pad_id, eos_ids, batch_size)
         tokens = sum(len(c) for c in conts)
-        sub_answers = [_answer(tokenizer, response[:j] + [pad_id] + c, fallback_last_number)
-                       for j, c in zip(todo, conts)]
+        sub_answers = [_answer(tokenizer, k + c, fallback_last_number) for (k, _), c in zip(kept, conts)]
         clean_answers = None
         if reference == "clean":
+            clean_budgets = [budget(j + 1) for j in todo]
             clean_prefixes = [prompt + response[: j + 1] for j in todo]
-            clean = greedy_continuations(model, clean_prefixes, budgets, pad_id, eos_ids, batch_size)
+            clean = greedy_continuations(model, clean_prefixes, clean_budgets, pad_id, eos_ids, batch_size)
             tokens += sum(len(c) for c in clean)
             clean_answers = [_answer(tokenizer, response[: j + 1] + c, fallback_last_number) for j, c in zip(todo, clean)]
     finally:
@@ -169,5 +226,5 @@ def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", s
         if not same_answer(sub_answers[k], target, timeout_s):
             causal.append(j)
     return OracleResult(reasoning_len=r_len, reference_answer=ref_answer, causal=causal, answers=answers,
-                        clean_answers=full_clean, tokens_generated=tokens, wall_s=time.perf_counter() - started,
-                        budgets=[budget(j + 1) for j in range(r_len)])
+                        clean_answers=full_clean, intervention=intervention, tokens_generated=tokens,
+                        wall_s=time.perf_counter() - started, budgets=[budget(j + 1) for j in range(r_len)])

@@ -126,7 +126,7 @@ def _accuracy_markdown(wide: pd.DataFrame, benchmarks: Sequence[str], title: str
             cells = [fmt_cell(r.get(b, math.nan), r.get(f"{b}_ci_low", math.nan), r.get(f"{b}_ci_high", math.nan),
                               scale=1.0) for b in cols]
             rows.append([r["label"], *cells, r["n_seeds"] if r["method"] != "base" else "–",
-                         *[fmt_num(r.get(c), d) for c, _, d in extra]])
+                         *[r.get(c, "–") if d is None else fmt_num(r.get(c), d) for c, _, d in extra]])
         parts.append(f"\n### {model}\n\n" + markdown_table(headers, rows))
         first = g.iloc[0]
         sizes = ", ".join(f"{BENCHMARK_NAMES.get(b, b)} {int(first[f'{b}_problems'])} problems x "
@@ -156,13 +156,54 @@ CREDIT_COLUMNS = (("ess_ratio_mean", "ESS ratio", 3), ("top_mass_mean", "top-10%
                   ("entropy_final", "final entropy", 3))
 
 
+def _variant_key(r: Mapping[str, Any]) -> tuple:
+    return tuple(None if _isnan(r[k]) else r[k] for k in ("model", "method", "tau", "beta", "probe"))
+
+
+def mark_untrained(wide: pd.DataFrame, credit: pd.DataFrame) -> pd.DataFrame:
+    """The guard against comparing untrained models: per variant, the steps with a non-zero advantage of
+    each seed's run (``steps_with_advantage``, e.g. ``"18/20, 19/20"``) and how many of its runs trained
+    nothing (``untrained_runs``: no step with a non-zero advantage, or weights equal to the base
+    model's); the label of a variant with an untrained run says so."""
+    credit = credit.copy()
+    credit["_key"] = [_variant_key(r) for r in credit.to_dict("records")]
+    wide = wide.copy()
+    steps, untrained, labels = [], [], []
+    for r in wide.to_dict("records"):
+        runs = credit[credit["_key"] == _variant_key(r)].sort_values("seed")
+        if r["method"] == "base" or runs.empty:
+            steps.append("–" if r["method"] == "base" else "no training record")
+            untrained.append(0)
+            labels.append(r["label"])
+            continue
+        steps.append(", ".join(f"{int(a)}/{int(n)}" for a, n in zip(runs["steps_with_advantage"], runs["steps"])))
+        bad = int((~runs["trained"].astype(bool)).sum())
+        untrained.append(bad)
+        note = ""
+        if bad == len(runs):
+            note = " – UNTRAINED"
+        elif bad:
+            note = f" – {bad} of {len(runs)} seeds UNTRAINED"
+        labels.append(r["label"] + note)
+    wide["steps_with_advantage"] = steps
+    wide["untrained_runs"] = untrained
+    wide["label"] = labels
+    return wide
+
+
+UNTRAINED_NOTE = ("Steps A≠0: per seed, training steps in which some response had a non-zero advantage, of all "
+                  "steps. A run with none, or whose weights equal the base model's, trained nothing and is marked "
+                  "UNTRAINED: its row measures the base model.\n")
+
+
 def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, methods: Sequence[str] | None = None,
                    show: Sequence[str] = (), credit: pd.DataFrame | None = None,
                    keep=None) -> tuple[pd.DataFrame, str]:
     """The main table, the gating and probe ablations and the controls: (wide CSV frame, Markdown).
 
     ``methods`` keeps only those methods (and the base model row, always first); ``keep`` is an optional
-    row filter on the wide frame; ``credit`` adds the per-variant credit metrics.
+    row filter on the wide frame; ``credit`` (the per-run credit summary) adds the per-variant credit
+    metrics and the training evidence of :func:`mark_untrained`.
     """
     wide = accuracy_wide(acc, benchmarks, show)
     if wide.empty:
@@ -171,12 +212,14 @@ def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, met
         wide = wide[wide["method"].isin(["base", *methods])]
     if keep is not None:
         wide = wide[[bool(keep(r)) for r in wide.to_dict("records")]]
-    extra = ()
+    extra: tuple = ()
     if credit is not None and not credit.empty:
         wide = _join_credit(wide, credit, [c for c, _, _ in CREDIT_COLUMNS])
-        extra = CREDIT_COLUMNS
+        wide = mark_untrained(wide, credit)
+        extra = (("steps_with_advantage", "steps A≠0", None), *CREDIT_COLUMNS)
     wide = wide.reset_index(drop=True)
-    return wide, _accuracy_markdown(wide, benchmarks, title, extra)
+    markdown = _accuracy_markdown(wide, benchmarks, title, extra)
+    return wide, markdown + ("\n" + UNTRAINED_NOTE if extra else "")
 
 
 def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFrame, str]:
@@ -204,22 +247,37 @@ def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFra
     return wide, "".join(parts)
 
 
+def fmt_interval(s: Mapping[str, Any] | None, digits: int = 3) -> str:
+    """``0.412 [0.301, 0.523]`` from a spread record (mean and 95% interval)."""
+    s = s or {}
+    return fmt_cell(s.get("mean"), s.get("ci_low"), s.get("ci_high"), scale=1.0, digits=digits)
+
+
+BASELINE_NAMES = {"earliest_first": "earliest tokens first", "latest_first": "latest tokens first",
+                  "chance": "chance (uniform top-k)"}
+
+
 def recall_table(recall: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
-    rows = []
-    for scorer, s in recall["summary"].items():
-        rows.append({"scorer": scorer, "label": METHOD_NAMES.get(scorer, scorer), "recall_mean": s["mean"],
-                     "recall_std": s["std"], "recall_sem": s["sem"], "n": s["n"]})
-    chance = recall.get("chance") or {}
-    rows.append({"scorer": "chance", "label": "chance (uniform top-k)", "recall_mean": chance.get("mean"),
-                 "recall_std": chance.get("std"), "recall_sem": chance.get("sem"), "n": chance.get("n")})
+    """Recall@10% per scorer with its 95% interval over responses, beside the trivial orders (earliest and
+    latest tokens first) and chance, followed by the oracle's own sanity numbers."""
+    lines = [(scorer, METHOD_NAMES.get(scorer, scorer), s) for scorer, s in recall["summary"].items()]
+    lines += [(name, BASELINE_NAMES[name], s) for name, s in (recall.get("baselines") or {}).items()]
+    lines.append(("chance", BASELINE_NAMES["chance"], recall.get("chance") or {}))
+    rows = [{"scorer": key, "label": label, "recall_mean": s.get("mean"), "ci_low": s.get("ci_low"),
+             "ci_high": s.get("ci_high"), "recall_std": s.get("std"), "n": s.get("n")} for key, label, s in lines]
     frame = pd.DataFrame(rows)
-    md = markdown_table(["Scorer", "recall@10%", "std", "n"],
-                        [[r["label"], fmt_num(r["recall_mean"], 3), fmt_num(r["recall_std"], 3), r["n"]]
-                         for r in rows])
+    md = markdown_table(["Scorer", "recall@10% [95% interval]", "std", "n"],
+                        [[label, fmt_interval(s), fmt_num(s.get("std"), 3), s.get("n")] for _, label, s in lines])
     probe = PROBE_NAMES.get(recall.get("probe"), recall.get("probe"))
-    note = (f"\n{recall['responses']} held-out responses, {recall['empty_oracle']} with no oracle causal token; "
-            f"oracle tokens are {fmt_num(recall.get('oracle_share_mean'), 1, 100)}% of the reasoning tokens on "
-            f"average. Outcome probe of the scorers: {probe}.\n")
+    oracle = recall.get("oracle") or {}
+    note = (f"\n{recall['responses']} held-out responses ({oracle.get('responses_correct', '?')} with a correct answer, "
+            f"{oracle.get('responses_incorrect', '?')} incorrect), {recall['empty_oracle']} with no oracle causal token. "
+            f"Outcome probe of the scorers: {probe}. Intervals: t over responses.\n"
+            f"\nOracle: intervention `{oracle.get('intervention')}`; it flips the answer at "
+            f"{fmt_num(oracle.get('flip_rate'), 1, 100)}% of {oracle.get('positions', '?')} reasoning positions; "
+            f"Spearman of oracle membership with relative position {fmt_num(oracle.get('position_spearman'), 2)} "
+            "(near -1: the oracle mostly marks early tokens, which any early change derails; then "
+            "'earliest tokens first' wins and recall says little about the scorers).\n")
     return frame, "## Causal-token recall\n\n" + md + note
 
 
@@ -228,20 +286,24 @@ def fidelity_table(fidelity: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
     for probe, result in fidelity["probes"].items():
         for scorer, s in result["summary"].items():
             rows.append({"probe": probe, "scorer": scorer, "spearman_mean": s["spearman"]["mean"],
+                         "spearman_ci_low": s["spearman"].get("ci_low"), "spearman_ci_high": s["spearman"].get("ci_high"),
                          "spearman_std": s["spearman"]["std"], "topk_overlap_mean": s["topk_overlap"]["mean"],
+                         "topk_overlap_ci_low": s["topk_overlap"].get("ci_low"),
+                         "topk_overlap_ci_high": s["topk_overlap"].get("ci_high"),
                          "topk_overlap_std": s["topk_overlap"]["std"], "n": s["spearman"]["n"],
                          "n_undefined": s["spearman"]["n_undefined"],
                          "scoring_wall_s": (result.get("wall_s") or {}).get(scorer)})
     frame = pd.DataFrame(rows)
     ref = METHOD_NAMES.get(fidelity["reference"], fidelity["reference"])
     md = markdown_table(
-        ["Probe", "Scorer", f"Spearman with {ref}", "top-10% overlap", "n", "undefined", "scoring s"],
+        ["Probe", "Scorer", f"Spearman with {ref} [95%]", "top-10% overlap [95%]", "n", "undefined", "scoring s"],
         [[PROBE_NAMES.get(r["probe"], r["probe"]), METHOD_NAMES.get(r["scorer"], r["scorer"]),
-          f"{fmt_num(r['spearman_mean'], 3)} ± {fmt_num(r['spearman_std'], 3)}",
-          f"{fmt_num(r['topk_overlap_mean'], 3)} ± {fmt_num(r['topk_overlap_std'], 3)}",
+          fmt_cell(r["spearman_mean"], r["spearman_ci_low"], r["spearman_ci_high"], scale=1.0, digits=3),
+          fmt_cell(r["topk_overlap_mean"], r["topk_overlap_ci_low"], r["topk_overlap_ci_high"], scale=1.0, digits=3),
           r["n"], r["n_undefined"], fmt_num(r["scoring_wall_s"], 1)] for r in rows],
         align="llrrrrr")
-    return frame, f"## Proxy fidelity (against {ref})\n\n" + md + "\nMean ± standard deviation over held-out responses.\n"
+    return frame, (f"## Proxy fidelity (against {ref})\n\n" + md +
+                   "\nMean over held-out responses with a 95% t-interval; n responses with a defined value.\n")
 
 
 def cost_table(cost: pd.DataFrame) -> tuple[pd.DataFrame, str]:

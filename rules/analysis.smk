@@ -29,6 +29,9 @@ rule accuracy:
 rule credit:
     input:
         metrics=lambda wc: metrics_files(GROUPS[wc.group]),
+        weights=lambda wc: [
+            f"{R}/runs/{run}/weights_delta.json" for run in GROUPS[wc.group]
+        ],
     output:
         curves=f"{R}/analysis/credit/{{group}}.csv",
         summary=f"{R}/analysis/credit/{{group}}.summary.csv",
@@ -119,6 +122,7 @@ rule oracle:
         max_new_tokens=config["analysis"]["oracle"]["max_new_tokens"],
         batch_size=config["analysis"]["oracle"]["batch_size"],
         reference=config["analysis"]["oracle"]["reference"],
+        intervention=config["analysis"]["oracle"]["intervention"],
         no_fallback_last_number=not config["training"]["oar"]["fallback_last_number"],
         threads=lambda wc, threads: threads,
     script:

@@ -83,6 +83,25 @@ def test_main_table_markdown_and_csv(acc, tmp_path):
     assert (tmp_path / "t.md").read_text() == md
 
 
+def test_tables_mark_runs_that_trained_nothing(acc, tmp_path):
+    runs = {r: m for r, m in RUNS.items() if r != "m/base"}
+    metrics = {r: write_metrics(tmp_path / r / "metrics.jsonl", 4) for r in runs}
+    # OAR-P seed 1: every step had zero advantage (all-equal rewards in every group)
+    rows = [json.loads(line) for line in metrics["m/oar_p-seed1"].read_text().splitlines()]
+    metrics["m/oar_p-seed1"].write_text("".join(json.dumps({**r, "frac_active": 0.0}) + "\n" for r in rows))
+    moved = {"tensors": 3, "tensors_changed": 3, "rel_l2_delta": 1e-3}
+    weights = {r: moved for r in runs}
+    weights["m/grpo-seed1"] = {"tensors": 3, "tensors_changed": 0, "rel_l2_delta": 0.0}  # weights = base
+    summary = analysis.credit_summary(analysis.training_curves(runs, metrics), weights).set_index("run")
+    assert summary.loc["m/oar_p-seed1", "steps_with_advantage"] == 0 and not summary.loc["m/oar_p-seed1", "trained"]
+    assert summary.loc["m/grpo-seed1", "steps_with_advantage"] == 4  # no frac_active: reward_std > 0 counts
+    assert not summary.loc["m/grpo-seed1", "trained"] and summary.loc["m/grpo-seed0", "trained"]
+    frame, md = tables.accuracy_table(acc, BENCH, "Main table", credit=summary.reset_index())
+    assert list(frame["untrained_runs"]) == [0, 1, 1]
+    assert "| GRPO – 1 of 2 seeds UNTRAINED |" in md and "| OAR-P – 1 of 2 seeds UNTRAINED |" in md
+    assert "4/4, 0/4" in md and "UNTRAINED: its row measures the base model" in md
+
+
 def test_method_labels():
     assert tables.method_label("oar_g", 0.0, 2.0, "as_mean", ("tau",)) == "OAR-G (tau 0, boost-only)"
     assert tables.method_label("oar_g", 1.0, 2.0, "as_mean", ("tau",)) == "OAR-G (tau 1, suppress-only)"
@@ -129,13 +148,31 @@ def test_causal_recall_and_fidelity():
     assert result["summary"]["oar_p"]["mean"] == 1.0
     # position: response 0 hits (k = 1, last token), response 2 misses (k = 2, last two tokens)
     assert result["summary"]["position"]["mean"] == 0.5 and result["summary"]["position"]["n"] == 2
+    # the trivial orders: response 0's causal token is the last (latest first hits), response 2's the first two
+    assert result["baselines"]["latest_first"]["mean"] == 0.5
+    assert result["baselines"]["earliest_first"]["mean"] == 0.5
+    sanity = result["oracle"]
+    assert sanity["positions"] == 40 and sanity["flip_rate"] == pytest.approx(3 / 40)
     frame, md = tables.recall_table(result)
-    assert "chance" in list(frame["scorer"]) and "| OAR-P | 1.000 |" in md
+    assert {"chance", "earliest_first", "latest_first"} <= set(frame["scorer"])
+    assert "| OAR-P | 1.000 [1.000, 1.000] |" in md and "| earliest tokens first | 0.500" in md
+    assert "3 of 40" not in md and "7.5% of 40 reasoning positions" in md
 
     fid = analysis.proxy_fidelity(scores["oar_p"], {"position": scores["position"]})
     s = fid["summary"]["position"]
     assert s["spearman"]["n_undefined"] == 1  # response 1: constant OAR-P scores
     assert s["topk_overlap"]["n"] == 3
+
+
+def test_oracle_sanity_sees_an_oracle_that_marks_early_tokens():
+    # every response: the first half of the positions flip, the second half do not
+    oracle = [{"index": i, "reasoning_len": 10, "causal": list(range(5)), "correct": i % 2 == 0,
+               "intervention": "pad"} for i in range(4)]
+    sanity = analysis.oracle_sanity(oracle)
+    assert sanity["flip_rate"] == 0.5 and sanity["position_spearman"] < -0.8
+    assert (sanity["responses_correct"], sanity["responses_incorrect"], sanity["intervention"]) == (2, 2, "pad")
+    recall = analysis.causal_recall(oracle, {})
+    assert recall["baselines"]["earliest_first"]["mean"] == 1.0 and recall["baselines"]["latest_first"]["mean"] == 0.0
 
 
 def test_recall_checks_lengths():

@@ -3,7 +3,8 @@
 ``params.kind`` selects the job:
 
 - ``accuracy``: evaluation summaries of a registry group -> one CSV row per (run, benchmark);
-- ``credit``: ``metrics.jsonl`` of a group's runs -> training curves (long CSV) and a per-run summary;
+- ``credit``: ``metrics.jsonl`` and ``weights_delta.json`` of a group's runs -> training curves (long CSV)
+  and a per-run summary (with whether each run trained at all);
 - ``cost``: training curves -> median step time per method and its ratio to GRPO;
 - ``recall``: oracle causal tokens + held-out scores -> causal-token recall per scorer (JSON);
 - ``fidelity``: held-out scores -> Spearman and top-10% overlap of each scorer with OAR-P (JSON).
@@ -53,10 +54,13 @@ def accuracy(smk):
 
 
 def credit(smk):
+    import json
+
     metrics = {_run_of(p, 1): p for p in smk.input.metrics}
+    weights = {_run_of(p, 1): json.loads(Path(p).read_text()) for p in smk.input.weights}
     curves = analysis.training_curves(smk.params.runs, metrics)
     _write_csv(curves, smk.output.curves)
-    _write_csv(analysis.credit_summary(curves), smk.output.summary)
+    _write_csv(analysis.credit_summary(curves, weights), smk.output.summary)
     print(f"{len(curves)} logged steps of {len(metrics)} runs -> {smk.output.curves}")
 
 

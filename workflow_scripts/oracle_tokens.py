@@ -1,12 +1,12 @@
-"""Oracle causal tokens of every held-out response (``oar.oracle``): pad substitution + greedy re-decoding.
+"""Oracle causal tokens of every held-out response (``oar.oracle``): an intervention + greedy re-decoding.
 
 Shell::
 
     python workflow_scripts/oracle_tokens.py --model results/models/smollm2 \
         --responses results/analysis/heldout/responses.jsonl --oracle results/analysis/heldout/oracle.jsonl
 
-One JSON line per response: ``index``, ``reasoning_len``, ``causal`` (positions), the answer after each
-substitution, the reference answer, tokens generated and wall time.
+One JSON line per response: ``index``, ``reasoning_len``, ``causal`` (positions), the intervention, the
+answer after each intervention, the reference answer, tokens generated and wall time.
 """
 
 import sys
@@ -17,10 +17,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_model, model_script_parser, read_jsonl, run_cli, write_jsonl  # noqa: E402
 
+from oar.oracle import INTERVENTIONS  # noqa: E402
+
 FLAGS = ("no_fallback_last_number",)
 
 
-DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.oracle``): pad substitution + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.oracle``): an intervention + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
 
 
 def parse_args(argv):
@@ -31,6 +33,8 @@ def parse_args(argv):
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--reference", default="response", choices=("response", "clean"))
+    p.add_argument("--intervention", default="pad", choices=INTERVENTIONS,
+                   help="what replaces each reasoning token before re-decoding (oar.oracle.INTERVENTIONS)")
     return p.parse_args(argv)
 
 
@@ -52,8 +56,9 @@ def main(argv=None):
                              f"now, {row['reasoning_len']} when it was written (other tokenizer or grading?)")
         res = causal_tokens(model, tokenizer, probe, reference=args.reference, slack_tokens=args.slack_tokens,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                            fallback_last_number=fallback)
+                            fallback_last_number=fallback, intervention=args.intervention)
         out.append({"index": row["index"], "reasoning_len": res.reasoning_len, "causal": res.causal,
+                    "intervention": res.intervention, "correct": row.get("correct"),
                     "reference_answer": res.reference_answer, "answers": res.answers,
                     "clean_answers": res.clean_answers, "tokens_generated": res.tokens_generated,
                     "wall_s": res.wall_s})
