@@ -31,7 +31,7 @@ METHOD_NAMES = {
 }
 METHOD_ORDER = tuple(METHOD_NAMES)
 PROBE_NAMES = {"lt_logits": "LT-Logits", "as_mean": "AS-Mean", "as_joint": "AS-Joint"}
-BENCHMARK_NAMES = {"gsm8k_test": "GSM8K", "math500": "MATH500", "math_test": "MATH", "aime24": "AIME24",
+BENCHMARK_NAMES = {"arith_test": "Arith (held-out)", "gsm8k_test": "GSM8K", "math500": "MATH500", "math_test": "MATH", "aime24": "AIME24",
                    "aime25": "AIME25", "amc23": "AMC23", "average": "Avg."}
 
 

@@ -1,0 +1,117 @@
+"""Which training task can the packaged model learn from? Pass rate and mixed groups per candidate.
+
+GRPO learns only from groups whose G rewards are not all equal (mixed groups): every other group has
+advantage 0. For each candidate task this samples G completions per prompt from the base model at the
+training settings (temperature 1, a completion budget) and reports the sampled pass rate, the share of
+mixed groups, the share of completions that finished within the budget and their mean length.
+
+    .venv/bin/python bench/task_candidates.py --model results/models/smollm2 --prompts 12 --group 8 \
+        --max-new-tokens 160 --out results/bench/task_candidates.md
+
+Candidates: the easiest GSM8K train problems (one calculation in the reference solution, shortest
+question first), MATH train level 1, and the generated word problems of ``oar.synthetic`` (one and two
+operations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from oar import synthetic
+from oar.data import iter_jsonl, load_dataset_records, packaged_path
+from oar.generation import TransformersGenerator
+from oar.grading import grade
+from oar.prompting import build_prompts
+
+
+def gsm8k_easy(n: int) -> list[dict]:
+    """GSM8K train problems whose reference solution has one calculation, shortest question first."""
+    raw = {row.data["question"]: row.data["answer"] for row in iter_jsonl(packaged_path("gsm8k_train"))}
+    records = load_dataset_records("gsm8k_train").records
+    easy = [r for r in records if raw[r["problem"]].count("<<") == 1]
+    return sorted(easy, key=lambda r: len(r["problem"]))[:n]
+
+
+def math_level1(n: int) -> list[dict]:
+    records = load_dataset_records("math_train", skip_bad_rows=True).records
+    return [r for r in records if r["level"] == 1][:n]
+
+
+def generated(n: int, level: int) -> list[dict]:
+    return [{"problem": p.problem, "answer": str(p.answer)} for p in synthetic.generate(1000 + level, n, (level,))]
+
+
+CANDIDATES = {
+    "gsm8k_easy": gsm8k_easy,
+    "math_level1": math_level1,
+    "arith_1op": lambda n: generated(n, 1),
+    "arith_2op": lambda n: generated(n, 2),
+}
+
+
+def measure(gen: TransformersGenerator, problems: list[dict], group: int, max_new_tokens: int, seed: int) -> dict:
+    prompts = build_prompts([p["problem"] for p in problems], gen.tokenizer, gen.chat)
+    start = time.perf_counter()
+    outs = gen.generate(prompts, n=group, temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    wall = time.perf_counter() - start
+    rewards, finished, lengths = [], [], []
+    for problem, samples in zip(problems, outs):
+        rewards.append([float(grade(s.text, problem["answer"]).correct) for s in samples])
+        finished += [s.finish_reason == "stop" for s in samples]
+        lengths += [s.num_tokens for s in samples]
+    mixed = [0 < sum(r) < len(r) for r in rewards]
+    return {
+        "prompts": len(problems),
+        "pass_rate": sum(map(sum, rewards)) / sum(map(len, rewards)),
+        "mixed_groups": sum(mixed) / len(mixed),
+        "finished": sum(finished) / len(finished),
+        "mean_tokens": sum(lengths) / len(lengths),
+        "tokens_per_s": sum(lengths) / wall,
+        "wall_s": wall,
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    p.add_argument("--prompts", type=int, default=12)
+    p.add_argument("--group", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="Markdown table (also printed); a .json beside it holds the raw numbers")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    gen = TransformersGenerator(args.model, batch_size=args.batch_size, device="cpu", dtype="float32")
+    rows = {}
+    for name in args.candidates:
+        rows[name] = measure(gen, CANDIDATES[name](args.prompts), args.group, args.max_new_tokens, args.seed)
+        print(name, json.dumps(rows[name]), file=sys.stderr, flush=True)
+    lines = [
+        f"G = {args.group} samples per prompt, temperature 1, at most {args.max_new_tokens} new tokens, "
+        f"{args.prompts} prompts per candidate, seed {args.seed}.",
+        "",
+        "| candidate | pass rate | mixed groups | finished | mean tokens | tokens/s |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in rows.items():
+        lines.append(f"| {name} | {r['pass_rate']:.3f} | {r['mixed_groups']:.2f} | {r['finished']:.2f} | "
+                     f"{r['mean_tokens']:.0f} | {r['tokens_per_s']:.0f} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(table + "\n")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
