@@ -122,7 +122,7 @@ def build_probe(
         reasoning_len = bisect.bisect_right(ends, span.reasoning_end)
         first = bisect.bisect_right(ends, span.start)  # first token ending after the answer starts
         last = bisect.bisect_left(starts, span.end)  # tokens starting before the answer ends
-        answer = tuple(response_ids[first:last])
+        answer = _answer_ids(tokenizer, text, starts, ends, response_ids, first, last, span.start, span.end)
     return Probe(
         prompt_ids=tuple(prompt_ids),
         response_ids=tuple(response_ids),
@@ -131,6 +131,27 @@ def build_probe(
         answer_ids=answer,
         answer_kind=span.kind if span is not None and answer else None,
     )
+
+
+def _answer_ids(tokenizer, text, starts, ends, ids, first, last, start, end) -> tuple[int, ...]:
+    """The answer text ``text[start:end]`` as the response's own tokens ``ids[first:last]``, except at
+    a boundary token that straddles the answer's edge (SmolLM2's ``{\\`` holds the brace of ``\\boxed{``
+    and the backslash of ``\\frac``): only its part inside the answer is kept, encoded on its own, so
+    ``conclude + answer`` spells the box and the answer each exactly once."""
+    if first >= last:
+        return ()
+    head_cut, tail_cut = starts[first] < start, ends[last - 1] > end
+    if not head_cut and not tail_cut:
+        return tuple(ids[first:last])
+
+    def encode(piece: str) -> list[int]:
+        return tokenizer(piece, add_special_tokens=False)["input_ids"] if piece else []
+
+    if first == last - 1:  # one token holds the whole answer and more
+        return tuple(encode(text[start:end]))
+    head = encode(text[start : ends[first]]) if head_cut else [ids[first]]
+    tail = encode(text[starts[last - 1] : end]) if tail_cut else [ids[last - 1]]
+    return tuple(head + list(ids[first + 1 : last - 1]) + tail)
 
 
 def build_probes(

@@ -151,12 +151,11 @@ class OARTrainer(GRPOTrainer):
         # Share of responses with A != 0: a step where it is 0 trains nothing (the guard against
         # untrained comparisons counts such steps).
         stats["frac_active"] = active.float().mean().item()
-        rows = active if active.any() else torch.ones_like(active)
-        stats["ess_ratio"] = ess_ratio(weights, completion_mask)[rows].nanmean().item()
+        # Both are means over the responses with A != 0 (method.md section 8): undefined without one.
         token_adv = advantages[:, None] * weights
-        stats["top_mass"] = (
-            top_mass(token_adv, completion_mask, args.oar_top_fraction)[active].nanmean().item()
-            if active.any()
-            else math.nan
-        )
+        if active.any():
+            stats["ess_ratio"] = ess_ratio(weights, completion_mask)[active].nanmean().item()
+            stats["top_mass"] = top_mass(token_adv, completion_mask, args.oar_top_fraction)[active].nanmean().item()
+        else:
+            stats["ess_ratio"] = stats["top_mass"] = math.nan
         return (None if args.oar_method == "grpo" else weights), stats

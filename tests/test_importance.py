@@ -271,3 +271,32 @@ def test_probes_from_padded_tensors_strip_padding(model_and_tokenizer):
     assert [list(p.prompt_ids) for p in probes] == prompts
     assert [list(p.response_ids) for p in probes] == responses
     assert [tokenizer.decode(p.answer_ids) for p in probes] == ["2", "2"]
+
+
+@pytest.mark.parametrize("answer", ["\\frac{1}{2}", "\\sqrt{3}", "\\dfrac{3}{4}", "2\\sqrt{5}", "\\{1, 2\\}", "\\pi",
+                                    "\\left( 3, \\frac{\\pi}{2} \\right)"])
+def test_latex_answer_appears_once_in_the_probe(packaged_tokenizer, answer):
+    """SmolLM2 has tokens such as '{\\' that straddle the brace of \\boxed{ and the answer's first
+    character: the probe must still read conclude + answer = '...\\boxed{<answer>' exactly."""
+    tokenizer = packaged_tokenizer
+    prompt = tokenizer("Question: simplify.", add_special_tokens=False)["input_ids"]
+    response = f"We simplify step by step, so the result is $\\boxed{{{answer}}}$."
+    ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    (probe,) = build_probes(tokenizer, [prompt], [ids])
+    assert probe.answer_kind == "boxed"
+    assert tokenizer.decode(probe.answer_ids) == answer
+    conclude_and_answer = tokenizer.decode(probe.conclude_ids + probe.answer_ids)
+    assert conclude_and_answer == CONCLUDE_TEXT + answer
+    reasoning = tokenizer.decode(probe.response_ids[: probe.reasoning_len])
+    # reasoning ends before the token that holds the start of \\boxed{ (here ' $\\')
+    assert reasoning == "We simplify step by step, so the result is"
+    # tokens strictly inside the answer are the response's own ids (only a straddling edge is re-encoded)
+    inner = list(probe.answer_ids[1:-1])
+    assert any(ids[i : i + len(inner)] == inner for i in range(len(ids))), (inner, ids)
+
+
+def test_straddling_token_is_present_in_the_packaged_tokenizer(packaged_tokenizer):
+    """The case above is real: '\\boxed{\\frac' has a token holding both '{' and '\\'."""
+    ids = packaged_tokenizer("\\boxed{\\frac{1}{2}}", add_special_tokens=False)["input_ids"]
+    pieces = [packaged_tokenizer.decode([i]) for i in ids]
+    assert "{\\" in pieces, pieces

@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import signal
 import subprocess
@@ -236,6 +237,25 @@ def test_score_all_scores_zero_advantage_rows_without_changing_them(tiny_model_d
     assert trainer._metrics["train"]["oar/frac_scored"][-1] * len(inputs) == pytest.approx(with_reasoning)
     flat = torch.tensor([r["problem_id"] in FLAT_PROBLEMS for r in inputs])
     assert torch.equal(batch["advantages"][flat], torch.zeros_like(batch["advantages"][flat]))
+
+
+def flat_reward(completions, **kwargs):
+    """Every completion gets 0: every group has A = 0."""
+    return [0.0] * len(completions)
+
+
+def test_credit_statistics_are_undefined_without_an_advantage(tiny_model_dir, tmp_path):
+    """ESS and top-10% mass are means over responses with A != 0: with none, both are nan, even when
+    score_all reshapes the (zero-advantage) rows' weights."""
+    trainer = make_trainer(tiny_model_dir, tmp_path, reward=flat_reward, oar_method="position", oar_score_all=True)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(generation_batch(trainer))
+    assert not batch["advantages"].any()
+    metrics = trainer._metrics["train"]
+    assert metrics["oar/frac_scored"][-1] > 0  # the rows were scored and gated
+    assert math.isnan(metrics["oar/ess_ratio"][-1])
+    assert math.isnan(metrics["oar/top_mass"][-1])
+    assert metrics["oar/frac_active"][-1] == 0.0  # the step the untrained-run guard counts as empty
 
 
 def test_weights_delta_tells_a_trained_model_from_its_base(tiny_model_dir, tmp_path):

@@ -1,0 +1,378 @@
+"""The run registry: a validated workflow config -> run ids, resolved run settings and the targets.
+
+A run id is ``<model>/<method>[-tau<tau>-beta<beta>][-<probe>]-seed<seed>``: the settings a method
+ignores are left out of its id and set to the defaults in its settings (GRPO ignores tau, beta and the
+probe; entropy, position and random ignore the probe), so identical settings are one run whichever
+table asks for them. Every downstream file is keyed by the run id.
+
+The config is the one Snakemake holds after ``snakemake.utils.validate`` filled in the schema's
+defaults (``config/schema.yaml``). ``rules/common.smk`` builds one :class:`Registry` and turns it into
+rule inputs, outputs and wildcards; this module never imports Snakemake, so the logic is tested
+directly (``tests/test_registry.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random")
+GATED = METHODS[1:]  # methods whose weights come from the bi-level gate
+USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # methods whose scores read an outcome probe
+BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
+GROUPS = ("main", "gating", "grid", "probes", "controls")
+RESOURCE_KINDS = (
+    "prepare_model", "prepare_data", "train", "evaluate", "heldout", "oracle", "score", "analysis", "plot",
+)
+# table name -> the registry group whose runs it compares
+GROUP_TABLES = {
+    "main_table": "main",
+    "ablation_gating": "gating",
+    "ablation_grid": "grid",
+    "ablation_probe": "probes",
+    "controls": "controls",
+}
+EVAL_KEYS = ("limit", "max_new_tokens", "backend", "batch_size", "dtype", "chat", "seed", "n_boot")
+
+
+class ConfigError(ValueError):
+    """A config the workflow cannot run; the message starts with ``config error at <key>:``."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"config error at {key}: {message}")
+        self.key = key
+
+
+def deep_merge(base: Mapping | None, override: Mapping | None) -> dict:
+    """``base`` with ``override`` merged in recursively (neither is modified)."""
+    out = copy.deepcopy(dict(base or {}))
+    for key, value in (override or {}).items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def fmt_float(x: float) -> str:
+    """2 -> '2.0', 0.4 -> '0.4': the spelling of tau and beta in run ids."""
+    return repr(float(x))
+
+
+def model_of(run: str) -> str:
+    return run.split("/", 1)[0]
+
+
+def is_base(run: str) -> bool:
+    return run.rsplit("/", 1)[-1] == BASE
+
+
+def cli(**options: Any) -> str:
+    """'--key value ...' (shell-quoted) from keyword options; None and False are left out, True is a
+    bare flag, a list gives several values."""
+    out: list[str] = []
+    for key, value in options.items():
+        opt = f"--{key.replace('_', '-')}"
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(opt)
+        elif isinstance(value, (list, tuple)):
+            out += [opt, *map(str, value)]
+        else:
+            out += [opt, str(value)]
+    return " ".join(shlex.quote(x) for x in out)
+
+
+def write_settings(path: str, settings: Mapping) -> None:
+    """One run's resolved settings as YAML (train.py --settings), written atomically."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        yaml.safe_dump(dict(settings), f, sort_keys=False)
+    os.replace(tmp, path)
+
+
+class Registry:
+    """Run ids, settings, evaluations, tables and figures of one validated config.
+
+    ``trainer_keys`` are the keys a ``trainer`` section may hold (the schema's ``$defs.trainer``).
+    Construction checks what the schema cannot express and raises :class:`ConfigError` naming the key.
+    """
+
+    def __init__(self, config: Mapping, trainer_keys: Iterable[str]):
+        self.config = config
+        self.results = config["results"]
+        self.trainer_keys = tuple(trainer_keys)
+        self.check()
+        self.runs, self.groups = self._build()
+        self.benchmarks = list(config["evaluation"]["benchmarks"])
+        analysis = config["analysis"]
+        self.recall, self.fidelity, self.heatmap = analysis["recall"], analysis["fidelity"], analysis["heatmap"]
+        # cost and training curves compare GRPO, OAR and the controls when the controls are trained
+        self.cost_group = "controls" if self.groups["controls"] else "main"
+        self.tables = self._enabled_tables()
+        self.figures = self._enabled_figures()
+
+    # ------------------------------------------------------------------------------- paths
+
+    def model_names(self) -> list[str]:
+        return list(self.config["models"])
+
+    def model_dir(self, name: str) -> str:
+        return f"{self.results}/models/{name}"
+
+    def data_file(self, name: str) -> str:
+        return f"{self.results}/data/{name}.jsonl"
+
+    def score_file(self, scorer: str, probe: str) -> str:
+        return f"{self.results}/analysis/heldout/scores/{scorer}-{probe}.jsonl"
+
+    def analysis_model(self) -> str:
+        return self.config["analysis"]["model"] or self.model_names()[0]
+
+    # ------------------------------------------------------------------------------ checks
+
+    def check(self) -> None:
+        """Cross-key checks that a JSON schema cannot express; each error names its key."""
+        config = self.config
+        models, data = set(config["models"]), config["data"]
+        if config["training"]["dataset"] not in data:
+            raise ConfigError(
+                "training.dataset", f"{config['training']['dataset']!r} is not prepared: add it under `data`"
+            )
+        for b in config["evaluation"]["benchmarks"]:
+            if b not in data:
+                raise ConfigError("evaluation.benchmarks", f"{b!r} is not prepared: add it under `data`")
+        for b in config["evaluation"]["per_benchmark"]:
+            if b not in config["evaluation"]["benchmarks"]:
+                raise ConfigError(f"evaluation.per_benchmark.{b}", "not in evaluation.benchmarks")
+        heldout = config["analysis"]["heldout"]["dataset"]
+        if heldout not in data:
+            raise ConfigError("analysis.heldout.dataset", f"{heldout!r} is not prepared: add it under `data`")
+        if config["analysis"]["model"] is not None and config["analysis"]["model"] not in models:
+            raise ConfigError("analysis.model", f"{config['analysis']['model']!r} is not a key of `models`")
+        for name, spec in data.items():
+            if spec["source"] == "local" and "path" not in spec:
+                raise ConfigError(f"data.{name}.path", "source 'local' needs a path")
+        for group in GROUPS:
+            for m in config["runs"][group].get("models") or []:
+                if m not in models:
+                    raise ConfigError(f"runs.{group}.models", f"{m!r} is not a key of `models`")
+        for name in config["models"]:
+            trainer = self.trainer_settings(name)
+            unknown = set(trainer) - set(self.trainer_keys)
+            if unknown:
+                raise ConfigError(f"models.{name}.trainer", f"unknown keys {sorted(unknown)} (use {self.trainer_keys})")
+            if trainer["per_device_train_batch_size"] % trainer["num_generations"]:
+                where = f"models.{name}.trainer" if config["models"][name]["trainer"] else "training.trainer"
+                raise ConfigError(
+                    f"{where}.per_device_train_batch_size",
+                    f"{trainer['per_device_train_batch_size']} is not a multiple of "
+                    f"num_generations = {trainer['num_generations']}",
+                )
+        fidelity = config["analysis"]["fidelity"]
+        if fidelity["reference"] in fidelity["scorers"]:
+            raise ConfigError("analysis.fidelity.scorers", "lists the reference scorer itself")
+
+    # ------------------------------------------------------------------------ run settings
+
+    def trainer_settings(self, model: str) -> dict:
+        return deep_merge(self.config["training"]["trainer"], self.config["models"][model]["trainer"])
+
+    def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> str:
+        oar = self.config["training"]["oar"]
+        parts = [method]
+        if method in GATED:
+            tau = oar["tau"] if tau is None else tau
+            beta = oar["beta"] if beta is None else beta
+            parts.append(f"tau{fmt_float(tau)}-beta{fmt_float(beta)}")
+        if method in USES_PROBE:
+            parts.append(oar["probe"] if probe is None else probe)
+        parts.append(f"seed{seed}")
+        return f"{model}/{'-'.join(parts)}"
+
+    def run_settings(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> dict:
+        """Fully resolved settings of one run (what workflow_scripts/train.py reads)."""
+        config = self.config
+        oar = copy.deepcopy(config["training"]["oar"])
+        if method in GATED:
+            oar["tau"] = float(oar["tau"] if tau is None else tau)
+            oar["beta"] = float(oar["beta"] if beta is None else beta)
+        if method in USES_PROBE and probe is not None:
+            oar["probe"] = probe
+        return {
+            "run_id": self.run_id(model, method, seed, tau, beta, probe),
+            "method": method,
+            "seed": int(seed),
+            "model": self.model_dir(model),
+            "train_file": self.data_file(config["training"]["dataset"]),
+            "train_limit": config["training"]["limit"],
+            "model_dtype": config["models"][model].get("model_dtype") or config["training"]["model_dtype"],
+            "oar": oar,
+            "trainer": self.trainer_settings(model),
+        }
+
+    def _group_models(self, spec: Mapping) -> list[str]:
+        return spec.get("models") or self.model_names()
+
+    def _group_seeds(self, spec: Mapping) -> list[int]:
+        return spec.get("seeds") or self.config["runs"]["seeds"]
+
+    def _expand_group(self, group: str) -> list[dict]:
+        """Run settings (in a stable order) that one registry group declares."""
+        spec = self.config["runs"][group]
+        default_tau = float(self.config["training"]["oar"]["tau"])
+        out = []
+        for model in self._group_models(spec):
+            for seed in self._group_seeds(spec):
+                if group in ("main", "controls"):
+                    out += [self.run_settings(model, m, seed) for m in spec["methods"]]
+                elif group == "gating":
+                    # the training tau is the bi-level arm beside boost-only and suppress-only
+                    taus = sorted({float(t) for t in spec["taus"]} | {default_tau})
+                    out += [self.run_settings(model, m, seed, tau=t) for m in spec["methods"] for t in taus]
+                elif group == "grid":
+                    out += [
+                        self.run_settings(model, m, seed, tau=t, beta=b)
+                        for m in spec["methods"] for t in spec["taus"] for b in spec["betas"]
+                    ]
+                elif group == "probes":
+                    out += [self.run_settings(model, m, seed, probe=p) for m in spec["methods"] for p in spec["probes"]]
+        return out
+
+    def _build(self) -> tuple[dict[str, dict], dict[str, list[str]]]:
+        runs: dict[str, dict] = {}
+        groups: dict[str, list[str]] = {}
+        for group in GROUPS:
+            settings = self._expand_group(group)
+            if group == "controls" and settings:
+                # the controls table compares against GRPO and the main OAR runs
+                settings = self._expand_group("main") + settings
+            if group in ("gating", "grid", "probes") and settings:
+                # every ablation table has GRPO as its reference row
+                spec = self.config["runs"][group]
+                settings = [
+                    self.run_settings(model, "grpo", seed)
+                    for model in self._group_models(spec) for seed in self._group_seeds(spec)
+                ] + settings
+            ids: list[str] = []
+            for s in settings:
+                if s["run_id"] in runs and runs[s["run_id"]] != s:
+                    raise RuntimeError(f"run id {s['run_id']} names two different settings (a bug in oar.registry)")
+                runs[s["run_id"]] = s
+                if s["run_id"] not in ids:
+                    ids.append(s["run_id"])
+            groups[group] = ids
+        return runs, groups
+
+    def run_meta(self, runs: Iterable[str]) -> dict[str, dict]:
+        """What tables need to know of each run: model, method, tau, beta, probe, seed."""
+        meta = {}
+        for run in runs:
+            if is_base(run):
+                meta[run] = {"model": model_of(run), "method": "base"}
+                continue
+            s = self.runs[run]
+            meta[run] = {
+                "model": model_of(run),
+                "method": s["method"],
+                "tau": s["oar"]["tau"] if s["method"] in GATED else None,
+                "beta": s["oar"]["beta"] if s["method"] in GATED else None,
+                "probe": s["oar"]["probe"] if s["method"] in USES_PROBE else None,
+                "seed": s["seed"],
+            }
+        return meta
+
+    # -------------------------------------------------------------------------- evaluation
+
+    def eval_settings(self, model: str, benchmark: str) -> dict:
+        """Evaluation options of one model on one benchmark: evaluation <- per_benchmark <- model."""
+        ev = self.config["evaluation"]
+        out = {k: ev[k] for k in EVAL_KEYS if k in ev}
+        out.update(ev["per_benchmark"].get(benchmark, {}))
+        out.update(self.config["models"][model]["evaluation"])
+        return {k: v for k, v in out.items() if v is not None}
+
+    def eval_runs(self, group: str | None = None) -> list[str]:
+        """Run ids evaluated for a group (None: every run), each model's base first."""
+        ids = list(self.runs) if group is None else self.groups[group]
+        names = self.model_names()
+        models = sorted({model_of(r) for r in ids}, key=names.index)
+        return [f"{m}/{BASE}" for m in models] + ids
+
+    def summaries(self, runs: Iterable[str]) -> list[str]:
+        return [f"{self.results}/eval/{run}/{bench}/summary.json" for run in runs for bench in self.benchmarks]
+
+    def metrics_files(self, runs: Iterable[str]) -> list[str]:
+        return [f"{self.results}/runs/{run}/metrics.jsonl" for run in runs if not is_base(run)]
+
+    # ------------------------------------------------------------------- tables and figures
+
+    def _enabled_tables(self) -> list[str]:
+        names = [n for n, g in GROUP_TABLES.items() if self.groups[g]]
+        names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
+        if self.fidelity["scorers"] and self.fidelity["probes"]:
+            names.append("fidelity")
+        return names
+
+    def _enabled_figures(self) -> list[str]:
+        names = ["training_curves", "cost_bars"]
+        if self.groups["grid"]:
+            names.append("grid_heatmap")
+        if self.recall["scorers"]:
+            names.append("recall_bars")
+        if self.heatmap["scorers"]:
+            names.append("token_heatmap")
+        return names
+
+    def table_files(self, *names: str) -> list[str]:
+        return [f"{self.results}/tables/{n}.{ext}" for n in names if n in self.tables for ext in ("csv", "md")]
+
+    def figure_files(self, *names: str) -> list[str]:
+        return [f"{self.results}/figures/{n}.{ext}" for n in names if n in self.figures for ext in ("png", "pdf")]
+
+    # ------------------------------------------------------------------------- resources
+
+    def resource_set(self, kind: str, model: str | None = None) -> dict:
+        """Resources of one kind of job: default <- the kind's <- the model's override of the kind."""
+        res = self.config["resources"]
+        out = dict(res["default"])
+        out.update(res.get(kind) or {})
+        if model is not None:
+            out.update(self.config["models"][model]["resources"].get(kind) or {})
+        return out
+
+    def threads_vary_by_model(self, kind: str) -> bool:
+        return any("threads" in (self.config["models"][m]["resources"].get(kind) or {}) for m in self.model_names())
+
+    # --------------------------------------------------------------------- command lines
+
+    def against(self, dataset: str) -> list[str]:
+        """Benchmarks a dataset is checked against for overlap: only the training set is checked."""
+        if dataset != self.config["training"]["dataset"]:
+            return []
+        tests = self.benchmarks + [self.config["analysis"]["heldout"]["dataset"]]
+        return [self.data_file(b) for b in dict.fromkeys(tests) if b != dataset]
+
+    def prepare_data_options(self, dataset: str) -> dict:
+        """Options of workflow_scripts/prepare_data.py for one dataset (input and output files aside)."""
+        spec = self.config["data"][dataset]
+        return dict(
+            dataset=dataset,
+            source=spec["source"],
+            path=spec.get("path"),
+            fields=spec.get("fields"),
+            hub_id=spec.get("hub_id"),
+            hub_config=spec.get("hub_config"),
+            hub_split=spec.get("hub_split"),
+            levels=spec.get("levels"),
+            limit=spec.get("limit"),
+            shuffle_seed=spec.get("shuffle_seed"),
+            skip_bad_rows=spec.get("skip_bad_rows"),
+            on_overlap=self.config["training"]["on_overlap"] if dataset == self.config["training"]["dataset"] else None,
+        )

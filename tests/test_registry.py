@@ -1,0 +1,197 @@
+"""oar.registry without Snakemake's DAG: run ids, deduplication of identical settings, the runs each
+table asks for, evaluation options, resources, command-line options and config errors naming the key.
+
+The config is filled in with the schema's defaults by snakemake.utils.validate, as the Snakefile does."""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from oar.registry import ConfigError, Registry, cli, is_base, model_of, write_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "config" / "schema.yaml"
+TRAINER_KEYS = tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"])
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / name).read_text())
+
+
+def resolved(cfg: dict) -> dict:
+    """The config as the workflow sees it: validated, schema defaults filled in."""
+    validate = pytest.importorskip("snakemake.utils").validate
+    cfg = copy.deepcopy(cfg)
+    validate(cfg, str(SCHEMA))
+    return cfg
+
+
+def registry(cfg: dict | None = None) -> Registry:
+    return Registry(resolved(load("config.yaml") if cfg is None else cfg), TRAINER_KEYS)
+
+
+GRPO = "smollm2/grpo-seed0"
+OAR_G = "smollm2/oar_g-tau0.4-beta2.0-as_mean-seed0"
+
+
+def test_default_run_ids():
+    reg = registry()
+    assert sorted(reg.runs) == sorted([
+        GRPO,
+        "smollm2/oar_p-tau0.4-beta2.0-as_mean-seed0",
+        OAR_G,
+        "smollm2/oar_g-tau0.0-beta2.0-as_mean-seed0",
+        "smollm2/oar_g-tau1.0-beta2.0-as_mean-seed0",
+        "smollm2/oar_g-tau0.4-beta1.0-as_mean-seed0",
+        "smollm2/oar_g-tau0.7-beta1.0-as_mean-seed0",
+        "smollm2/oar_g-tau0.7-beta2.0-as_mean-seed0",
+        "smollm2/oar_g-tau0.4-beta2.0-lt_logits-seed0",
+        "smollm2/oar_g-tau0.4-beta2.0-as_joint-seed0",
+        "smollm2/grad_norm-tau0.4-beta2.0-as_mean-seed0",
+        "smollm2/entropy-tau0.4-beta2.0-seed0",  # entropy, position, random ignore the probe
+        "smollm2/position-tau0.4-beta2.0-seed0",
+        "smollm2/random-tau0.4-beta2.0-seed0",
+    ])
+
+
+def test_identical_settings_are_one_run():
+    reg = registry()
+    # GRPO is every ablation's reference row, and the gating, grid and probe ablations each contain the
+    # main table's OAR-G run (training tau, beta and probe): one run id, one training job
+    for group in ("main", "gating", "grid", "probes", "controls"):
+        assert GRPO in reg.groups[group]
+    for group in ("main", "gating", "grid", "probes"):
+        assert OAR_G in reg.groups[group]
+    assert len(reg.runs) == len({r for ids in reg.groups.values() for r in ids}) == 14
+    for ids in reg.groups.values():
+        assert len(ids) == len(set(ids))
+
+
+def test_each_table_asks_for_its_runs():
+    reg = registry()
+    assert reg.groups["main"] == [GRPO, "smollm2/oar_p-tau0.4-beta2.0-as_mean-seed0", OAR_G]
+    assert reg.groups["gating"] == [GRPO, "smollm2/oar_g-tau0.0-beta2.0-as_mean-seed0", OAR_G,
+                                    "smollm2/oar_g-tau1.0-beta2.0-as_mean-seed0"]
+    assert reg.groups["probes"] == [GRPO, "smollm2/oar_g-tau0.4-beta2.0-lt_logits-seed0", OAR_G,
+                                    "smollm2/oar_g-tau0.4-beta2.0-as_joint-seed0"]
+    assert len(reg.groups["grid"]) == 1 + 2 * 2
+    assert reg.groups["controls"][:3] == reg.groups["main"] and len(reg.groups["controls"]) == 7
+    # evaluations: the base model first, then the group's runs, on every benchmark
+    assert reg.eval_runs("gating") == ["smollm2/base", *reg.groups["gating"]]
+    assert reg.summaries(["smollm2/base"]) == ["results/eval/smollm2/base/gsm8k_test/summary.json",
+                                               "results/eval/smollm2/base/math500/summary.json"]
+    assert reg.metrics_files(reg.eval_runs("main")) == [f"results/runs/{r}/metrics.jsonl" for r in reg.groups["main"]]
+    assert reg.tables == ["main_table", "ablation_gating", "ablation_grid", "ablation_probe", "controls", "cost",
+                          "causal_recall", "fidelity"]
+    assert reg.table_files("ablation_probe") == ["results/tables/ablation_probe.csv", "results/tables/ablation_probe.md"]
+
+
+def test_empty_groups_drop_their_tables_and_figures():
+    cfg = load("config.yaml")
+    for group in ("grid", "controls"):
+        cfg["runs"][group] = {"methods": []}
+    reg = registry(cfg)
+    assert reg.groups["grid"] == [] and reg.groups["controls"] == []
+    assert "ablation_grid" not in reg.tables and "controls" not in reg.tables
+    assert "grid_heatmap" not in reg.figures and reg.figure_files("grid_heatmap") == []
+    assert reg.cost_group == "main"
+    assert len(reg.runs) == 14 - 3 - 4  # the three grid-only runs and the four controls are gone
+
+
+def test_run_settings_resolve_what_a_method_ignores():
+    reg = registry()
+    grpo, entropy = reg.runs[GRPO], reg.runs["smollm2/entropy-tau0.4-beta2.0-seed0"]
+    assert grpo["method"] == "grpo" and grpo["seed"] == 0
+    assert grpo["model"] == "results/models/smollm2" and grpo["train_file"] == "results/data/gsm8k_train.jsonl"
+    assert grpo["oar"]["probe"] == entropy["oar"]["probe"] == "as_mean"
+    probe = reg.runs["smollm2/oar_g-tau0.4-beta2.0-as_joint-seed0"]
+    assert probe["oar"]["probe"] == "as_joint" and probe["oar"]["tau"] == 0.4
+    grid = reg.runs["smollm2/oar_g-tau0.7-beta1.0-as_mean-seed0"]
+    assert (grid["oar"]["tau"], grid["oar"]["beta"]) == (0.7, 1.0)
+    assert grid["trainer"]["num_generations"] == 4
+
+
+def test_model_overrides_and_seeds():
+    cfg = load("config.yaml")
+    cfg["models"]["other"] = {"source": "tiny", "trainer": {"num_generations": 2},
+                              "evaluation": {"max_new_tokens": 7}, "resources": {"train": {"threads": 3}}}
+    cfg["runs"]["seeds"] = [0, 1]
+    cfg["runs"]["grid"]["models"] = ["other"]
+    cfg["runs"]["grid"]["seeds"] = [5]
+    reg = registry(cfg)
+    assert {model_of(r) for r in reg.groups["grid"]} == {"other"}
+    assert all(r.endswith("-seed5") for r in reg.groups["grid"])
+    assert "smollm2/grpo-seed1" in reg.groups["main"] and "other/grpo-seed1" in reg.groups["main"]
+    assert reg.runs["other/grpo-seed0"]["trainer"]["num_generations"] == 2
+    assert reg.runs[GRPO]["trainer"]["num_generations"] == 4
+    assert reg.eval_settings("other", "math500")["max_new_tokens"] == 7
+    assert reg.eval_settings("smollm2", "math500")["max_new_tokens"] == 80
+    assert reg.resource_set("train", "other")["threads"] == 3 and reg.resource_set("train")["threads"] == 1
+    assert reg.threads_vary_by_model("train") and not reg.threads_vary_by_model("evaluate")
+    assert reg.eval_runs()[:2] == ["smollm2/base", "other/base"] and is_base("other/base")
+
+
+def test_paper_config_has_93_runs():
+    reg = registry(load("paper.yaml"))
+    assert len(reg.runs) == 93
+    assert len(reg.eval_runs()) * len(reg.benchmarks) == 475
+
+
+def test_command_line_options():
+    reg = registry()
+    train = reg.prepare_data_options("gsm8k_train")
+    assert train["source"] == "packaged" and train["on_overlap"] == "exclude"  # the schema default
+    assert reg.prepare_data_options("gsm8k_test")["on_overlap"] is None
+    assert reg.against("gsm8k_train") == ["results/data/gsm8k_test.jsonl", "results/data/math500.jsonl"]
+    assert reg.against("math500") == []
+    line = cli(dataset="x y", skip_bad_rows=True, limit=None, quiet=False, levels=[3, 4])
+    assert shlex.split(line) == ["--dataset", "x y", "--skip-bad-rows", "--levels", "3", "4"]
+
+
+def test_write_settings_round_trips(tmp_path):
+    reg = registry()
+    path = tmp_path / "settings.yaml"
+    write_settings(str(path), reg.runs[OAR_G])
+    assert yaml.safe_load(path.read_text()) == reg.runs[OAR_G]
+    assert not (tmp_path / "settings.yaml.tmp").exists()
+
+
+def _set(cfg: dict, path: str, value) -> dict:
+    cfg = copy.deepcopy(cfg)
+    *parents, last = path.split(".")
+    node = cfg
+    for k in parents:
+        node = node.setdefault(k, {})
+    node[last] = value
+    return cfg
+
+
+@pytest.mark.parametrize("path, value, key", [
+    ("training.dataset", "math12k", "training.dataset"),
+    ("evaluation.benchmarks", ["gsm8k_test", "aime24"], "evaluation.benchmarks"),
+    ("evaluation.per_benchmark", {"amc23": {"n": 2}}, "evaluation.per_benchmark.amc23"),
+    ("analysis.heldout.dataset", "math12k", "analysis.heldout.dataset"),
+    ("analysis.model", "qwen", "analysis.model"),
+    ("runs.controls.models", ["qwen"], "runs.controls.models"),
+    ("training.trainer.per_device_train_batch_size", 6, "training.trainer.per_device_train_batch_size"),
+    ("models.smollm2.trainer", {"num_generations": 3}, "models.smollm2.trainer.per_device_train_batch_size"),
+    ("analysis.fidelity.scorers", ["oar_p", "oar_g"], "analysis.fidelity.scorers"),
+])
+def test_config_error_names_the_key(path, value, key):
+    cfg = _set(load("config.yaml"), path, value)
+    with pytest.raises(ConfigError, match=rf"^config error at {key}: ") as err:
+        registry(cfg)
+    assert err.value.key == key
+
+
+def test_unknown_trainer_key_is_named():
+    cfg = load("config.yaml")
+    reg_cfg = resolved(cfg)
+    reg_cfg["models"]["smollm2"]["trainer"] = {"max_stpes": 3}  # past the schema, as a model override
+    with pytest.raises(ConfigError, match=r"models.smollm2.trainer: unknown keys \['max_stpes'\]"):
+        Registry(reg_cfg, TRAINER_KEYS)
