@@ -127,23 +127,28 @@ def grid_heatmap(acc: pd.DataFrame, benchmarks: Sequence[str], paths: Sequence[s
 
 
 def recall_bars(recall: Mapping[str, Any], paths: Sequence[str | os.PathLike]) -> None:
-    """Causal-token recall@10% per scorer (mean and standard error over responses), with the chance line."""
-    names = _order(list(recall["summary"]))
-    means = [recall["summary"][n]["mean"] for n in names]
-    sems = [recall["summary"][n]["sem"] for n in names]
+    """Causal-token recall@10% per scorer (mean and standard error over responses), then the trivial
+    orders (earliest / latest tokens first, hatched), with the chance line."""
+    baselines = recall.get("baselines") or {}
+    spreads = {**recall["summary"], **baselines}
+    names = [*_order(list(recall["summary"])), *baselines]
+    means = [spreads[n]["mean"] for n in names]
+    sems = [spreads[n]["sem"] for n in names]
     fig, ax = plt.subplots(figsize=(1.1 * len(names) + 2, 3.6))
     x = np.arange(len(names))
     ax.bar(x, [m if m is not None else np.nan for m in means],
-           yerr=[s if s is not None else 0 for s in sems], capsize=3,
-           color=[COLORS.get(n, "#777777") for n in names])
+           yerr=[s if s is not None and not math.isnan(s) else 0 for s in sems], capsize=3,
+           color=[COLORS.get(n, "#777777") for n in names],
+           hatch=["//" if n in baselines else "" for n in names], edgecolor="white")
     chance = (recall.get("chance") or {}).get("mean")
     if chance is not None and not math.isnan(chance):
         ax.axhline(chance, color="black", ls="--", lw=1, label=f"chance ({chance:.2f})")
         ax.legend(frameon=False, fontsize=8)
-    ax.set_xticks(x, [METHOD_NAMES.get(n, n) for n in names])
+    labels = {"earliest_first": "earliest\nfirst", "latest_first": "latest\nfirst"}
+    ax.set_xticks(x, [labels.get(n, METHOD_NAMES.get(n, n)) for n in names])
     ax.set_ylabel("recall@10%")
     ax.set_ylim(0, 1.05)
-    n = max((recall["summary"][k]["n"] for k in names), default=0)
+    n = max((spreads[k]["n"] for k in names), default=0)
     ax.set_title(f"oracle causal-token recall ({n} responses)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
