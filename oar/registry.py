@@ -163,6 +163,9 @@ class Registry:
             for m in config["runs"][group].get("models") or []:
                 if m not in models:
                     raise ConfigError(f"runs.{group}.models", f"{m!r} is not a key of `models`")
+            for b in config["runs"][group].get("benchmarks") or []:
+                if b not in config["evaluation"]["benchmarks"]:
+                    raise ConfigError(f"runs.{group}.benchmarks", f"{b!r} is not in evaluation.benchmarks")
         for name in config["models"]:
             trainer = self.trainer_settings(name)
             unknown = set(trainer) - set(self.trainer_keys)
@@ -305,8 +308,17 @@ class Registry:
         models = sorted({model_of(r) for r in ids}, key=names.index)
         return [f"{m}/{BASE}" for m in models] + ids
 
-    def summaries(self, runs: Iterable[str]) -> list[str]:
-        return [f"{self.results}/eval/{run}/{bench}/summary.json" for run in runs for bench in self.benchmarks]
+    def group_benchmarks(self, group: str) -> list[str]:
+        """Benchmarks a group's runs are evaluated on: its own ``benchmarks``, else every benchmark (an
+        ablation can be compared on the in-distribution split alone, which is what it changes)."""
+        return list(self.config["runs"][group].get("benchmarks") or self.benchmarks)
+
+    def table_benchmarks(self, table: str) -> list[str]:
+        return self.group_benchmarks(GROUP_TABLES[table]) if table in GROUP_TABLES else list(self.benchmarks)
+
+    def summaries(self, runs: Iterable[str], benchmarks: Iterable[str] | None = None) -> list[str]:
+        benches = list(self.benchmarks if benchmarks is None else benchmarks)
+        return [f"{self.results}/eval/{run}/{bench}/summary.json" for run in runs for bench in benches]
 
     def metrics_files(self, runs: Iterable[str]) -> list[str]:
         return [f"{self.results}/runs/{run}/metrics.jsonl" for run in runs if not is_base(run)]

@@ -6,7 +6,7 @@
 
 rule accuracy:
     input:
-        summaries=lambda wc: summaries(eval_runs(wc.group)),
+        summaries=lambda wc: summaries(eval_runs(wc.group), group_benchmarks(wc.group)),
     output:
         csv=f"{R}/analysis/accuracy/{{group}}.csv",
     log:
@@ -21,7 +21,7 @@ rule accuracy:
     params:
         kind="accuracy",
         runs=lambda wc: run_meta(eval_runs(wc.group)),
-        benchmarks=BENCHMARKS,
+        benchmarks=lambda wc: group_benchmarks(wc.group),
     script:
         "../workflow_scripts/analyze.py"
 

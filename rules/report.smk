@@ -25,7 +25,7 @@ rule table:
     resources:
         **rule_resources("plot"),
     params:
-        benchmarks=BENCHMARKS,
+        benchmarks=lambda wc: table_benchmarks(wc.name),
         main_methods=config["runs"]["main"]["methods"],
         default_tau=config["training"]["oar"]["tau"],
         default_beta=config["training"]["oar"]["beta"],

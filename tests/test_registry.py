@@ -91,6 +91,20 @@ def test_each_table_asks_for_its_runs():
     assert reg.table_files("ablation_probe") == ["results/tables/ablation_probe.csv", "results/tables/ablation_probe.md"]
 
 
+def test_a_group_can_be_evaluated_on_fewer_benchmarks():
+    cfg = load("config.yaml")
+    everything = list(cfg["evaluation"]["benchmarks"])
+    cfg["runs"]["gating"]["benchmarks"] = everything[:1]
+    reg = registry(cfg)
+    assert reg.group_benchmarks("gating") == everything[:1] and reg.group_benchmarks("main") == everything
+    assert reg.table_benchmarks("ablation_gating") == everything[:1] and reg.table_benchmarks("cost") == everything
+    assert reg.summaries(["smollm2/base"], reg.group_benchmarks("gating")) == [
+        f"results/eval/smollm2/base/{everything[0]}/summary.json"]
+    cfg["runs"]["gating"]["benchmarks"] = ["aime24"]
+    with pytest.raises(ConfigError, match=r"^config error at runs.gating.benchmarks: 'aime24' is not in"):
+        registry(cfg)
+
+
 def test_empty_groups_drop_their_tables_and_figures():
     cfg = load("config.yaml")
     for group in ("grid", "controls"):
