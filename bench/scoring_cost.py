@@ -53,7 +53,7 @@ def all_copies_in_one_batch(model, probe, kind: str, full_logits: bool) -> torch
     clean = outcome_from_logits(model(ids, logits_to_keep=keep).logits, kind, answer)
     r = probe.reasoning_len
     copies = ids.repeat(r, 1)
-    copies[torch.arange(r), probe.reasoning_start + torch.arange(r)] = model.config.pad_token_id
+    copies[torch.arange(r), probe.reasoning_start + torch.arange(r)] = probe.pad_id
     logits = model(copies, logits_to_keep=0 if full_logits else keep).logits[:, -keep:]
     other = outcome_from_logits(logits, kind, None if answer is None else answer.expand(r, -1))
     expanded = type(clean)(

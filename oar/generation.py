@@ -197,12 +197,16 @@ class VLLMGenerator:
     """
 
     def __init__(self, model_dir: str | Path, dtype: str = "auto", seed: int = 0, chat: bool | None = None,
-                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-                 tensor_parallel_size: int = 1):
+                 gpu_memory_utilization: float = 0.5, enforce_eager: bool = False,
+                 max_model_len: int | None = None, tensor_parallel_size: int = 1):
+        # 0.5, not vLLM's 0.9: vLLM fails at start-up when that share of the GPU is not free (a shared
+        # GPU, a training job beside it); enforce_eager skips CUDA-graph capture (less memory, quicker start).
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         from vllm import LLM  # imported here: vLLM exists only in the GPU environment
 
         kwargs: dict[str, Any] = dict(model=str(model_dir), dtype=dtype, seed=seed,
-                                      gpu_memory_utilization=gpu_memory_utilization,
+                                      gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                                       tensor_parallel_size=tensor_parallel_size, generation_config="vllm")
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len

@@ -51,6 +51,7 @@ class Probe:
     conclude_ids: tuple[int, ...]
     answer_ids: tuple[int, ...]  # the model's own answer-span tokens; empty when there is no answer
     answer_kind: str | None = None  # "boxed", "last_number" or None
+    pad_id: int = field(kw_only=True)  # what OAR-P and the oracle substitute: pad_token_id(tokenizer)
 
     @property
     def has_answer(self) -> bool:
@@ -65,6 +66,16 @@ class Probe:
     @property
     def reasoning_start(self) -> int:
         return len(self.prompt_ids)
+
+
+def pad_token_id(tokenizer) -> int:
+    """The id substituted for a reasoning token by OAR-P and the oracle: the tokenizer's pad token
+    (method.md section 4). A tokenizer without one (many base models) falls back to its eos, the token
+    TRL and transformers pad with then. The model config's pad id is never read: it may disagree."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ValueError("the tokenizer has neither a pad nor an eos token: OAR-P and the oracle substitute the pad id")
+    return int(pad)
 
 
 def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, list[int], list[int]]:
@@ -130,6 +141,7 @@ def build_probe(
         conclude_ids=tuple(conclude_ids),
         answer_ids=answer,
         answer_kind=span.kind if span is not None and answer else None,
+        pad_id=pad_token_id(tokenizer),
     )
 
 
@@ -347,14 +359,12 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def _pad_id(model) -> int:
-    pad = model.config.pad_token_id
-    if pad is None:
-        pad = model.config.eos_token_id
-        pad = pad[0] if isinstance(pad, (list, tuple)) else pad
-    if pad is None:
-        raise ValueError("the model config has neither pad_token_id nor eos_token_id: OAR-P needs a pad token")
-    return int(pad)
+def _batch_pad_id(probes: Sequence[Probe]) -> int:
+    """The pad id of a batch of probes (one tokenizer, one pad id)."""
+    ids = {p.pad_id for p in probes}
+    if len(ids) != 1:
+        raise ValueError(f"probes of one batch carry different pad ids {sorted(ids)}")
+    return ids.pop()
 
 
 def _keep(probe: Probe, kind: str) -> int:
@@ -431,7 +441,7 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     ``probe[:prompt + j0]`` and only runs the suffix; and only the last ``A + 1`` logits are computed.
     """
     device = _device(model)
-    pad_id = _pad_id(model)
+    pad_id = _batch_pad_id(probes)
     results = []
     for probe, kind in zip(probes, kinds):
         ids = torch.tensor([probe.ids(kind)], device=device)
@@ -482,7 +492,7 @@ def _embedding_gradients(
     nothing is accumulated into (or cleared from) any parameter's ``.grad``.
     """
     device = _device(model)
-    pad_id = _pad_id(model)
+    pad_id = _batch_pad_id(probes)
     embed = model.get_input_embeddings()
     generator = torch.Generator(device="cpu").manual_seed(config.seed)
     seqs = [p.ids(k) for p, k in zip(probes, kinds)]
@@ -555,7 +565,7 @@ def grad_norm_scores(model, probes: Sequence[Probe], kinds: Sequence[str], confi
 def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
     """Policy entropy of the distribution each reasoning token was sampled from (GTPO-style control)."""
     device = _device(model)
-    pad_id = _pad_id(model)
+    pad_id = _batch_pad_id(probes)
     # The real sequence prompt | reasoning; position t's token was drawn from the logits one earlier.
     seqs = [list(p.prompt_ids) + list(p.response_ids[: p.reasoning_len]) for p in probes]
     results: list[Tensor | None] = [None] * len(probes)

@@ -62,13 +62,6 @@ def _eos_ids(model, tokenizer) -> list[int]:
     return eos_token_ids(model, tokenizer)
 
 
-def _pad_id(model, tokenizer) -> int:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
-    if pad is None:
-        raise ValueError("the tokenizer has no pad token: the oracle substitutes the pad id")
-    return int(pad)
-
-
 @torch.no_grad()
 def greedy_continuations(model, prefixes: Sequence[Sequence[int]], budgets: Sequence[int], pad_id: int,
                          eos_ids: Sequence[int], batch_size: int = 32) -> list[list[int]]:
@@ -180,7 +173,7 @@ def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", s
     started = time.perf_counter()
     was_training = model.training
     model.eval()
-    pad_id = _pad_id(model, tokenizer)
+    pad_id = probe.pad_id  # the tokenizer's pad (oar.importance.pad_token_id), as OAR-P substitutes
     eos_ids = _eos_ids(model, tokenizer)
     prompt = list(probe.prompt_ids)
     response = list(probe.response_ids)

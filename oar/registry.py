@@ -37,7 +37,9 @@ GROUP_TABLES = {
     "ablation_probe": "probes",
     "controls": "controls",
 }
-EVAL_KEYS = ("limit", "max_new_tokens", "backend", "batch_size", "dtype", "chat", "seed", "n_boot")
+EVAL_KEYS = ("limit", "max_new_tokens", "backend", "batch_size", "dtype", "chat", "seed", "n_boot",
+             "gpu_memory_utilization", "enforce_eager")
+VLLM_ONLY_KEYS = ("gpu_memory_utilization", "enforce_eager")  # left out of transformers command lines
 
 
 class ConfigError(ValueError):
@@ -299,6 +301,8 @@ class Registry:
         out = {k: ev[k] for k in EVAL_KEYS if k in ev}
         out.update(ev["per_benchmark"].get(benchmark, {}))
         out.update(self.config["models"][model]["evaluation"])
+        if out.get("backend") != "vllm":
+            out = {k: v for k, v in out.items() if k not in VLLM_ONLY_KEYS}
         return {k: v for k, v in out.items() if v is not None}
 
     def eval_runs(self, group: str | None = None) -> list[str]:

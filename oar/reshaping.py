@@ -47,7 +47,8 @@ def gate(
     reasoning tokens; every other position is exactly 1.0. A row whose reasoning scores are all equal,
     that has no reasoning token, or that holds a non-finite score among its reasoning tokens is all 1.0
     (no signal, so no reshaping). Scores are clamped at 0 (importance is non-negative by definition;
-    tiny negative KL values are float rounding). The weights carry no gradient.
+    tiny negative KL values are float rounding). The gate computes in the scores' dtype, at least
+    float32, and returns weights in the scores' dtype. The weights carry no gradient.
     """
     if scores.shape != reasoning_mask.shape or scores.dim() != 2:
         raise ValueError(
@@ -61,7 +62,9 @@ def gate(
         raise ValueError(f"floor must be in (0, 1], got {floor}")
 
     mask = reasoning_mask.bool()
-    work = scores.detach().float()
+    # The scores' own precision, at least float32: float64 keeps differences float32 would round away.
+    compute = torch.promote_types(scores.dtype, torch.float32) if scores.is_floating_point() else torch.float32
+    work = scores.detach().to(compute)
     finite_row = torch.where(mask, torch.isfinite(work), True).all(dim=1)
     work = torch.where(mask & torch.isfinite(work), work.clamp_min(0.0), torch.zeros_like(work))
 
@@ -84,7 +87,8 @@ def gate(
     renormalised = raw * count / raw.sum(dim=1, keepdim=True).clamp_min(1e-12)
 
     use = mask & reshaped[:, None]
-    return torch.where(use, renormalised, torch.ones_like(renormalised)).to(scores.dtype if scores.is_floating_point() else torch.float32)
+    out_dtype = scores.dtype if scores.is_floating_point() else torch.float32
+    return torch.where(use, renormalised, torch.ones_like(renormalised)).to(out_dtype)
 
 
 def token_advantages(weights: Tensor, advantages: Tensor) -> Tensor:

@@ -241,3 +241,47 @@ def test_evaluate_defaults_follow_the_benchmark(tmp_path):
     g = evaluate.parse_args(base + ["--benchmark-file", "x/gsm8k_test.jsonl", "--n", "4"])
     assert (g.n, g.temperature, g.top_p) == (4, 0.6, 0.95)
     assert a.chunk_size == 1 and g.chunk_size == 2
+
+
+class _VLLMStarted(Exception):
+    pass
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A stand-in for the `vllm` module (it needs a GPU): records what `LLM(...)` is given, then stops."""
+    import sys
+    import types
+
+    seen: dict = {}
+
+    def llm(**kwargs):
+        seen.update(kwargs)
+        raise _VLLMStarted
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=llm))
+    return seen
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ([], {"gpu_memory_utilization": 0.5, "enforce_eager": False}),  # safe default, not vLLM's 0.9
+    (["--gpu-memory-utilization", "0.3", "--enforce-eager"], {"gpu_memory_utilization": 0.3, "enforce_eager": True}),
+])
+def test_evaluate_passes_vllm_memory_options_to_vllm(tiny_model_dir, tmp_path, fake_vllm, extra, expected):
+    bench = tmp_path / "gsm8k_test.jsonl"
+    bench.write_text("".join(json.dumps({**p, "source": "t", "level": None}) + "\n" for p in PROBLEMS))
+    evaluate = load_script("evaluate")
+    argv = ["--model", str(tiny_model_dir), "--benchmark-file", str(bench), "--out-dir", str(tmp_path / "eval"),
+            "--backend", "vllm", "--quiet", *extra]
+    with pytest.raises(_VLLMStarted):
+        evaluate.main(argv)
+    assert {k: fake_vllm[k] for k in expected} == expected
+    assert fake_vllm["model"] == str(tiny_model_dir)
+
+
+def test_vllm_memory_share_out_of_range_is_an_error(tmp_path, capsys):
+    evaluate = load_script("evaluate")
+    with pytest.raises(SystemExit):
+        evaluate.parse_args(["--model", "m", "--benchmark-file", "b.jsonl", "--out-dir", str(tmp_path),
+                             "--gpu-memory-utilization", "1.5"])
+    assert "--gpu-memory-utilization must be in (0, 1]" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from oar.importance import (
     divergence,
     forward_equivalents,
     outcome_from_logits,
+    pad_token_id,
     probes_from_padded,
     score,
 )
@@ -34,6 +35,7 @@ def random_probe(tokenizer, generator, prompt_len, reasoning_len, answer_len, ta
         conclude_ids=tuple(conclude),
         answer_ids=tuple(ids[n:]),
         answer_kind="boxed" if answer_len else None,
+        pad_id=tokenizer.pad_token_id,
     )
 
 
@@ -47,7 +49,7 @@ def direct_oar_p(model, probe: Probe, kind: str) -> torch.Tensor:
         scores = []
         for j in range(probe.reasoning_len):
             changed = list(ids)
-            changed[probe.reasoning_start + j] = model.config.pad_token_id
+            changed[probe.reasoning_start + j] = probe.pad_id
             logits = model(torch.tensor([changed])).logits[:, -keep:]
             scores.append(divergence(clean, outcome_from_logits(logits, kind, answer)).item())
     return torch.tensor(scores)
@@ -194,15 +196,15 @@ def decisive_model():
     model.eval()
     optimiser.zero_grad(set_to_none=True)
     assert loss.item() < 0.1, "the key-copy model did not learn its task"
-    return model, conclude
+    return model, conclude, tokenizer.pad_token_id
 
 
 @pytest.mark.parametrize("kind", ["as_mean", "as_joint"])
 def test_oar_g_tracks_oar_p_when_one_token_decides(decisive_model, kind):
-    model, conclude = decisive_model
+    model, conclude, pad = decisive_model
     ids, where = key_copy_batch(16, conclude, torch.Generator().manual_seed(5))
     probes = [
-        Probe(tuple(r[:4].tolist()), tuple(r[4:16].tolist()), 12, tuple(conclude), (r[-1].item(),), "boxed")
+        Probe(tuple(r[:4].tolist()), tuple(r[4:16].tolist()), 12, tuple(conclude), (r[-1].item(),), "boxed", pad_id=pad)
         for r in ids
     ]
     exact = score("oar_p", model, probes, ScorerConfig(probe=kind)).scores
@@ -300,3 +302,38 @@ def test_straddling_token_is_present_in_the_packaged_tokenizer(packaged_tokenize
     ids = packaged_tokenizer("\\boxed{\\frac{1}{2}}", add_special_tokens=False)["input_ids"]
     pieces = [packaged_tokenizer.decode([i]) for i in ids]
     assert "{\\" in pieces, pieces
+
+
+@pytest.mark.parametrize("config_pad", [None, 7])
+def test_oar_p_substitutes_the_tokenizers_pad_whatever_the_model_config_says(config_pad):
+    """One pad rule (method.md section 4: the tokenizer's pad), also for a model config without a pad
+    id or with another one: the config is never read."""
+    model, tokenizer = build_tiny_model(seed=0)
+    model.config.pad_token_id = config_pad
+    assert tokenizer.pad_token_id != tokenizer.eos_token_id  # a fallback to eos would change the scores
+    prompt = tokenizer("Question: what is 3 + 16?", add_special_tokens=False)["input_ids"]
+    response = tokenizer("3 + 16 = 19 so \\boxed{19}", add_special_tokens=False)["input_ids"]
+    (probe,) = build_probes(tokenizer, [prompt], [response + [tokenizer.eos_token_id]])
+    assert probe.pad_id == tokenizer.pad_token_id
+    ids = probe.ids("as_mean")
+    keep, answer = len(probe.answer_ids) + 1, torch.tensor([probe.answer_ids])
+    with torch.no_grad():
+        clean = outcome_from_logits(model(torch.tensor([ids])).logits[:, -keep:], "as_mean", answer)
+        expected = []
+        for j in range(probe.reasoning_len):
+            changed = list(ids)
+            changed[probe.reasoning_start + j] = tokenizer.pad_token_id
+            logits = model(torch.tensor([changed])).logits[:, -keep:]
+            expected.append(divergence(clean, outcome_from_logits(logits, "as_mean", answer)).item())
+    got = score("oar_p", model, [probe], ScorerConfig(probe="as_mean")).scores[0, : probe.reasoning_len]
+    torch.testing.assert_close(got, torch.tensor(expected), atol=1e-5, rtol=1e-4)
+
+
+def test_pad_rule_falls_back_to_eos_and_fails_without_either():
+    _, tokenizer = build_tiny_model(seed=0)
+    assert pad_token_id(tokenizer) == tokenizer.pad_token_id
+    tokenizer.pad_token = None
+    assert pad_token_id(tokenizer) == tokenizer.eos_token_id
+    tokenizer.eos_token = None
+    with pytest.raises(ValueError, match="neither a pad nor an eos token"):
+        pad_token_id(tokenizer)

@@ -209,3 +209,16 @@ def test_unknown_trainer_key_is_named():
     reg_cfg["models"]["smollm2"]["trainer"] = {"max_stpes": 3}  # past the schema, as a model override
     with pytest.raises(ConfigError, match=r"models.smollm2.trainer: unknown keys \['max_stpes'\]"):
         Registry(reg_cfg, TRAINER_KEYS)
+
+
+def test_vllm_options_reach_vllm_evaluations_only():
+    reg = registry()
+    assert "gpu_memory_utilization" not in reg.eval_settings("smollm2", "gsm8k_test")  # transformers backend
+    cfg = load("config.yaml")
+    cfg["evaluation"]["backend"] = "vllm"
+    cfg["evaluation"]["per_benchmark"] = {"math500": {"enforce_eager": True, "gpu_memory_utilization": 0.8}}
+    reg = registry(cfg)
+    assert reg.eval_settings("smollm2", "gsm8k_test")["gpu_memory_utilization"] == 0.5  # the schema default
+    options = shlex.split(cli(**reg.eval_settings("smollm2", "math500")))
+    assert "--enforce-eager" in options
+    assert options[options.index("--gpu-memory-utilization") + 1] == "0.8"

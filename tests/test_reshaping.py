@@ -6,11 +6,12 @@ from hypothesis import strategies as st
 from oar.reshaping import gate, token_advantages
 
 
-def reference_gate(scores: list[float], tau: float, beta: float, floor: float = 0.1) -> list[float]:
+def reference_gate(scores: list[float], tau: float, beta: float, floor: float = 0.1,
+                   dtype: torch.dtype = torch.float32) -> list[float]:
     """method.md section 6 for one response, written out step by step."""
-    # float32 like the implementation: the gate is discontinuous at n == theta, so a float64 reference
-    # would disagree on which side of theta a token falls.
-    logs = torch.log1p(torch.tensor(scores, dtype=torch.float32))
+    # In the implementation's dtype (float32 for float32 scores): the gate is discontinuous at
+    # n == theta, so a reference in another precision would disagree on which side of theta a token falls.
+    logs = torch.log1p(torch.tensor(scores, dtype=dtype))
     low, high = logs.min(), logs.max()
     if high == low:
         return [1.0] * len(scores)
@@ -142,3 +143,18 @@ def test_batched_rows_equal_rows_gated_alone(batch, tau, beta):
     for i, r in enumerate(batch):
         alone = gate(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.bool), tau=tau, beta=beta)[0]
         assert torch.allclose(together[i, : len(r)], alone, atol=1e-6)
+
+
+def test_float64_scores_are_gated_in_float64():
+    """Differences of 1e-9 on scores near 1 vanish in float32 (the row would look constant and get
+    weights 1); float64 scores keep them, and low-precision scores are still gated in float32."""
+    scores = [1.0, 1.0 + 1e-9, 1.0 + 2e-9, 1.0 + 4e-9, 1.0 + 8e-9]
+    mask = torch.ones(1, len(scores), dtype=torch.bool)
+    weights = gate(torch.tensor([scores], dtype=torch.float64), mask, tau=0.4, beta=2.0)[0]
+    assert weights.dtype == torch.float64
+    expected = reference_gate(scores, 0.4, 2.0, dtype=torch.float64)
+    assert len(set(expected)) > 1  # reshaped, not all ones
+    assert weights.tolist() == pytest.approx(expected, abs=1e-9)
+    half = gate(torch.tensor([[0.0, 1.0, 3.0, 7.0]], dtype=torch.bfloat16), mask[:, :4], tau=0.5, beta=2.0)
+    assert half.dtype == torch.bfloat16
+    assert half[0].float().tolist() == pytest.approx(reference_gate([0.0, 1.0, 3.0, 7.0], 0.5, 2.0), abs=2e-2)

@@ -36,7 +36,7 @@ from oar.data import MEAN_OF_16, DataError, eval_defaults, read_records  # noqa:
 from oar.evaluation import SUMMARY_FILE, EvalConfigMismatch, EvalSettings, run_generation, summarize  # noqa: E402
 from oar.generation import BACKENDS, make_generator  # noqa: E402
 
-FLAGS = ("no_fallback_last_number", "quiet")
+FLAGS = ("no_fallback_last_number", "quiet", "enforce_eager")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8, help="sequences per generate call (transformers)")
     p.add_argument("--chunk-size", type=int,
                    help="problems per generate call (default: batch-size // n for transformers, 256 for vllm)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+                   help="vllm: share of GPU memory vLLM reserves (default 0.5, safe on a shared GPU)")
+    p.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs (less memory, faster start)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
     p.add_argument("--chat", default="auto", choices=("auto", "yes", "no"),
@@ -66,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the 95%% interval")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
+    if not 0 < args.gpu_memory_utilization <= 1:
+        p.error(f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization}")
     if args.out_dir is None and args.summary is None:
         p.error("give --out-dir or --summary")
     args.out_dir = args.out_dir or str(Path(args.summary).parent)
@@ -111,10 +116,12 @@ def main(argv: list[str] | None = None) -> dict:
         "dtype": args.dtype,
         "chat": args.chat,
     }
+    vllm_options = (dict(gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=args.enforce_eager)
+                    if args.backend == "vllm" else {})
     samples, stats = run_generation(
         problems, args.out_dir,
         lambda: make_generator(args.backend, args.model, batch_size=args.batch_size, device=args.device,
-                               dtype=args.dtype, seed=args.seed, chat=chat),
+                               dtype=args.dtype, seed=args.seed, chat=chat, **vllm_options),
         settings, run_config=run_config, progress=not args.quiet,
     )
     summary = {
