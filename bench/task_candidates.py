@@ -9,8 +9,8 @@ mixed groups, the share of completions that finished within the budget and their
         --max-new-tokens 160 --out results/bench/task_candidates.md
 
 Candidates: the easiest GSM8K train problems (one calculation in the reference solution, shortest
-question first), MATH train level 1, and the generated word problems of ``oar.synthetic`` (one and two
-operations).
+question first), MATH train level 1, and the generated problems of ``oar.synthetic`` (bare expressions,
+one- and two-operation word problems); ``--temperatures`` measures each at several sampling temperatures.
 """
 
 from __future__ import annotations
@@ -50,15 +50,17 @@ def generated(n: int, level: int) -> list[dict]:
 CANDIDATES = {
     "gsm8k_easy": gsm8k_easy,
     "math_level1": math_level1,
+    "arith_bare": lambda n: generated(n, 0),
     "arith_1op": lambda n: generated(n, 1),
     "arith_2op": lambda n: generated(n, 2),
 }
 
 
-def measure(gen: TransformersGenerator, problems: list[dict], group: int, max_new_tokens: int, seed: int) -> dict:
+def measure(gen: TransformersGenerator, problems: list[dict], group: int, max_new_tokens: int, seed: int,
+            temperature: float = 1.0) -> dict:
     prompts = build_prompts([p["problem"] for p in problems], gen.tokenizer, gen.chat)
     start = time.perf_counter()
-    outs = gen.generate(prompts, n=group, temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    outs = gen.generate(prompts, n=group, temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
     wall = time.perf_counter() - start
     rewards, finished, lengths = [], [], []
     for problem, samples in zip(problems, outs):
@@ -87,16 +89,20 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperatures", type=float, nargs="+", default=[1.0], help="sampling temperatures to measure")
     p.add_argument("--out", help="Markdown table (also printed); a .json beside it holds the raw numbers")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     gen = TransformersGenerator(args.model, batch_size=args.batch_size, device="cpu", dtype="float32")
     rows = {}
     for name in args.candidates:
-        rows[name] = measure(gen, CANDIDATES[name](args.prompts), args.group, args.max_new_tokens, args.seed)
-        print(name, json.dumps(rows[name]), file=sys.stderr, flush=True)
+        for temperature in args.temperatures:
+            key = f"{name} (T {temperature:g})"
+            rows[key] = measure(gen, CANDIDATES[name](args.prompts), args.group, args.max_new_tokens, args.seed,
+                                temperature)
+            print(key, json.dumps(rows[key]), file=sys.stderr, flush=True)
     lines = [
-        f"G = {args.group} samples per prompt, temperature 1, at most {args.max_new_tokens} new tokens, "
+        f"G = {args.group} samples per prompt, at most {args.max_new_tokens} new tokens, "
         f"{args.prompts} prompts per candidate, seed {args.seed}.",
         "",
         "| candidate | pass rate | mixed groups | finished | mean tokens | tokens/s |",

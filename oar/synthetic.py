@@ -9,7 +9,8 @@ Generation is deterministic: problem ``i`` of a split depends only on ``(split s
 can be regenerated anywhere, and the train and test splits use different seeds (and are checked for
 overlap by the data preparation like any other pair of sets).
 
-``level`` is the number of operations (1 or 2).
+``level`` is the number of operations of a word problem (1 or 2); level 0 is a bare expression with no
+story ("What is 23 + 45?"), the easiest rung.
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ class Problem:
     answer: int
     level: int
     template: str
+
+
+def _bare(rng: random.Random, name: str, item: str) -> Problem:
+    kind = rng.choice(("add", "sub", "mul"))
+    if kind == "add":
+        a, b = rng.randint(2, 50), rng.randint(2, 50)
+        return Problem(f"What is {a} + {b}?", a + b, 0, "bare_add")
+    if kind == "sub":
+        a = rng.randint(10, 60)
+        b = rng.randint(1, a - 1)
+        return Problem(f"What is {a} - {b}?", a - b, 0, "bare_sub")
+    a, b = rng.randint(2, 9), rng.randint(2, 9)
+    return Problem(f"What is {a} * {b}?", a * b, 0, "bare_mul")
 
 
 def _one_step(rng: random.Random, name: str, item: str) -> Problem:
@@ -76,7 +90,7 @@ def _two_step(rng: random.Random, name: str, item: str) -> Problem:
     return Problem(text, a + b + c, 2, "add_add")
 
 
-_LEVELS: dict[int, Callable[[random.Random, str, str], Problem]] = {1: _one_step, 2: _two_step}
+_LEVELS: dict[int, Callable[[random.Random, str, str], Problem]] = {0: _bare, 1: _one_step, 2: _two_step}
 
 
 def problem(seed: int, index: int, levels: tuple[int, ...] = (1, 2)) -> Problem:
