@@ -129,7 +129,7 @@ class DatasetSpec:
     eval: EvalDefaults | None = None
     parts: tuple[str, ...] = ()  # composite datasets (math12k)
     description: str = ""
-    generated: tuple[int, int] | None = None  # (split seed, rows) of an oar.synthetic split
+    generated: tuple[int, int, tuple[int, ...]] | None = None  # (split seed, rows, levels) of an oar.synthetic split
 
 
 _GSM8K = FieldMap(problem=("question",), answer=(("answer", "hash"),), id=("idx",))
@@ -161,10 +161,10 @@ DATASETS: dict[str, DatasetSpec] = {
                     eval=MEAN_OF_16, description="AIME 2025 I and II, 30 problems"),
         DatasetSpec("amc23", "benchmark", "math-ai/amc23", None, "test", None, _COMPETITION,
                     eval=MEAN_OF_16, description="AMC 2023, 40 problems (answers stored as floats)"),
-        DatasetSpec("arith_train", "train", None, None, None, None, _GENERATED, generated=(1, 5000),
-                    description="generated one- and two-operation word problems (oar.synthetic), 5,000"),
+        DatasetSpec("arith_train", "train", None, None, None, None, _GENERATED, generated=(1, 5000, (0, 1)),
+                    description="generated bare expressions and one-operation word problems (oar.synthetic), 5,000"),
         DatasetSpec("arith_test", "benchmark", None, None, None, None, _GENERATED, eval=GREEDY,
-                    generated=(2, 1000), description="held-out split of the generated word problems, 1,000"),
+                    generated=(2, 1000, (0, 1)), description="held-out split of the generated problems, 1,000"),
     ]
 }
 BENCHMARKS = tuple(n for n, s in DATASETS.items() if s.role == "benchmark" and n != "math_test")
@@ -445,11 +445,11 @@ def load_dataset_records(
     elif source == "generated":
         if spec.generated is None:
             raise DataError(f"dataset {name!r} is not generated; use one of {', '.join(SOURCES[:3])}")
-        seed, count = spec.generated
-        loc = f"generated:oar.synthetic seed {seed}, {count} rows"
+        seed, count, levels = spec.generated
+        loc = f"generated:oar.synthetic seed {seed}, {count} rows, levels {list(levels)}"
         rows = (RawRow(f"{loc}:row {i}", i, {"id": str(i), "problem": p.problem, "answer": str(p.answer),
                                                       "level": p.level})
-                for i, p in enumerate(synthetic.generate(seed, count)))
+                for i, p in enumerate(synthetic.generate(seed, count, levels)))
         sha = {}
     elif source == "hub":
         hid = hub_id or spec.hub_id

@@ -35,13 +35,13 @@ class Problem:
 def _bare(rng: random.Random, name: str, item: str) -> Problem:
     kind = rng.choice(("add", "sub", "mul"))
     if kind == "add":
-        a, b = rng.randint(2, 50), rng.randint(2, 50)
+        a, b = rng.randint(2, 60), rng.randint(2, 60)
         return Problem(f"What is {a} + {b}?", a + b, 0, "bare_add")
     if kind == "sub":
-        a = rng.randint(10, 60)
+        a = rng.randint(10, 99)
         b = rng.randint(1, a - 1)
         return Problem(f"What is {a} - {b}?", a - b, 0, "bare_sub")
-    a, b = rng.randint(2, 9), rng.randint(2, 9)
+    a, b = rng.randint(2, 12), rng.randint(2, 12)
     return Problem(f"What is {a} * {b}?", a * b, 0, "bare_mul")
 
 
