@@ -161,10 +161,10 @@ DATASETS: dict[str, DatasetSpec] = {
                     eval=MEAN_OF_16, description="AIME 2025 I and II, 30 problems"),
         DatasetSpec("amc23", "benchmark", "math-ai/amc23", None, "test", None, _COMPETITION,
                     eval=MEAN_OF_16, description="AMC 2023, 40 problems (answers stored as floats)"),
-        DatasetSpec("arith_train", "train", None, None, None, None, _GENERATED, generated=(1, 5000, (0, 1)),
-                    description="generated bare expressions and one-operation word problems (oar.synthetic), 5,000"),
+        DatasetSpec("arith_train", "train", None, None, None, None, _GENERATED, generated=(1, 5000, (0,)),
+                    description="generated bare expressions (oar.synthetic level 0), 5,000"),
         DatasetSpec("arith_test", "benchmark", None, None, None, None, _GENERATED, eval=GREEDY,
-                    generated=(2, 1000, (0, 1)), description="held-out split of the generated problems, 1,000"),
+                    generated=(2, 1000, (0,)), description="held-out split of the generated problems, 1,000"),
     ]
 }
 BENCHMARKS = tuple(n for n, s in DATASETS.items() if s.role == "benchmark" and n != "math_test")
