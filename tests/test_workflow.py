@@ -239,7 +239,7 @@ def _mutate(cfg: dict, path: str, value) -> dict:
         ("training.trainer.max_stpes", 3, "max_stpes"),
         ("runs.seedz", [0], "seedz"),
         ("data.gsm8k_train.source", "ftp", "data.gsm8k_train.source"),
-        ("evaluation.benchmarks", ["gsm8k_test", "aime24"], "evaluation.benchmarks"),
+        ("evaluation.benchmarks", ["gsm8k_test", "math_test"], "evaluation.benchmarks"),
         ("training.trainer.per_device_train_batch_size", 6, "training.trainer.per_device_train_batch_size"),
         ("runs.controls.models", ["qwen"], "runs.controls.models"),
         ("analysis.heldout.dataset", "math12k", "analysis.heldout.dataset"),

@@ -3,7 +3,8 @@
 Shell::
 
     python workflow_scripts/prepare_data.py --dataset gsm8k_test --source packaged --out results/data/gsm8k_test.jsonl
-    python workflow_scripts/prepare_data.py --dataset aime24 --source local --path aime24.jsonl \
+    python workflow_scripts/prepare_data.py --dataset aime24 --out results/data/aime24.jsonl  # shipped copy
+    python workflow_scripts/prepare_data.py --dataset aime24 --source local --path my_aime24.jsonl \
         --out results/data/aime24.jsonl
     python workflow_scripts/prepare_data.py --dataset math12k --source packaged --skip-bad-rows \
         --levels 3 4 5 --limit 256 --shuffle-seed 0 --against results/data/math500.jsonl \
@@ -33,7 +34,8 @@ FLAGS = ("skip_bad_rows",)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
-    p.add_argument("--source", default="packaged", choices=SOURCES)
+    p.add_argument("--source", choices=SOURCES,
+                   help="default: shipped for aime24, aime25 and amc23 (copies in oar/benchmarks), else packaged")
     p.add_argument("--path", help="file for source 'local' (.jsonl or .parquet)")
     p.add_argument("--fields", help="field mapping, e.g. problem=question,answer=answer,id=idx"
                                     " (answer=solution:boxed, answer=answer:hash for other formats)")
