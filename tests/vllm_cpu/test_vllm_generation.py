@@ -11,8 +11,6 @@ pytest.importorskip("vllm")
 from oar.generation import TransformersGenerator, VLLMGenerator  # noqa: E402
 from oar.prompting import build_prompt  # noqa: E402
 
-from .conftest import PROMPTS  # noqa: E402
-
 MAX_NEW_TOKENS = 24
 
 
@@ -24,9 +22,9 @@ def vllm_generator(vllm_model_dir):
     gc.collect()
 
 
-def test_greedy_text_is_token_identical_to_transformers_in_fp32(vllm_model_dir, vllm_generator):
+def test_greedy_text_is_token_identical_to_transformers_in_fp32(vllm_model_dir, vllm_generator, problems):
     reference = TransformersGenerator(vllm_model_dir, batch_size=4, device="cpu", dtype="float32")
-    prompts = [build_prompt(p, reference.tokenizer) for p in PROMPTS]
+    prompts = [build_prompt(p, reference.tokenizer) for p in problems]
     expected = reference.generate(prompts, max_new_tokens=MAX_NEW_TOKENS)
     got = vllm_generator.generate(prompts, max_new_tokens=MAX_NEW_TOKENS)
     assert len(prompts) >= 8
@@ -37,8 +35,8 @@ def test_greedy_text_is_token_identical_to_transformers_in_fp32(vllm_model_dir, 
     assert any(o[0].num_tokens > 1 for o in got)  # the comparison covers real decoding, not one token
 
 
-def test_seeded_sampling_is_reproducible(vllm_generator):
-    prompts = [build_prompt(p, vllm_generator.tokenizer) for p in PROMPTS[:4]]
+def test_seeded_sampling_is_reproducible(vllm_generator, problems):
+    prompts = [build_prompt(p, vllm_generator.tokenizer) for p in problems[:4]]
     kwargs = dict(n=4, temperature=1.0, top_p=0.95, max_new_tokens=16)
     first = vllm_generator.generate(prompts, seed=11, **kwargs)
     again = vllm_generator.generate(prompts, seed=11, **kwargs)

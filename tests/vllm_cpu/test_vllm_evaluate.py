@@ -12,15 +12,13 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from .conftest import PROMPTS  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_evaluate_script_runs_the_vllm_backend(vllm_model_dir, tmp_path):
+def test_evaluate_script_runs_the_vllm_backend(vllm_model_dir, problems, tmp_path):
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps({"id": f"b/{i}", "problem": p, "answer": str(i)}) + "\n"
-                             for i, p in enumerate(PROMPTS[:4])))
+                             for i, p in enumerate(problems[:4])))
     out = tmp_path / "eval"
     command = [sys.executable, str(REPO / "workflow_scripts" / "evaluate.py"), "--model", str(vllm_model_dir),
                "--benchmark-file", str(bench), "--out-dir", str(out), "--backend", "vllm", "--dtype", "float32",
