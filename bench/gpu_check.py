@@ -198,7 +198,8 @@ def main() -> None:
     lines = [
         f"GPU check: {args.shape} shape ({parameter_count(model) / 1e6:,.1f} M parameters, random weights) on "
         f"{device}, {dtype} weights{' + bf16 autocast' if on_gpu else ''}; {args.batch} completions x "
-        f"{args.response_tokens} tokens (forced) per step, G = {args.num_generations}, every response scored; "
+        f"{args.response_tokens} tokens (forced) per step, G = {args.num_generations}, "
+        "every response scored by the OAR methods; "
         f"model folder built in {build_s:.0f} s",
         "",
         "| method | generate s | score s | update s | step s | step / GRPO | tokens / response | scored | peak MiB |",

@@ -102,17 +102,19 @@ def main(method: str, model_dir: Path, out: Path) -> None:
     greedy_same = 0
     for prompt, request in zip(prompts, greedy, strict=True):
         with torch.no_grad():
-            reference = trained.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            ones = torch.ones(1, len(prompt), dtype=torch.long)
+            reference = trained.generate(torch.tensor([prompt]), attention_mask=ones,
                                          max_new_tokens=16, do_sample=False, eos_token_id=tokenizer.eos_token_id,
-                                         pad_token_id=tokenizer.pad_token_id)[0, len(prompt):].tolist()
-        greedy_same += list(request.outputs[0].token_ids) == reference
+                                         pad_token_id=tokenizer.pad_token_id)
+        greedy_same += list(request.outputs[0].token_ids) == reference[0, len(prompt):].tolist()
     runner = llm.llm_engine.model_executor.driver_worker.model_runner
     weight_mismatch, engine_dtype = engine_weight_mismatch(runner.get_model(), trained)
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     print(json.dumps({"method": method, "syncs_at_steps": syncs, "steps": [m["step"] for m in metrics],
                       "frac_scored": [m["frac_scored"] for m in metrics],
                       "max_logprob_diff_trained": diff_trained, "max_logprob_diff_untrained": diff_untrained,
-                      "engine_dtype": engine_dtype, "weight_mismatch": weight_mismatch, "greedy_same": greedy_same, "prompts": len(prompts)}))
+                      "engine_dtype": engine_dtype, "weight_mismatch": weight_mismatch,
+                      "greedy_same": greedy_same, "prompts": len(prompts)}))
 
 
 if __name__ == "__main__":  # vLLM's engine process is spawned: nothing may run on import
