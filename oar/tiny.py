@@ -59,8 +59,9 @@ def build_tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
 
 
 def build_tiny_model(
-    seed: int = 0, hidden_size: int = 64, num_layers: int = 2
+    seed: int = 0, hidden_size: int = 64, num_layers: int = 2, head_dim: int = 16
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """4 query and 2 key/value heads of ``head_dim`` (vLLM's CPU attention needs ``head_dim >= 32``)."""
     tokenizer = build_tiny_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -69,6 +70,7 @@ def build_tiny_model(
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=head_dim,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,

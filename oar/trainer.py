@@ -27,6 +27,7 @@ from oar.importance import PROBES, SCORERS, ScorerConfig, probes_from_padded, sc
 from oar.memory import PeakMemory
 from oar.metrics import ess_ratio, top_mass
 from oar.reshaping import gate
+from oar.vllm_cpu import install_cpu_weight_sync
 
 METHODS = ("grpo", *sorted(SCORERS))
 
@@ -87,6 +88,22 @@ class OARTrainer(GRPOTrainer):
         if not isinstance(self.args, OARConfig):
             raise TypeError("OARTrainer needs an OARConfig")
         self._memory = PeakMemory()
+        # vLLM's CPU backend cannot take TRL's per-tensor weight sync; see oar.vllm_cpu for why and the fix.
+        install_cpu_weight_sync(self)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # Resuming a multi-process CPU run (gloo): accelerate names each process's device "cpu:0", and
+        # transformers passes it to torch.load as map_location when world_size > 1, which torch cannot
+        # map storages to ("don't know how to restore data location ... cpu:0"). Plain "cpu" is the same
+        # memory; the device is swapped for this load only.
+        device = self.args.device
+        if checkpoint is None or device.type != "cpu" or device.index is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        self.args.__dict__["_setup_devices"] = torch.device("cpu")  # the cached_property behind args.device
+        try:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        finally:
+            self.args.__dict__["_setup_devices"] = device
 
     def _generate_and_score_completions(self, inputs):
         started = time.perf_counter()

@@ -1,0 +1,232 @@
+"""GPU check: step times of GRPO, OAR-G and OAR-P (and the evaluation backends) on a model of real shape.
+
+Made for a CUDA machine with no network and no room for weights: the model is built from a shape below
+with random weights (nothing to download or carry), the tokenizer is the tiny test tokenizer padded with
+placeholder tokens up to the shape's vocabulary, and responses are forced to ``--response-tokens``
+tokens (``min_new_tokens``: random weights would stop at a random eos). Rewards are a hash parity of the
+text, so groups have non-zero advantages, and every response is scored (``score_all``): the timings
+are those of a full step, whatever the model says. Each method trains in its own process, so its peak
+memory is its own. The vLLM evaluation row is timed when vLLM is importable.
+
+    python bench/gpu_check.py                                   # Qwen2.5-1.5B shape, bf16, 1,024 tokens
+    python bench/gpu_check.py --shape tiny --response-tokens 16 --batch 4 --steps 1   # CPU smoke run
+
+Prints a Markdown table (and writes it with ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import torch
+
+# Shapes from the models' published config.json files (Qwen2.5-Math-1.5B has Qwen2.5-1.5B's shape).
+SHAPES = {
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    # head_dim 32: the smallest vLLM's CPU attention takes, so the same shape runs every backend on CPU.
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, vocab_size=None, tie_word_embeddings=True),
+}
+METHODS = ("grpo", "oar_g", "oar_p")
+PARTS = ("time_generate_s", "time_score_s", "time_update_s", "step_time_s")
+
+
+def build_model_folder(shape: str, out: Path, max_positions: int) -> Path:
+    """A Qwen2 model folder of ``shape`` with random weights (bf16 on disk) and a padded tiny tokenizer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from oar.tiny import build_tiny_tokenizer
+
+    if (out / "config.json").exists():
+        return out
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.clean_up_tokenization_spaces = False
+    spec = dict(SHAPES[shape])
+    vocab = spec.pop("vocab_size") or len(tokenizer)
+    # Placeholder tokens fill the vocabulary, so every id the random model samples decodes to something.
+    tokenizer.add_tokens([f"<filler_{i}>" for i in range(vocab - len(tokenizer))])
+    config = Qwen2Config(vocab_size=vocab, max_position_embeddings=max_positions, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **spec)
+    torch.manual_seed(0)
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16 (on the GPU when there is one): seconds, not minutes
+    try:
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = Qwen2ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def parameter_count(model_dir: Path) -> int:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):  # shapes only, no memory
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(p.numel() for p in model.parameters())
+
+
+def write_problems(path: Path, count: int) -> Path:
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(count):
+            a, b = 3 * i + 7, 5 * i + 11
+            problem = f"Tom has {a} apples and buys {b} more each day for {i + 2} days. How many apples does he have?"
+            handle.write(json.dumps({"id": f"check/{i}", "problem": problem, "answer": str(a + b * (i + 2))}) + "\n")
+    return path
+
+
+def hash_parity_reward(completions, **kwargs) -> list[float]:
+    """Varied, deterministic rewards for a random model (it never answers), so advantages are non-zero."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [float(zlib.crc32(t.encode()) % 2) for t in texts]
+
+
+def train_one(settings: dict, out_dir: Path, response_tokens: int) -> None:
+    """``oar.training``'s trainer and metrics file, with forced response lengths and the parity reward."""
+    from oar.trainer import OARTrainer
+    from oar.training import MetricsFile, build_config, load_problems, resolve_settings, training_dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    settings = resolve_settings(settings)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(settings["model"])
+    model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=getattr(torch, settings["model_dtype"]))
+    config = build_config(settings, out_dir / "checkpoints")
+    config.generation_kwargs = {"min_new_tokens": response_tokens}
+    trainer = OARTrainer(model=model, reward_funcs=hash_parity_reward, args=config, processing_class=tokenizer,
+                         train_dataset=training_dataset(load_problems(settings["train_file"], None), tokenizer),
+                         callbacks=[MetricsFile(out_dir / "metrics.jsonl")])
+    trainer.train()
+
+
+def time_method(args, method: str, model: Path, problems: Path, dtype: str) -> dict:
+    out = args.work / method
+    metrics = out / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    settings = {
+        "run_id": f"gpu-check-{method}", "method": method, "seed": 0, "model": str(model),
+        "train_file": str(problems), "model_dtype": dtype, "oar": {"score_all": True},
+        "trainer": {"max_steps": args.steps, "num_generations": args.num_generations,
+                    "per_device_train_batch_size": args.batch, "max_completion_length": args.response_tokens,
+                    "save_steps": 10**6, "gradient_checkpointing": args.gradient_checkpointing},
+    }
+    started = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--one-method", json.dumps(settings), str(out),
+                    "--response-tokens", str(args.response_tokens), "--threads", str(args.threads)], check=True)
+    print(f"{method}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    if len(lines) != args.steps:
+        raise RuntimeError(f"{metrics}: {len(lines)} steps logged, expected {args.steps}")
+    steady = lines[1:] or lines  # step 1 carries one-off warm-up
+    row = {part: statistics.median(line[part] or 0.0 for line in steady) for part in PARTS}
+    row["completion_length"] = statistics.mean(line["completion_length"] for line in lines)
+    row["frac_scored"] = statistics.mean(line["frac_scored"] for line in lines)
+    row["peak_memory_mb"] = max(line["peak_memory_mb"] for line in lines)
+    print(f"{method}: {json.dumps(row)}", file=sys.stderr, flush=True)
+    return row
+
+
+def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
+    from oar.generation import make_generator
+    from oar.prompting import build_prompt
+
+    problems = [json.loads(line)["problem"] for line in (args.work / "problems.jsonl").read_text().splitlines()]
+    extra = {"max_model_len": 256 + args.response_tokens} if backend == "vllm" else {}
+    if backend == "vllm" and torch.cuda.is_available():
+        extra["gpu_memory_utilization"] = 0.5
+    started = time.perf_counter()
+    generator = make_generator(backend, model, batch_size=args.eval_batch, dtype=dtype, **extra)
+    load_s = time.perf_counter() - started
+    prompts = [build_prompt(p, generator.tokenizer) for p in problems[: args.eval_batch]]
+    generator.generate(prompts[:1], max_new_tokens=4)  # warm-up (kernels, graphs)
+    started = time.perf_counter()
+    outputs = generator.generate(prompts, temperature=0.6, top_p=0.95, max_new_tokens=args.response_tokens, seed=0)
+    seconds = time.perf_counter() - started
+    tokens = sum(o.num_tokens for per_prompt in outputs for o in per_prompt)
+    return {"load_s": load_s, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    parser.add_argument("--response-tokens", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=8, help="completions per step (per process)")
+    parser.add_argument("--num-generations", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=2, help="steps per method; step 1 is left out of medians")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                        help="weights: auto = bfloat16 on CUDA (with bf16 autocast), float32 on CPU")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
+    parser.add_argument("--no-eval", action="store_true", help="skip the evaluation rows")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--work", type=Path, default=Path("results/bench/gpu_check"))
+    parser.add_argument("--out", type=Path, help="Markdown table to write")
+    parser.add_argument("--one-method", nargs=2, metavar=("SETTINGS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.one_method:
+        train_one(json.loads(args.one_method[0]), Path(args.one_method[1]), args.response_tokens)
+        return
+    if args.batch % args.num_generations:
+        parser.error("--batch must be a multiple of --num-generations")
+    on_gpu = torch.cuda.is_available()
+    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+    args.work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    model = build_model_folder(args.shape, args.work / f"model-{args.shape}", 256 + args.response_tokens)
+    build_s = time.perf_counter() - started
+    problems = write_problems(args.work / "problems.jsonl", max(args.batch * args.steps, args.eval_batch))
+
+    device = torch.cuda.get_device_name() if on_gpu else "CPU"
+    rows = {method: time_method(args, method, model, problems, dtype) for method in args.methods}
+    lines = [
+        f"GPU check: {args.shape} shape ({parameter_count(model) / 1e6:,.1f} M parameters, random weights) on "
+        f"{device}, {dtype} weights{' + bf16 autocast' if on_gpu else ''}; {args.batch} completions x "
+        f"{args.response_tokens} tokens (forced) per step, G = {args.num_generations}, "
+        "every response scored by the OAR methods; "
+        f"model folder built in {build_s:.0f} s",
+        "",
+        "| method | generate s | score s | update s | step s | step / GRPO | tokens / response | scored | peak MiB |",
+        "|" + "---|" * 9,
+    ]
+    base = rows.get("grpo")
+    for method, r in rows.items():
+        ratio = r["step_time_s"] / base["step_time_s"] if base else float("nan")
+        lines.append(f"| {method} | {r['time_generate_s']:.1f} | {r['time_score_s']:.1f} | {r['time_update_s']:.1f} | "
+                     f"{r['step_time_s']:.1f} | {ratio:.2f} | {r['completion_length']:.0f} | {r['frac_scored']:.2f} | "
+                     f"{r['peak_memory_mb']:.0f} |")
+    if not args.no_eval:
+        lines += ["", "| evaluation backend | load s | generate s | tokens | tokens / s |", "|---|---|---|---|---|"]
+        for backend in ("transformers", "vllm"):
+            if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+                lines.append("| vllm | not installed | | | |")
+                continue
+            e = time_evaluation(backend, model, args, dtype)
+            lines.append(f"| {backend} | {e['load_s']:.0f} | {e['seconds']:.1f} | {e['tokens']} | {e['tokens_per_s']:.0f} |")
+        lines.append(f"\nEvaluation: {args.eval_batch} prompts, temperature 0.6, top-p 0.95, at most "
+                     f"{args.response_tokens} new tokens (random weights stop only at a sampled eos).")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""bench/gpu_check.py at tiny size on CPU, so the GPU check still runs on the day a GPU is lent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_times_every_method_at_forced_length(tmp_path):
+    out = tmp_path / "gpu_check.md"
+    command = [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--shape", "tiny", "--response-tokens", "12",
+               "--batch", "4", "--num-generations", "2", "--steps", "1", "--eval-batch", "4",
+               "--work", str(tmp_path / "work"), "--out", str(out)]
+    env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in out.read_text().splitlines() if line.startswith("| ") and "---" not in line}
+    for method in ("grpo", "oar_g", "oar_p"):
+        generate, score, update, step, ratio, tokens, scored, peak = rows[method]
+        assert float(step) > 0 and float(peak) > 0
+        assert tokens == "12"  # responses forced to --response-tokens
+        assert scored == ("0.00" if method == "grpo" else "1.00")
+    assert float(rows["oar_p"][1]) > 0 and float(rows["oar_g"][1]) > 0  # scoring was timed
+    assert float(rows["transformers"][3]) > 0  # evaluation tokens/s
+    assert "vllm" in rows  # timed where vLLM is importable, else marked not installed
