@@ -108,7 +108,8 @@ JobAcctGatherType=jobacct_gather/linux
 # CPUs and memory are consumable, so --cpus-per-task and --mem limit how many jobs share the node
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
-SchedulerType=sched/builtin
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=5
 # short waits: the tests cancel jobs and run many tiny ones
 KillWait=5
 MinJobAge=600
@@ -119,6 +120,8 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageEnforce=associations
 JobCompType=jobcomp/none
+# sacct shows the executor's --comment (rule and wildcards of each job)
+AccountingStoreFlags=job_comment
 GresTypes=gpu
 AccountingStorageTRES=gres/gpu
 $(node_line)
