@@ -100,6 +100,7 @@ class Cancellation:
     run_dir: Path | None = None
     partial_outputs: list[str] = field(default_factory=list)
     outputs_at_resubmission: list[str] | None = None
+    survivors_at_resubmission: list[str] | None = None  # processes still training the cancelled run
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run_dirs(self) -> dict[str, Path]:
@@ -109,6 +110,19 @@ class Cancellation:
 
     def outputs(self, run_dir: Path) -> list[str]:
         return sorted(n for n in ("done", "metrics.jsonl", "model") if (run_dir / n).exists())
+
+    def trainers(self) -> list[str]:
+        """Command lines of the processes training the cancelled run (train.py reads its settings)."""
+        settings = "/".join(self.run_dir.parts[-3:]) + "/settings.yaml"
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                args = cmdline.read_bytes().split(b"\0")
+            except OSError:  # the process ended
+                continue
+            if any(a.decode(errors="replace").endswith(settings) for a in args):
+                found.append(" ".join(a.decode(errors="replace") for a in args))
+        return found
 
     def watch(self) -> None:
         while not self.stop.is_set():
@@ -124,6 +138,7 @@ class Cancellation:
                         break
             elif any(c == self.comment and j != self.job_id for j, _, c in jobs):
                 self.outputs_at_resubmission = self.outputs(self.run_dir)
+                self.survivors_at_resubmission = self.trainers()
                 return
             time.sleep(0.2)
 
@@ -225,7 +240,8 @@ def test_a_cancelled_job_is_retried_without_partial_outputs(slurm_run):
     by_id = {j["JobID"]: j for j in jobs}
     assert by_id[cancellation.job_id]["State"].startswith("CANCELLED")
     assert "metrics.jsonl" in cancellation.partial_outputs
-    # Snakemake removed the failed job's outputs before submitting it again ...
+    # SLURM ended the job's processes and Snakemake removed its outputs before submitting it again ...
+    assert cancellation.survivors_at_resubmission == []
     assert cancellation.outputs_at_resubmission == []
     retries = [j for j in jobs if j["Comment"] == cancellation.comment and j["JobID"] != cancellation.job_id]
     assert [j["State"] for j in retries] == ["COMPLETED"]
