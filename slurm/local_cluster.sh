@@ -7,7 +7,7 @@
 #
 # Daemons: munged (authentication), mariadbd + slurmdbd (accounting: the Snakemake executor reads job
 # states with sacct), slurmctld and slurmd on one node. They run as plain background processes (no
-# systemd); their pid files are in $STATE. No cgroups: proctrack/linuxproc, task/none.
+# systemd); their pid files are in $STATE. No cgroups: proctrack/pgid, task/none.
 # The cluster has one partition, `debug` (default), and one account, `oar_test`, holding root. The
 # node also declares one GPU of type `testgpu` with no device behind it (gres.conf without File=), so
 # that `--gpus` requests are scheduled and accounted on a machine without a GPU; nothing may use it.
@@ -101,8 +101,9 @@ SlurmctldPidFile=$STATE/slurmctld.pid
 SlurmdPidFile=$STATE/slurmd.pid
 SlurmctldLogFile=$LOGS/slurmctld.log
 SlurmdLogFile=$LOGS/slurmd.log
-# no cgroups: processes tracked through /proc, no task binding
-ProctrackType=proctrack/linuxproc
+# no cgroups: a job's processes are its process groups (linuxproc's /proc parent walk loses a process
+# whose parent died first, and scancel then leaves it running), no task binding
+ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/linux
 # CPUs and memory are consumable, so --cpus-per-task and --mem limit how many jobs share the node

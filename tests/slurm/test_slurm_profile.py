@@ -89,6 +89,18 @@ def squeue() -> list[tuple[str, str, str]]:
     return [tuple(line.split("|", 2)) for line in out.splitlines()]
 
 
+def processes_in(folder: Path) -> list[str]:
+    """Command lines of the processes whose working directory is `folder`."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(proc / "cwd")) == folder:
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # the process ended
+            continue
+    return found
+
+
 @dataclass
 class Cancellation:
     """scancel the first train job seen running whose metrics.jsonl (a declared output, written at the
@@ -101,6 +113,7 @@ class Cancellation:
     partial_outputs: list[str] = field(default_factory=list)
     outputs_at_resubmission: list[str] | None = None
     survivors_at_resubmission: list[str] | None = None  # processes still training the cancelled run
+    leftovers: list[str] | None = None  # processes still in the workflow's folder after the run
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run_dirs(self) -> dict[str, Path]:
@@ -162,6 +175,7 @@ def slurm_run(tmp_path_factory):
     cancellation.stop.set()
     watcher.join()
     (wd / "snakemake.log").write_text(proc.stdout + proc.stderr)
+    cancellation.leftovers = processes_in(wd)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     print(f"\ntiny `all` through SLURM: {elapsed:.0f} s; log: {wd / 'snakemake.log'}")
     log = proc.stdout + proc.stderr
@@ -240,7 +254,9 @@ def test_a_cancelled_job_is_retried_without_partial_outputs(slurm_run):
     by_id = {j["JobID"]: j for j in jobs}
     assert by_id[cancellation.job_id]["State"].startswith("CANCELLED")
     assert "metrics.jsonl" in cancellation.partial_outputs
-    # SLURM ended the job's processes and Snakemake removed its outputs before submitting it again ...
+    # SLURM ended the job's processes (none outlived the run either) and Snakemake removed its outputs
+    # before submitting it again ...
+    assert cancellation.leftovers == []
     assert cancellation.survivors_at_resubmission == []
     assert cancellation.outputs_at_resubmission == []
     retries = [j for j in jobs if j["Comment"] == cancellation.comment and j["JobID"] != cancellation.job_id]
