@@ -42,10 +42,10 @@ RESOURCES = {
 KIND_OF_RULE = {"train": "train", "evaluate": "evaluate", "prepare_data": "prepare_data",
                 "table": "plot", "figure": "plot", "html_report": "plot"}
 
-# What makes the tiny DAG take minutes instead of half an hour on a one-node cluster, set here and not
-# in the profile or the rules (a real cluster wants neither):
-# - the executor asks sacct 1 s after a round in which a job ended (the profile's 10 s suits a real
-#   cluster);
+# What shortens the tiny DAG on a one-node cluster, set here and not in the profile or the rules (a
+# real cluster wants neither):
+# - the executor checks job states 1 s after a round in which a job ended (the profile's 10 s suits a
+#   real cluster);
 # - tiny jobs of one kind share a SLURM job (Snakemake groups): each SLURM job costs a submission, two
 #   Snakemake start-ups and a status round trip, more than a tiny job itself. `--cores 1` with
 #   `_cores` scoped per group makes a group job one CPU that runs its members one after another, so
