@@ -9,8 +9,8 @@
 # states with sacct), slurmctld and slurmd on one node. They run as plain background processes (no
 # systemd); their pid files are in $STATE. No cgroups: proctrack/pgid, task/none.
 # The cluster has one partition, `debug` (default), and one account, `oar_test`, holding root. The
-# node also declares one GPU of type `testgpu` with no device behind it (gres.conf without File=), so
-# that `--gpus` requests are scheduled and accounted on a machine without a GPU; nothing may use it.
+# node also declares one GPU of type `testgpu` with no device behind it (File=/dev/null in gres.conf),
+# so that `--gpus` requests are scheduled and accounted on a machine without a GPU; nothing may use it.
 #
 # `up` is idempotent: it installs only missing packages, rewrites only the files it owns (each
 # starts with $MARK) and starts only daemons that are not running. It refuses to touch a
@@ -56,8 +56,8 @@ install_packages() {
   [[ ${#missing[@]} -eq 0 ]] && return
   command -v apt-get >/dev/null || skip "no apt-get to install: ${missing[*]}"
   say "installing ${missing[*]}"
-  # No daemon may start from a package's postinst: this script starts them with its own configs.
-  export DEBIAN_FRONTEND=noninteractive RUNLEVEL=1
+  # A daemon that a package's postinst starts itself is found by its pid file below and kept.
+  export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
