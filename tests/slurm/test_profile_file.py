@@ -4,6 +4,8 @@ otherwise."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,16 @@ def test_account_and_partition_come_from_the_environment(monkeypatch):
 def test_without_them_the_executor_chooses(monkeypatch):
     resources = parsed(monkeypatch)["default-resources"]
     assert not any(r.startswith(("slurm_account=", "slurm_partition=")) for r in resources)
+
+
+def test_install_profile_makes_it_found_anywhere(tmp_path, monkeypatch):
+    config_home, elsewhere = tmp_path / "config", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = subprocess.run(["make", "-s", "-C", str(ROOT), "install-profile"], capture_output=True, text=True,
+                          env=dict(os.environ, XDG_CONFIG_HOME=str(config_home)))
+    assert proc.returncode == 0, proc.stderr
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config_home))
+    monkeypatch.chdir(elsewhere)
+    profile_dir, config_file = snakemake_cli.get_profile_dir("slurm")
+    assert profile_dir == config_home / "snakemake" / "slurm"
+    assert config_file.read_text() == (ROOT / "slurm" / "config.v8+.yaml").read_text()
