@@ -1,5 +1,5 @@
-"""The SLURM profile as Snakemake reads it (no cluster needed): found by name from the repository root,
-account and partition taken from $SBATCH_ACCOUNT / $SBATCH_PARTITION when set and left to the executor
+"""The SLURM profile as Snakemake reads it (no cluster needed): found by name from the repository root
+(and from anywhere after `make install-profile`), account and partition taken from $SBATCH_ACCOUNT / $SBATCH_PARTITION when set and left to the executor
 otherwise."""
 
 from __future__ import annotations
