@@ -3,7 +3,7 @@
 # tables, figures, report. See README.md ("The workflow") and config/schema.yaml.
 #
 #   snakemake --cores 2 all                      # embedded default (config/config.yaml), CPU
-#   snakemake --profile profiles/slurm --configfile config/paper.yaml all
+#   snakemake --profile slurm --configfile config/paper.yaml all
 #   snakemake --cores 2 ablation_gating          # one ablation: only the runs it needs
 #   snakemake --cores 2 figures                  # regenerate figures from cached results
 #   snakemake --report results/report.html

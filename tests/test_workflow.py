@@ -75,10 +75,10 @@ def test_snakefmt_clean():
 
 def test_no_default_profile():
     assert not (ROOT / "profiles" / "default").exists()
-    for name in ("slurm", "local"):
-        profile = load(ROOT / "profiles" / name / "config.v8+.yaml")
+    for path in (ROOT / "slurm", ROOT / "profiles" / "local"):
+        profile = load(path / "config.v8+.yaml")
         assert profile["rerun-incomplete"] is True
-    slurm = load(ROOT / "profiles" / "slurm" / "config.v8+.yaml")
+    slurm = load(ROOT / "slurm" / "config.v8+.yaml")
     assert slurm["executor"] == "slurm" and slurm["retries"] >= 1 and "slurm-logdir" in slurm
     local = load(ROOT / "profiles" / "local" / "config.v8+.yaml")
     assert local["cores"] == 2 and "gpu=0" in local["resources"]
