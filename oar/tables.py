@@ -306,10 +306,9 @@ def fidelity_table(fidelity: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
                    "\nMean over held-out responses with a 95% t-interval; n responses with a defined value.\n")
 
 
-def cost_table(cost: pd.DataFrame, train_threads: int | None = None, cores: int | None = None) -> tuple[pd.DataFrame, str]:
-    """Median step times per method. ``train_threads`` (threads of one training job) and ``cores`` (what
-    the scheduler could run at once) say whether training steps ran alone: only then are the times of
-    different methods comparable, and the table says which it is."""
+def cost_table(cost: pd.DataFrame, train_threads: int | None = None) -> tuple[pd.DataFrame, str]:
+    """Median step times per method. With ``train_threads`` (threads of one training job) the table says
+    when its times compare across methods: only when the training steps ran alone."""
     cost = cost.copy()
     cost["label"] = [METHOD_NAMES.get(m, m) for m in cost["method"]]
     cost = cost.sort_values(["model", "method"], key=lambda s: s.map(
@@ -323,15 +322,11 @@ def cost_table(cost: pd.DataFrame, train_threads: int | None = None, cores: int 
               fmt_num(r["time_generate_s"], 2), fmt_num(r["time_score_s"], 2), fmt_num(r["time_update_s"], 2),
               fmt_num(r["peak_memory_mb"], 0), fmt_num(r["score_peak_memory_mb"], 0),
               r["steps"]] for r in g.to_dict("records")]))
-    if train_threads is not None and cores is not None:
-        if train_threads >= cores:
-            parts.append(f"\nEach training job held all {cores} cores ({train_threads} threads), so no other job ran "
-                         "beside it: step times are comparable across methods.")
-        else:
-            parts.append(f"\n**Not comparable across methods**: training jobs ({train_threads} thread(s)) shared the "
-                         f"{cores} cores with other jobs, so a step's time depends on what ran beside it. For "
-                         "measured ratios use bench/step_time.py, or give resources.train.threads as many "
-                         "threads as the workflow's cores.")
+    if train_threads is not None:
+        parts.append(f"\nTraining jobs ran with {train_threads} thread(s). **Step times compare across methods only "
+                     "if no other job ran beside a training job**, which holds when a training job takes all of "
+                     "Snakemake's `--cores` (resources.train.threads = cores) or runs "
+                     "on a node of its own; otherwise use bench/step_time.py for ratios.")
     parts.append("\nMedians over every logged training step of every run of the method. The paper reports "
                  "1.4x (OAR-G) and 4.2x (OAR-P) on GPUs. Peak memory is the largest over the method's runs: "
                  "CUDA allocator peak on GPU, resident set on CPU; the scoring peak is the peak within the "

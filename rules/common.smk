@@ -57,15 +57,6 @@ figure_files = REG.figure_files
 # ------------------------------------------------------------------------------- resources
 
 
-def workflow_cores():
-    """The cores Snakemake may use, or None where none were given (``snakemake --report``)."""
-    try:
-        return workflow.cores
-    except WorkflowError:
-        return None
-
-
-
 def _model_from_wildcards(wildcards):
     run = wildcards.get("run") if hasattr(wildcards, "get") else None
     if run:

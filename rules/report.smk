@@ -26,9 +26,8 @@ rule table:
         **rule_resources("plot"),
     params:
         benchmarks=lambda wc: table_benchmarks(wc.name),
-        # whether training jobs ran alone (the cost table says if its times are comparable)
+        # the cost table says when its times are comparable (training jobs alone)
         train_threads=int(REG.resource_set("train")["threads"]),
-        cores=workflow_cores(),
         main_methods=config["runs"]["main"]["methods"],
         default_tau=config["training"]["oar"]["tau"],
         default_beta=config["training"]["oar"]["beta"],

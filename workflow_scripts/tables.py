@@ -41,7 +41,7 @@ def build(smk):
     if name == "fidelity":
         return tables.fidelity_table(json.loads(Path(smk.input.fidelity).read_text()))
     if name == "cost":
-        return tables.cost_table(pd.read_csv(smk.input.cost), p.train_threads, p.cores)
+        return tables.cost_table(pd.read_csv(smk.input.cost), p.train_threads)
     raise ValueError(f"unknown table {name!r}")
 
 
