@@ -110,3 +110,27 @@ def test_greedy_continuations_cut_at_eos_and_budget(tiny_model):
     # the same prefix alone gives the same continuation
     alone = greedy_continuations(model, prefixes[2:], [5], tokenizer.pad_token_id, [tokenizer.eos_token_id])
     assert alone[0] == out[2]
+
+
+def test_interventions_build_the_right_prefixes_and_the_null_one_flips_nothing(tiny_model):
+    from oar.oracle import INTERVENTIONS, alternative_tokens, intervened, space_token_id
+
+    model, tokenizer = tiny_model
+    response = [10, 11, 12, 13, 14]
+    assert intervened([1], response, 5, 2, "none", None) == ([10, 11, 12], 3)
+    assert intervened([1], response, 5, 2, "pad", 0) == ([10, 11, 0], 3)
+    assert intervened([1], response, 5, 2, "delete", None) == ([10, 11, 13], 4)  # 12 gone, 13 kept
+    assert intervened([1], response, 5, 4, "delete", None) == ([10, 11, 12, 13], 5)  # nothing after the last
+    assert tokenizer.decode([space_token_id(tokenizer)]) == " "
+    probe = make_probe(tokenizer)
+    alternatives = alternative_tokens(model, tokenizer, probe.prompt_ids, probe.response_ids, range(probe.reasoning_len))
+    special = set(tokenizer.all_special_ids)
+    assert all(a != probe.response_ids[j] and a not in special for j, a in enumerate(alternatives))
+    # against the clean re-decode of the same prefix, the null intervention is the same decode: no flip
+    null = causal_tokens(model, tokenizer, probe, slack_tokens=4, intervention="none", reference="clean")
+    assert null.causal == [] and null.intervention == "none"
+    for name in INTERVENTIONS:
+        result = causal_tokens(model, tokenizer, probe, slack_tokens=4, intervention=name)
+        assert set(result.causal) <= set(range(probe.reasoning_len)) and result.intervention == name
+    with pytest.raises(ValueError, match="intervention"):
+        causal_tokens(model, tokenizer, probe, intervention="swap")
