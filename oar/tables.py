@@ -85,6 +85,10 @@ def _sort_key(row: Mapping[str, Any]) -> tuple:
             "" if _isnan(row.get("probe")) else str(row["probe"]))
 
 
+def _variant_key(r: Mapping[str, Any]) -> tuple:
+    return tuple(None if _isnan(r[k]) else r[k] for k in ("model", "method", "tau", "beta", "probe"))
+
+
 def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[str] = ()) -> pd.DataFrame:
     """Per variant: one row with ``<bench>``, ``<bench>_ci_low``, ``<bench>_ci_high`` (percent),
     ``<bench>_problems`` and ``<bench>_samples`` for every benchmark and ``average``, plus ``n_seeds``."""
@@ -93,7 +97,7 @@ def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[s
         return pd.DataFrame()
     rows = []
     keys = ["model", "method", "tau", "beta", "probe"]
-    agg["_key"] = [tuple(None if _isnan(r[k]) else r[k] for k in keys) for r in agg.to_dict("records")]
+    agg["_key"] = [_variant_key(r) for r in agg.to_dict("records")]
     for key, g in agg.groupby("_key", sort=False):
         row: dict[str, Any] = dict(zip(keys, key))
         row["label"] = method_label(row["method"], row["tau"], row["beta"], row["probe"], show)
@@ -141,12 +145,11 @@ def _join_credit(wide: pd.DataFrame, credit: pd.DataFrame | None, columns: Seque
     """Mean over seeds of per-run credit columns, joined on the variant."""
     if credit is None or credit.empty or wide.empty:
         return wide
-    keys = ["model", "method", "tau", "beta", "probe"]
     credit = credit.copy()
-    credit["_key"] = [tuple(None if _isnan(r[k]) else r[k] for k in keys) for r in credit.to_dict("records")]
+    credit["_key"] = [_variant_key(r) for r in credit.to_dict("records")]
     means = credit.groupby("_key", sort=False)[list(columns)].mean()
     wide = wide.copy()
-    wide_keys = [tuple(None if _isnan(r[k]) else r[k] for k in keys) for r in wide.to_dict("records")]
+    wide_keys = [_variant_key(r) for r in wide.to_dict("records")]
     for c in columns:
         wide[c] = [means[c].get(k, math.nan) if k in means.index else math.nan for k in wide_keys]
     return wide
@@ -154,10 +157,6 @@ def _join_credit(wide: pd.DataFrame, credit: pd.DataFrame | None, columns: Seque
 
 CREDIT_COLUMNS = (("ess_ratio_mean", "ESS ratio", 3), ("top_mass_mean", "top-10% mass", 3),
                   ("entropy_final", "final entropy", 3))
-
-
-def _variant_key(r: Mapping[str, Any]) -> tuple:
-    return tuple(None if _isnan(r[k]) else r[k] for k in ("model", "method", "tau", "beta", "probe"))
 
 
 def mark_untrained(wide: pd.DataFrame, credit: pd.DataFrame) -> pd.DataFrame:
