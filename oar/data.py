@@ -136,7 +136,7 @@ class DatasetSpec:
     parts: tuple[str, ...] = ()  # composite datasets (math12k)
     description: str = ""
     shipped: str | None = None  # file under oar/benchmarks (source "shipped")
-    generated: tuple[int, int, tuple[int, ...]] | None = None  # (split seed, rows, levels) of an oar.synthetic split
+    generated: str | None = None  # part of oar.synthetic.fact_split ("train" or "test") for source 'generated'
 
 
 _GSM8K = FieldMap(problem=("question",), answer=(("answer", "hash"),), id=("idx",))
@@ -169,10 +169,10 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("amc23", "benchmark", "math-ai/amc23", None, "test", None, _COMPETITION,
                     eval=MEAN_OF_16, description="AMC 2023, 40 problems (answers stored as floats)",
                     shipped="amc23.jsonl"),
-        DatasetSpec("arith_train", "train", None, None, None, None, _GENERATED, generated=(1, 5000, (0,)),
-                    description="generated bare expressions (oar.synthetic level 0), 5,000"),
+        DatasetSpec("arith_train", "train", None, None, None, None, _GENERATED, generated="train",
+                    description="generated single-digit facts (oar.synthetic), the 126 not held out"),
         DatasetSpec("arith_test", "benchmark", None, None, None, None, _GENERATED, eval=GREEDY,
-                    generated=(2, 1000, (0,)), description="held-out split of the generated problems, 1,000"),
+                    generated="test", description="held-out single-digit facts (oar.synthetic), 100"),
     ]
 }
 BENCHMARKS = tuple(n for n, s in DATASETS.items() if s.role == "benchmark" and n != "math_test")
@@ -478,11 +478,10 @@ def load_dataset_records(
     elif source == "generated":
         if spec.generated is None:
             raise DataError(f"dataset {name!r} is not generated; use source {default_source(name)!r}")
-        seed, count, levels = spec.generated
-        loc = f"generated:oar.synthetic seed {seed}, {count} rows, levels {list(levels)}"
+        loc = f"generated:oar.synthetic.fact_split({spec.generated!r})"
         rows = (RawRow(f"{loc}:row {i}", i, {"id": str(i), "problem": p.problem, "answer": str(p.answer),
                                                       "level": p.level})
-                for i, p in enumerate(synthetic.generate(seed, count, levels)))
+                for i, p in enumerate(synthetic.fact_split(spec.generated)))
         sha = {}
     elif source == "hub":
         hid = hub_id or spec.hub_id

@@ -35,11 +35,22 @@ def test_every_answer_follows_from_the_text():
     assert all(int(re.findall(r"\d+", p.problem)[0]) % int(re.findall(r"\d+", p.problem)[1]) == 0 for p in divisions)
 
 
-def test_bare_expressions():
-    problems = list(synthetic.generate(seed=7, count=100, levels=(0,)))
-    assert {p.template for p in problems} == {"bare_add", "bare_sub", "bare_mul"}
-    for p in problems:
-        assert p.problem.startswith("What is ") and RECOMPUTE[p.template](*map(int, re.findall(r"\d+", p.problem))) == p.answer
+def test_single_digit_facts_and_their_disjoint_splits():
+    facts = synthetic.facts()
+    assert len(facts) == len({p.problem for p in facts}) == 81 + 81 + 64
+    assert {p.template for p in facts} == {"bare_add", "bare_sub", "bare_mul"}
+    for p in facts:
+        numbers = list(map(int, re.findall(r"\d+", p.problem)))
+        assert p.problem.startswith("What is ") and RECOMPUTE[p.template](*numbers) == p.answer
+        assert 1 <= p.answer <= 81 and all(n <= 18 for n in numbers)
+    train, test = synthetic.fact_split("train"), synthetic.fact_split("test")
+    assert len(test) == synthetic.TEST_FACTS and len(train) == len(facts) - synthetic.TEST_FACTS
+    assert not {p.problem for p in train} & {p.problem for p in test}
+    assert synthetic.fact_split("test") == test  # the same partition every time
+    assert {p.template for p in test} == {"bare_add", "bare_sub", "bare_mul"}
+    assert {p.problem for p in synthetic.generate(seed=7, count=50, levels=(0,))} <= {p.problem for p in facts}
+    with pytest.raises(ValueError, match="part"):
+        synthetic.fact_split("dev")
 
 
 def test_generation_is_deterministic_per_index_and_seed():
@@ -52,10 +63,9 @@ def test_generation_is_deterministic_per_index_and_seed():
 
 def test_generated_source_and_overlap_with_the_test_split():
     test = load_dataset_records("arith_test", source="generated").records
-    assert len(test) == 1000 and test[0]["id"] == "arith_test/0" and {r["level"] for r in test} == {0}
-    train = build_dataset("arith_train", source="generated", against={"arith_test": test}, on_overlap="exclude")
-    excluded = train.summary["overlap"]["arith_test"]["excluded"]
-    assert len(train.records) == 5000 - excluded
+    assert len(test) == 100 and test[0]["id"] == "arith_test/0" and {r["level"] for r in test} == {0}
+    train = build_dataset("arith_train", source="generated", against={"arith_test": test}, on_overlap="error")
+    assert len(train.records) == 126  # disjoint by construction: the overlap check finds nothing
     test_texts = {r["problem"] for r in test}
     assert not any(r["problem"] in test_texts for r in train.records)
     with pytest.raises(DataError, match="generated"):
