@@ -103,6 +103,14 @@ class SettingsError(ValueError):
     """A run's settings are invalid; the message names the key."""
 
 
+def _check_number(key: str, default: Any, value: Any) -> None:
+    # YAML reads "2e-5" (no dot) as a string; say so here rather than deep inside the optimiser.
+    numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+    if numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise SettingsError(f"settings key {key!r} must be a number, got {value!r}"
+                            + (" (YAML reads 2e-5 as text: write 2.0e-5)" if isinstance(value, str) else ""))
+
+
 def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Defaults filled in and every key checked; raises SettingsError naming the first bad key."""
     resolved = copy.deepcopy(DEFAULT_SETTINGS)
@@ -115,6 +123,7 @@ def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
             for sub, sub_value in value.items():
                 if sub not in resolved[key]:
                     raise SettingsError(f"unknown settings key '{key}.{sub}'; known: {sorted(resolved[key])}")
+                _check_number(f"{key}.{sub}", resolved[key][sub], sub_value)
                 resolved[key][sub] = sub_value
         else:
             resolved[key] = value

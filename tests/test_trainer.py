@@ -157,6 +157,8 @@ def test_settings_are_validated_with_the_key_named():
         ({"oar": {"tau": 1.5}}, "oar.tau"),
         ({"method": "oar_x"}, "method"),
         ({"trainer": {"per_device_train_batch_size": 6}}, "per_device_train_batch_size"),
+        ({"trainer": {"learning_rate": "2e-5"}}, "trainer.learning_rate"),  # YAML's reading of 2e-5
+        ({"oar": {"beta": True}}, "oar.beta"),
     ]:
         with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
             resolve_settings(base | bad)
