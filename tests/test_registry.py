@@ -1,7 +1,9 @@
 """oar.registry without Snakemake's DAG: run ids, deduplication of identical settings, the runs each
 table asks for, evaluation options, resources, command-line options and config errors naming the key.
 
-The config is filled in with the schema's defaults by snakemake.utils.validate, as the Snakefile does."""
+The config is filled in with the schema's defaults by snakemake.utils.validate, as the Snakefile does.
+The mechanics are tested on tests/data/registry_config.yaml (every group at full breadth, one seed), so
+that tuning the embedded default does not rewrite them; the default's own promises are tested last."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ SCHEMA = ROOT / "config" / "schema.yaml"
 TRAINER_KEYS = tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"])
 
 
+FIXTURE = "../tests/data/registry_config.yaml"
+
+
 def load(name: str) -> dict:
     return yaml.safe_load((ROOT / "config" / name).read_text())
 
@@ -32,7 +37,7 @@ def resolved(cfg: dict) -> dict:
 
 
 def registry(cfg: dict | None = None) -> Registry:
-    return Registry(resolved(load("config.yaml") if cfg is None else cfg), TRAINER_KEYS)
+    return Registry(resolved(load(FIXTURE) if cfg is None else cfg), TRAINER_KEYS)
 
 
 GRPO = "smollm2/grpo-seed0"
@@ -92,7 +97,7 @@ def test_each_table_asks_for_its_runs():
 
 
 def test_a_group_can_be_evaluated_on_fewer_benchmarks():
-    cfg = load("config.yaml")
+    cfg = load(FIXTURE)
     everything = list(cfg["evaluation"]["benchmarks"])
     cfg["runs"]["gating"]["benchmarks"] = everything[:1]
     reg = registry(cfg)
@@ -106,7 +111,7 @@ def test_a_group_can_be_evaluated_on_fewer_benchmarks():
 
 
 def test_empty_groups_drop_their_tables_and_figures():
-    cfg = load("config.yaml")
+    cfg = load(FIXTURE)
     for group in ("grid", "controls"):
         cfg["runs"][group] = {"methods": []}
     reg = registry(cfg)
@@ -131,7 +136,7 @@ def test_run_settings_resolve_what_a_method_ignores():
 
 
 def test_model_overrides_and_seeds():
-    cfg = load("config.yaml")
+    cfg = load(FIXTURE)
     cfg["models"]["other"] = {"source": "tiny", "trainer": {"num_generations": 2},
                               "evaluation": {"max_new_tokens": 7}, "resources": {"train": {"threads": 3}}}
     cfg["runs"]["seeds"] = [0, 1]
@@ -197,14 +202,14 @@ def _set(cfg: dict, path: str, value) -> dict:
     ("analysis.fidelity.scorers", ["oar_p", "oar_g"], "analysis.fidelity.scorers"),
 ])
 def test_config_error_names_the_key(path, value, key):
-    cfg = _set(load("config.yaml"), path, value)
+    cfg = _set(load(FIXTURE), path, value)
     with pytest.raises(ConfigError, match=rf"^config error at {key}: ") as err:
         registry(cfg)
     assert err.value.key == key
 
 
 def test_unknown_trainer_key_is_named():
-    cfg = load("config.yaml")
+    cfg = load(FIXTURE)
     reg_cfg = resolved(cfg)
     reg_cfg["models"]["smollm2"]["trainer"] = {"max_stpes": 3}  # past the schema, as a model override
     with pytest.raises(ConfigError, match=r"models.smollm2.trainer: unknown keys \['max_stpes'\]"):
@@ -214,7 +219,7 @@ def test_unknown_trainer_key_is_named():
 def test_vllm_options_reach_vllm_evaluations_only():
     reg = registry()
     assert "gpu_memory_utilization" not in reg.eval_settings("smollm2", "gsm8k_test")  # transformers backend
-    cfg = load("config.yaml")
+    cfg = load(FIXTURE)
     cfg["evaluation"]["backend"] = "vllm"
     cfg["evaluation"]["per_benchmark"] = {"math500": {"enforce_eager": True, "gpu_memory_utilization": 0.8}}
     reg = registry(cfg)
@@ -222,3 +227,22 @@ def test_vllm_options_reach_vllm_evaluations_only():
     options = shlex.split(cli(**reg.eval_settings("smollm2", "math500")))
     assert "--enforce-eager" in options
     assert options[options.index("--gpu-memory-utilization") + 1] == "0.8"
+
+
+def test_embedded_default_is_an_experiment_that_can_learn():
+    """Issue 8's floor for config/config.yaml: every run trains >= 10 steps on the generated task, the
+    OAR arms score only rows with an advantage, the main methods have two seeds, and the held-out split of
+    the training task is evaluated (with GSM8K and MATH500 at a budget where answers finish)."""
+    reg = registry(load("config.yaml"))
+    cfg = reg.config
+    trainer = cfg["training"]["trainer"]
+    assert cfg["training"]["dataset"] == "arith_train" and cfg["training"]["oar"]["score_all"] is False
+    assert all(s["trainer"]["max_steps"] >= 10 and not s["oar"]["score_all"] for s in reg.runs.values())
+    assert trainer["num_generations"] >= 8 and trainer["learning_rate"] > 1e-6
+    assert len({reg.runs[r]["seed"] for r in reg.groups["main"]}) >= 2
+    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "oar_p", "oar_g"}
+    assert reg.group_benchmarks("main")[0] == "arith_test"
+    assert all(reg.group_benchmarks(g) == ["arith_test"] for g in ("gating", "grid", "probes", "controls"))
+    for benchmark in ("gsm8k_test", "math500"):
+        assert reg.eval_settings("smollm2", benchmark)["max_new_tokens"] >= 256
+    assert cfg["analysis"]["heldout"]["dataset"] == "arith_test" and cfg["analysis"]["heldout"]["max_responses"] >= 10

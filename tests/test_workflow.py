@@ -181,7 +181,7 @@ def test_default_registry_trains_grpo_once(tmp_path):
     counts, jobs = dry_run("all", tmp_path)
     runs = trained(jobs)
     assert runs == expected_runs(load(DEFAULT))
-    assert counts["train"] == len(runs) == 14
+    assert counts["train"] == len(runs) == 11
     assert sum(r.endswith("/grpo-seed0") for r in runs) == 1
 
 
@@ -232,7 +232,7 @@ def _mutate(cfg: dict, path: str, value) -> dict:
     "path, value, message",
     [
         ("runs.gating.taus.0", 1.5, "runs.gating.taus.0"),
-        ("runs.grid.betas.1", -1.0, "runs.grid.betas.1"),
+        ("runs.grid.betas.0", -1.0, "runs.grid.betas.0"),
         ("training.oar.tau", -0.1, "training.oar.tau"),
         ("runs.main.methods.1", "oar_x", "runs.main.methods.1"),
         ("runs.probes.probes.0", "as_median", "runs.probes.probes.0"),
