@@ -50,7 +50,7 @@ def generated(n: int, level: int) -> list[dict]:
 CANDIDATES = {
     "gsm8k_easy": gsm8k_easy,
     "math_level1": math_level1,
-    "arith_bare": lambda n: generated(n, 0),
+    "arith_facts": lambda n: generated(n, 0),  # single-digit facts (drawn with repeats)
     "arith_1op": lambda n: generated(n, 1),
     "arith_2op": lambda n: generated(n, 2),
 }
