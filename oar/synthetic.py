@@ -55,8 +55,11 @@ def fact_split(part: str) -> list[Problem]:
     return order[:TEST_FACTS] if part == "test" else order[TEST_FACTS:]
 
 
+_FACTS = tuple(facts())  # built once: _bare draws from it per problem
+
+
 def _bare(rng: random.Random, name: str, item: str) -> Problem:
-    return rng.choice(facts())
+    return rng.choice(_FACTS)
 
 
 def _one_step(rng: random.Random, name: str, item: str) -> Problem:
