@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test explain test-slurm install-profile
+.PHONY: setup run run-ablations test explain test-slurm install-profile
 setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml
 
 run: setup
 	$(BIN)/snakemake --cores 2 all
+
+# The default plus its ablations (config/ablations.yaml, merged over it); the main runs already in
+# results/ are reused.
+run-ablations: setup
+	$(BIN)/snakemake --cores 2 all --configfile config/config.yaml config/ablations.yaml
 
 explain: setup
 	$(BIN)/python -m oar.explain

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oar.registry import ConfigError, Registry, cli, is_base, model_of, write_settings
+from oar.registry import ConfigError, Registry, cli, deep_merge, is_base, model_of, write_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
@@ -232,17 +232,25 @@ def test_vllm_options_reach_vllm_evaluations_only():
 def test_embedded_default_is_an_experiment_that_can_learn():
     """Issue 8's floor for config/config.yaml: every run trains >= 10 steps on the generated task, the
     OAR arms score only rows with an advantage, the main methods have two seeds, and the held-out split of
-    the training task is evaluated (with GSM8K and MATH500 at a budget where answers finish)."""
-    reg = registry(load("config.yaml"))
+    the training task is evaluated (with GSM8K and MATH500 at a budget where trained answers finish).
+    The ablations are config/ablations.yaml, an overlay: off in the default, one seed each with it."""
+    default = load("config.yaml")
+    reg = registry(default)
     cfg = reg.config
     trainer = cfg["training"]["trainer"]
     assert cfg["training"]["dataset"] == "arith_train" and cfg["training"]["oar"]["score_all"] is False
-    assert all(s["trainer"]["max_steps"] >= 10 and not s["oar"]["score_all"] for s in reg.runs.values())
     assert trainer["num_generations"] >= 8 and trainer["learning_rate"] > 1e-6
+    assert set(reg.runs) == set(reg.groups["main"])  # the learning part only
     assert len({reg.runs[r]["seed"] for r in reg.groups["main"]}) >= 2
     assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "oar_p", "oar_g"}
     assert reg.group_benchmarks("main")[0] == "arith_test"
-    assert all(reg.group_benchmarks(g) == ["arith_test"] for g in ("gating", "grid", "probes", "controls"))
     for benchmark in ("gsm8k_test", "math500"):
         assert reg.eval_settings("smollm2", benchmark)["max_new_tokens"] >= 256
     assert cfg["analysis"]["heldout"]["dataset"] == "arith_test" and cfg["analysis"]["heldout"]["max_responses"] >= 10
+
+    overlay = yaml.safe_load((ROOT / "config" / "ablations.yaml").read_text())
+    full = Registry(resolved(deep_merge(default, overlay)), TRAINER_KEYS)
+    for group in ("gating", "grid", "probes", "controls"):
+        assert full.groups[group] and full.group_benchmarks(group) == ["arith_test"]
+    assert all(s["trainer"]["max_steps"] >= 10 and not s["oar"]["score_all"] for s in full.runs.values())
+    assert {r: full.runs[r] for r in reg.runs} == reg.runs  # the main runs are the same runs

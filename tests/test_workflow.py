@@ -13,24 +13,29 @@ from pathlib import Path
 import pytest
 import yaml
 
+from oar.registry import deep_merge
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SNAKEFMT = Path(sys.executable).with_name("snakefmt")
 DEFAULT = ROOT / "config" / "config.yaml"
+ABLATIONS = ROOT / "config" / "ablations.yaml"  # an overlay on DEFAULT (`make run-ablations`)
 PAPER = ROOT / "config" / "paper.yaml"
 SCHEMA = ROOT / "config" / "schema.yaml"
 
 pytestmark = pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake is not installed beside this Python")
 
 
-def snakemake(*args: str, cwd: Path, configfile: Path | None = None) -> subprocess.CompletedProcess:
+def snakemake(*args: str, cwd: Path, configfile: Path | tuple[Path, ...] | None = None) -> subprocess.CompletedProcess:
+    """``configfile``: one file, or several merged key by key in order (as ``make run-ablations``)."""
     cmd = [str(SNAKEMAKE), *args, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(cwd)]
     if configfile is not None:
-        cmd += ["--configfile", str(configfile)]
+        files = configfile if isinstance(configfile, tuple) else (configfile,)
+        cmd += ["--configfile", *map(str, files)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
-def dry_run(target: str, cwd: Path, configfile: Path | None = None) -> tuple[Counter, list[tuple[str, dict]]]:
+def dry_run(target: str, cwd: Path, configfile: Path | tuple[Path, ...] | None = None) -> tuple[Counter, list[tuple[str, dict]]]:
     """(jobs per rule, [(rule, wildcards)]) of ``snakemake -n target``."""
     proc = snakemake(target, "-n", cwd=cwd, configfile=configfile)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -59,7 +64,7 @@ def load(path: Path) -> dict:
 # ----------------------------------------------------------------------------------- static checks
 
 
-@pytest.mark.parametrize("configfile", [None, PAPER], ids=["default", "paper"])
+@pytest.mark.parametrize("configfile", [None, (DEFAULT, ABLATIONS), PAPER], ids=["default", "ablations", "paper"])
 def test_lint_passes(tmp_path, configfile):
     proc = snakemake("--lint", cwd=tmp_path, configfile=configfile)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -177,12 +182,30 @@ def test_paper_dry_run_lists_the_expected_jobs(tmp_path):
     assert len(runs) == 93 and counts["evaluate"] == 475
 
 
-def test_default_registry_trains_grpo_once(tmp_path):
+ABLATION_TABLES = {"ablation_gating", "ablation_grid", "ablation_probe", "controls"}
+
+
+def tables(jobs) -> set[str]:
+    return {w["name"] for rule, w in jobs if rule == "table"}
+
+
+def test_default_registry_trains_the_main_runs_only(tmp_path):
     counts, jobs = dry_run("all", tmp_path)
     runs = trained(jobs)
     assert runs == expected_runs(load(DEFAULT))
-    assert counts["train"] == len(runs) == 11
+    assert counts["train"] == len(runs) == 6  # GRPO, OAR-P, OAR-G x 2 seeds
+    assert not ABLATION_TABLES & tables(jobs)
+
+
+def test_ablations_overlay_adds_runs_beside_the_main_ones(tmp_path):
+    counts, jobs = dry_run("all", tmp_path, (DEFAULT, ABLATIONS))
+    runs = trained(jobs)
+    cfg = deep_merge(load(DEFAULT), load(ABLATIONS))
+    assert cfg["training"] == load(DEFAULT)["training"]  # the overlay does not change how runs train
+    assert runs == expected_runs(cfg) and len(runs) == 11
+    assert expected_runs(load(DEFAULT)) < runs  # the main runs are the same run ids, reused from results/
     assert sum(r.endswith("/grpo-seed0") for r in runs) == 1
+    assert ABLATION_TABLES <= tables(jobs)
 
 
 @pytest.mark.parametrize(
@@ -191,12 +214,12 @@ def test_default_registry_trains_grpo_once(tmp_path):
      ("main_table", ("main",))],
 )
 def test_ablation_target_trains_only_its_runs(tmp_path, target, groups):
-    cfg = load(DEFAULT)
+    cfg = deep_merge(load(DEFAULT), load(ABLATIONS))
     only = copy.deepcopy(cfg)
     only["runs"] = {"seeds": cfg["runs"]["seeds"], **{g: cfg["runs"][g] for g in groups}}
     for g in ("main", "gating", "grid", "probes", "controls"):
         only["runs"].setdefault(g, {"methods": []})
-    counts, jobs = dry_run(target, tmp_path)
+    counts, jobs = dry_run(target, tmp_path, (DEFAULT, ABLATIONS))
     wanted = expected_runs(only)
     assert trained(jobs) == wanted
     assert len(wanted) < len(expected_runs(cfg))
@@ -247,7 +270,7 @@ def _mutate(cfg: dict, path: str, value) -> dict:
 )
 def test_invalid_config_is_rejected_naming_the_key(tmp_path, path, value, message):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(_mutate(load(DEFAULT), path, value)))
+    bad.write_text(yaml.safe_dump(_mutate(deep_merge(load(DEFAULT), load(ABLATIONS)), path, value)))
     proc = snakemake("all", "-n", cwd=tmp_path, configfile=bad)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
