@@ -71,6 +71,8 @@ def test_every_table_figure_and_the_report(workflow):
     assert "main_table" in html and "token_heatmap" in html
     main = pd.read_csv(results / "tables" / "main_table.csv")
     assert list(main["method"]) == ["base", "grpo", "oar_p", "oar_g"]
+    # the guard against untrained comparisons: every trained row says how many steps had an advantage
+    assert main["steps_with_advantage"].iloc[0] == "–" and main["steps_with_advantage"].iloc[1:].str.contains("/").all()
     # resolved settings beside every run's outputs
     runs = sorted((results / "runs" / "tiny").iterdir())
     assert len(runs) == 11

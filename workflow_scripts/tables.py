@@ -23,7 +23,7 @@ def build(smk):
     p = smk.params
     if name == "main_table":
         return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Main table",
-                                     methods=p.main_methods)
+                                     methods=p.main_methods, credit=_credit(smk))
     if name == "ablation_gating":
         return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks,
                                      "Gating ablation (bi-level vs boost-only vs suppress-only)",
