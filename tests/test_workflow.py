@@ -228,6 +228,13 @@ def test_ablation_target_trains_only_its_runs(tmp_path, target, groups):
     assert not {"oracle", "score_heldout", "heldout_responses"} & set(counts)
 
 
+def test_ablation_target_without_its_runs_says_where_they_are(tmp_path):
+    """On the default (no ablation runs) an ablation target is an error naming the overlay, not a no-op."""
+    proc = snakemake("ablation_gating", "-n", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "runs.gating is empty" in out and "config/ablations.yaml" in out, out[-2000:]
+
+
 @pytest.mark.parametrize("target", ["causal_recall", "fidelity"])
 def test_heldout_targets_train_nothing(tmp_path, target):
     counts, _ = dry_run(target, tmp_path)
