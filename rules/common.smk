@@ -122,6 +122,22 @@ def table_inputs(wildcards):
     }[name]
 
 
+def declared_table(name, *figures):
+    """A named target's inputs. A target whose table the config declares no runs for is an error (a
+    silent no-op would look like a finished ablation)."""
+
+    def inputs(wildcards):
+        if name not in TABLES:
+            raise WorkflowError(
+                f"target {name}: this config declares no runs for it (runs.{GROUP_TABLES[name]} is empty); "
+                "the embedded default's ablations are the overlay config/ablations.yaml: "
+                "--configfile config/config.yaml config/ablations.yaml (make run-ablations)"
+            )
+        return table_files(name) + figure_files(*figures)
+
+    return inputs
+
+
 def figure_inputs(wildcards):
     return {
         "training_curves": {"curves": f"{R}/analysis/credit/{COST_GROUP}.csv"},

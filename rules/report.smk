@@ -92,22 +92,6 @@ rule html_report:
 # ------------------------------------------------------------------------------ named targets
 
 
-def declared_table(name, *figures):
-    """A named target's inputs. A target whose table the config declares no runs for is an error (a
-    silent no-op would look like a finished ablation)."""
-
-    def inputs(wildcards):
-        if name not in TABLES:
-            raise WorkflowError(
-                f"target {name}: this config declares no runs for it (runs.{GROUP_TABLES[name]} is empty); "
-                "the embedded default's ablations are the overlay config/ablations.yaml: "
-                "--configfile config/config.yaml config/ablations.yaml (make run-ablations)"
-            )
-        return table_files(name) + figure_files(*figures)
-
-    return inputs
-
-
 rule main_table:
     input:
         table_files("main_table"),
