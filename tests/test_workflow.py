@@ -61,6 +61,11 @@ def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+def with_ablations() -> dict:
+    """The default with its ablations overlay, merged as ``make run-ablations`` merges them."""
+    return deep_merge(load(DEFAULT), load(ABLATIONS))
+
+
 # ----------------------------------------------------------------------------------- static checks
 
 
@@ -200,7 +205,7 @@ def test_default_registry_trains_the_main_runs_only(tmp_path):
 def test_ablations_overlay_adds_runs_beside_the_main_ones(tmp_path):
     counts, jobs = dry_run("all", tmp_path, (DEFAULT, ABLATIONS))
     runs = trained(jobs)
-    cfg = deep_merge(load(DEFAULT), load(ABLATIONS))
+    cfg = with_ablations()
     assert cfg["training"] == load(DEFAULT)["training"]  # the overlay does not change how runs train
     assert runs == expected_runs(cfg) and len(runs) == 11
     assert expected_runs(load(DEFAULT)) < runs  # the main runs are the same run ids, reused from results/
@@ -214,7 +219,7 @@ def test_ablations_overlay_adds_runs_beside_the_main_ones(tmp_path):
      ("main_table", ("main",))],
 )
 def test_ablation_target_trains_only_its_runs(tmp_path, target, groups):
-    cfg = deep_merge(load(DEFAULT), load(ABLATIONS))
+    cfg = with_ablations()
     only = copy.deepcopy(cfg)
     only["runs"] = {"seeds": cfg["runs"]["seeds"], **{g: cfg["runs"][g] for g in groups}}
     for g in ("main", "gating", "grid", "probes", "controls"):
@@ -277,7 +282,7 @@ def _mutate(cfg: dict, path: str, value) -> dict:
 )
 def test_invalid_config_is_rejected_naming_the_key(tmp_path, path, value, message):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(_mutate(deep_merge(load(DEFAULT), load(ABLATIONS)), path, value)))
+    bad.write_text(yaml.safe_dump(_mutate(with_ablations(), path, value)))
     proc = snakemake("all", "-n", cwd=tmp_path, configfile=bad)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
