@@ -15,17 +15,18 @@ Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from oar.collective import gathered_for_scoring
 from oar.grading import grade
 from oar.importance import PROBES, SCORERS, ScorerConfig, probes_from_padded, score
 from oar.memory import PeakMemory
 from oar.metrics import ess_ratio, top_mass
+from oar.rank_metrics import over_ranks, ratio
 from oar.reshaping import gate
 from oar.vllm_cpu import install_cpu_weight_sync
 
@@ -111,33 +112,59 @@ class OARTrainer(GRPOTrainer):
         generated = time.perf_counter()
         mode = "train" if self.model.training else "eval"
         metrics = self._metrics[mode]
-        metrics["time/generate_s"].append(generated - started)
         if mode != "train":
+            metrics["time/generate_s"].append(generated - started)
             return output
 
         with self._memory.phase() as score_peak:
-            weights, stats = self._token_weights(output)
-        metrics["time/score_s"].append(time.perf_counter() - generated)
-        for name, value in stats.items():
-            metrics[f"oar/{name}"].append(value)
-        # Process peak so far (the previous steps' updates included) and the peak within scoring alone.
-        metrics["peak_memory_mb"].append(self._memory.process_peak_mb())
-        metrics["memory/score_peak_mb"].append(score_peak.mb)
+            weights, counts = self._token_weights(output)
+        scored = time.perf_counter()
+        self._log_step_statistics(counts, generate_s=generated - started, score_s=scored - generated,
+                                  peak_mb=self._memory.process_peak_mb(), score_peak_mb=score_peak.mb)
         if weights is None:
             return output
         # A new dict: the buffered generation batch is reused across iterations and must stay as built.
         return {**output, "advantages": output["advantages"][:, None] * weights}
 
+    def _log_step_statistics(self, counts: dict[str, float], generate_s: float, score_s: float, peak_mb: float,
+                             score_peak_mb: float) -> None:
+        """Append this generation batch's statistics over every rank's rows (``oar.rank_metrics``).
+
+        Fractions and credit statistics are means over all ranks' rows; fallbacks are counts over all
+        ranks' rows; times and memory are means over ranks, with the slowest rank's time and the
+        largest rank's peak (the figure that has to fit one GPU) under ``*_max`` names. Memory is the
+        process peak so far (earlier updates included) and the peak within scoring alone.
+        """
+        per_rank = {"generate_s": generate_s, "score_s": score_s, "peak_mb": peak_mb, "score_peak_mb": score_peak_mb}
+        sums, maxima = over_ranks({**counts, **per_rank, "ranks": 1}, per_rank, self.accelerator.device)
+        ranks = sums["ranks"]
+        metrics = self._metrics["train"]
+        metrics["time/generate_s"].append(sums["generate_s"] / ranks)
+        metrics["time/score_s"].append(sums["score_s"] / ranks)
+        metrics["time/score_max_s"].append(maxima["score_s"])
+        metrics["oar/frac_scored"].append(ratio(sums["scored"], sums["rows"]))
+        metrics["oar/frac_active"].append(ratio(sums["active"], sums["rows"]))
+        metrics["oar/fallback_no_answer"].append(sums["no_answer"])
+        metrics["oar/fallback_nonfinite"].append(sums["nonfinite"])
+        metrics["oar/ess_ratio"].append(ratio(sums["ess_sum"], sums["ess_rows"]))
+        metrics["oar/top_mass"].append(ratio(sums["top_mass_sum"], sums["top_mass_rows"]))
+        metrics["peak_memory_mb"].append(sums["peak_mb"] / ranks)
+        metrics["peak_memory_max_mb"].append(maxima["peak_mb"])
+        metrics["memory/score_peak_mb"].append(sums["score_peak_mb"] / ranks)
+        metrics["memory/score_peak_max_mb"].append(maxima["score_peak_mb"])
+
     def _token_weights(self, output) -> tuple[torch.Tensor | None, dict[str, float]]:
-        """Weights [B, T] (None for GRPO) and the credit statistics of this generation batch."""
+        """Weights [B, T] (None for GRPO) and this rank's credit counts: sums over its rows, with the
+        number of rows each was summed over (``oar.rank_metrics`` adds them over ranks)."""
         args = self.args
         advantages = output["advantages"]
         completion_mask = output["completion_mask"].bool()
         active = advantages != 0
+        counts = {"rows": float(len(advantages)), "active": active.sum().item()}
 
         if args.oar_method == "grpo":
             weights = completion_mask.float()
-            stats = {"frac_scored": 0.0, "fallback_no_answer": 0.0, "fallback_nonfinite": 0.0}
+            counts |= {"scored": 0.0, "no_answer": 0.0, "nonfinite": 0.0}
         else:
             probes = probes_from_padded(
                 self.processing_class,
@@ -156,23 +183,25 @@ class OARTrainer(GRPOTrainer):
             )
             model = self.accelerator.unwrap_model(self.model)
             needs_scores = torch.ones_like(active) if args.oar_score_all else active
-            scores = score(args.oar_method, model, probes, config, active=needs_scores.cpu(), width=completion_mask.shape[1])
+            # Under FSDP2 the ranks run different numbers of scoring passes: see oar.collective.
+            with gathered_for_scoring(model):
+                scores = score(args.oar_method, model, probes, config, active=needs_scores.cpu(),
+                               width=completion_mask.shape[1])
             weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
             weights = weights.to(advantages.device) * completion_mask  # padding weight 0
-            stats = {
-                "frac_scored": scores.scored.float().mean().item(),
-                "fallback_no_answer": scores.lt_fallback.sum().item(),
-                "fallback_nonfinite": scores.nonfinite.sum().item(),
+            counts |= {
+                "scored": scores.scored.sum().item(),
+                "no_answer": scores.lt_fallback.sum().item(),
+                "nonfinite": scores.nonfinite.sum().item(),
             }
 
-        # Share of responses with A != 0: a step where it is 0 trains nothing (the guard against
-        # untrained comparisons counts such steps).
-        stats["frac_active"] = active.float().mean().item()
-        # Both are means over the responses with A != 0 (method.md section 8): undefined without one.
+        # frac_active (share of responses with A != 0): a step where it is 0 trains nothing (the guard
+        # against untrained comparisons counts such steps). ESS and top mass are means over the responses
+        # with A != 0 (method.md section 8): undefined without one.
         token_adv = advantages[:, None] * weights
-        if active.any():
-            stats["ess_ratio"] = ess_ratio(weights, completion_mask)[active].nanmean().item()
-            stats["top_mass"] = top_mass(token_adv, completion_mask, args.oar_top_fraction)[active].nanmean().item()
-        else:
-            stats["ess_ratio"] = stats["top_mass"] = math.nan
-        return (None if args.oar_method == "grpo" else weights), stats
+        for name, values in (("ess", ess_ratio(weights, completion_mask)),
+                             ("top_mass", top_mass(token_adv, completion_mask, args.oar_top_fraction))):
+            kept = values[active]
+            kept = kept[~torch.isnan(kept)]
+            counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
+        return (None if args.oar_method == "grpo" else weights), counts

@@ -77,7 +77,9 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     },
 }
 
-# TRL log keys -> metrics.jsonl keys (the contract the analysis rules read).
+# TRL log keys -> metrics.jsonl keys (the contract the analysis rules read). Under several processes the
+# OAR statistics are over every rank's rows; times and memory are means over ranks, and the *_max keys
+# the slowest rank's time and the largest rank's peak (oar.trainer.OARTrainer._log_step_statistics).
 METRIC_KEYS = {
     "reward": "reward",
     "reward_std": "reward_std",
@@ -92,9 +94,12 @@ METRIC_KEYS = {
     "oar/fallback_nonfinite": "fallback_nonfinite",
     "time/generate_s": "time_generate_s",
     "time/score_s": "time_score_s",
+    "time/score_max_s": "time_score_max_s",
     "step_time": "step_time_s",
     "peak_memory_mb": "peak_memory_mb",
+    "peak_memory_max_mb": "peak_memory_max_mb",
     "memory/score_peak_mb": "score_peak_memory_mb",
+    "memory/score_peak_max_mb": "score_peak_memory_max_mb",
     "learning_rate": "learning_rate",
 }
 
