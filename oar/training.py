@@ -3,7 +3,7 @@
 A run folder (``results/runs/<run_id>/``) holds, when complete:
 ``model/`` (final model folder), ``metrics.jsonl`` (one line per logged step), ``run.yaml`` (resolved
 settings, seed, versions, commit; written by the caller) and ``done`` (written last, by the caller).
-``checkpoints/`` holds TRL checkpoints; rerunning the same run resumes from the newest complete one
+``checkpoints/`` holds TRL checkpoints; rerunning the same run resumes from the newest one that reads back
 and finishes with the same number of steps, and ``metrics.jsonl`` is rebuilt from that checkpoint's
 log history so no step is duplicated or lost.
 """
@@ -15,6 +15,8 @@ import json
 import os
 import re
 import shutil
+import struct
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -250,14 +252,99 @@ class MetricsFile(TrainerCallback):
                 handle.write(json.dumps(line) + "\n")
 
 
-def complete_checkpoints(checkpoint_dir: Path) -> list[Path]:
-    """Checkpoints with a trainer state (written last by the Trainer), oldest first."""
+def _torch_file_problem(path: Path) -> str | None:
+    """torch.save writes a zip archive whose directory is at its end: a file cut short has none."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return f"{path.name} is missing or empty"
+    return None if zipfile.is_zipfile(path) else f"{path.name} is cut short (no zip directory)"
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header, then the tensors' bytes: its size
+    must equal the header's end of data."""
+    try:
+        with open(path, "rb") as handle:
+            (header_len,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(header_len))
+        end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+        if path.stat().st_size != 8 + header_len + end:
+            return f"{path.name} is cut short"
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as error:
+        return f"{path.name} does not read back ({error.__class__.__name__})"
+    return None
+
+
+def _sharded_problem(folder: Path) -> str | None:
+    """A torch.distributed.checkpoint folder (FSDP sharded state) writes its .metadata last."""
+    metadata = folder / ".metadata"
+    return None if metadata.is_file() and metadata.stat().st_size > 0 else f"{folder.name}/.metadata is missing"
+
+
+def _weights_problem(checkpoint: Path) -> str | None:
+    """The model weights in any layout Trainer.save_model / FSDP write: each present file must read back."""
     found = []
+    if (index := checkpoint / "model.safetensors.index.json").exists():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return f"{index.name} does not read back"
+        found += [_safetensors_problem(checkpoint / shard) for shard in shards]
+    if (single := checkpoint / "model.safetensors").exists():
+        found.append(_safetensors_problem(single))
+    # pytorch_model.bin; FSDP's full (pytorch_model_fsdp.bin), local (*_rank<i>.bin) and sharded (folders)
+    found += [_torch_file_problem(path) for path in sorted(checkpoint.glob("pytorch_model*.bin"))]
+    found += [_sharded_problem(folder) for folder in checkpoint.glob("pytorch_model_fsdp_*") if folder.is_dir()]
+    if not found:
+        return "no model weights"
+    return next((problem for problem in found if problem), None)
+
+
+def _optimizer_problem(checkpoint: Path) -> str | None:
+    """optimizer.pt; FSDP's full (optimizer.bin), local (*_rank<i>.bin) and sharded (folders); the scheduler."""
+    problems = [_torch_file_problem(path) for path in sorted(checkpoint.glob("optimizer*.bin"))]
+    problems += [_sharded_problem(folder) for folder in checkpoint.glob("optimizer_*") if folder.is_dir()]
+    if (checkpoint / "optimizer.pt").exists() or not problems:
+        problems.append(_torch_file_problem(checkpoint / "optimizer.pt"))
+    problems.append(_torch_file_problem(checkpoint / "scheduler.pt"))
+    return next((problem for problem in problems if problem), None)
+
+
+def checkpoint_problem(checkpoint: Path, world_size: int) -> str | None:
+    """Why a checkpoint cannot be resumed from, or None when everything resume reads reads back.
+
+    The Trainer writes weights, optimizer and scheduler, each process's random state, then
+    ``trainer_state.json`` (in place, no write-then-rename), so a kill can leave any of them cut short;
+    and under several processes rank 0 may write the trainer state before another rank's random state.
+    Resuming from such a checkpoint either fails (``trainer_state.json``, weights) or silently breaks
+    reproducibility (a missing random state is only logged by the Trainer)."""
+    match = re.fullmatch(r"checkpoint-(\d+)", checkpoint.name)
+    if not match:
+        return "not a checkpoint folder name"
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError) as error:
+        return f"trainer_state.json does not read back ({error.__class__.__name__})"
+    if not isinstance(state, dict) or state.get("global_step") != int(match.group(1)):
+        return "trainer_state.json does not hold this checkpoint's global_step"
+    rng_files = ["rng_state.pth"] if world_size <= 1 else [f"rng_state_{rank}.pth" for rank in range(world_size)]
+    problems = [_weights_problem(checkpoint), _optimizer_problem(checkpoint)]
+    problems += [_torch_file_problem(checkpoint / name) for name in rng_files]
+    return next((problem for problem in problems if problem), None)
+
+
+def readable_checkpoints(checkpoint_dir: Path, world_size: int) -> tuple[list[Path], dict[Path, str]]:
+    """(checkpoints that read back, oldest first; every other checkpoint folder with why it does not).
+
+    Every process reaches the same verdicts: they read the same files, and removing a bad checkpoint
+    (rank 0) can only make it worse."""
+    found, bad = [], {}
     for path in checkpoint_dir.glob("checkpoint-*"):
-        match = re.fullmatch(r"checkpoint-(\d+)", path.name)
-        if match and (path / "trainer_state.json").is_file():
-            found.append((int(match.group(1)), path))
-    return [path for _, path in sorted(found)]
+        problem = checkpoint_problem(path, world_size)
+        if problem is None:
+            found.append((int(path.name.split("-")[1]), path))
+        elif re.fullmatch(r"checkpoint-\d+", path.name):
+            bad[path] = problem
+    return [path for _, path in sorted(found)], bad
 
 
 def rebuild_metrics(metrics_path: Path, checkpoint: Path | None) -> None:
@@ -280,13 +367,14 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
 
-    # A checkpoint folder without trainer_state.json was cut off mid-save: never resume from it.
-    complete = complete_checkpoints(checkpoint_dir)
-    resume = complete[-1] if complete else None
+    # A checkpoint cut off mid-save (a kill, preemption, a node failure) is never resumed from: the
+    # newest one that reads back is, and the others are removed (they would also block later reruns).
+    readable, unreadable = readable_checkpoints(checkpoint_dir, world_size())
+    resume = readable[-1] if readable else None
     if is_main_process():
-        for path in checkpoint_dir.glob("checkpoint-*"):
-            if path not in complete:
-                shutil.rmtree(path)
+        for path, problem in sorted(unreadable.items()):
+            print(f"removing checkpoint {path}: {problem}", flush=True)
+            shutil.rmtree(path)
         rebuild_metrics(metrics_path, resume)
         if resume is not None:
             print(f"resuming {settings['run_id']} from {resume}", flush=True)
@@ -359,6 +447,11 @@ def weights_delta(base_dir: str | os.PathLike, trained_dir: str | os.PathLike) -
         "only_in_base": len(set(base) - set(trained)),
         "only_in_trained": len(set(trained) - set(base)),
     }
+
+
+def world_size() -> int:
+    """Processes of this run under ``accelerate launch`` / ``torchrun`` (which set WORLD_SIZE), else 1."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def is_main_process() -> bool:

@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -277,3 +278,81 @@ def test_weights_delta_tells_a_trained_model_from_its_base(tiny_model_dir, tmp_p
     assert moved["rel_l2_delta"] > 0
     with pytest.raises(FileNotFoundError, match="safetensors"):
         weights_delta(tiny_model_dir, tmp_path)
+
+
+STEP_KEYS = ("reward", "reward_std", "entropy", "completion_length", "loss", "ess_ratio", "top_mass", "frac_scored",
+             "frac_active", "fallback_no_answer", "fallback_nonfinite", "learning_rate")  # all but times and memory
+
+
+def test_resume_falls_back_past_a_checkpoint_cut_off_mid_write(tiny_model_dir, tmp_path):
+    """trainer_state.json is written in place: a kill can leave it half-written. The rerun must resume from
+    the newest checkpoint that reads back and finish exactly as an uninterrupted run."""
+    from oar.training import weights_delta
+
+    settings = write_run_inputs(tmp_path, tiny_model_dir, "oar_g", max_steps=5, save_steps=2)
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    whole = tmp_path / "whole"
+    subprocess.run(train_command(settings, whole), check=True, capture_output=True, env=env, timeout=600)
+
+    out = tmp_path / "run"
+    script, *args = train_command(settings, out)[1:]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_CHECKPOINT, "4", script, *args], capture_output=True,
+                            env=env, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    newest = out / "checkpoints" / "checkpoint-4"
+    state = newest / "trainer_state.json"
+    text = state.read_text()
+    state.write_text(text[: len(text) // 2])  # what a kill in the middle of the write leaves
+
+    resumed = subprocess.run(train_command(settings, out), capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"removing checkpoint {newest}: trainer_state.json does not read back" in resumed.stdout
+    assert f"resuming oar_g-test from {out / 'checkpoints' / 'checkpoint-2'}" in resumed.stdout
+    assert (out / "done").exists()
+
+    delta = weights_delta(whole / "model", out / "model")
+    assert delta["tensors"] > 0 and delta["tensors_changed"] == 0 and delta["max_abs_delta"] == 0.0
+    lines = {name: [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+             for name, run in (("whole", whole), ("resumed", out))}
+    assert [line["step"] for line in lines["resumed"]] == [line["step"] for line in lines["whole"]] == [1, 2, 3, 4, 5]
+    for got, want in zip(lines["resumed"], lines["whole"]):
+        assert {k: got[k] for k in STEP_KEYS} == {k: want[k] for k in STEP_KEYS}
+    assert json.loads(state.read_text())["global_step"] == 4  # the rerun saved checkpoint-4 afresh
+
+
+def test_a_checkpoint_reads_back_only_when_every_file_resume_loads_does(tmp_path):
+    """Real files in the Trainer's formats, cut or missing one at a time."""
+    from safetensors.torch import save_file
+
+    from oar.training import checkpoint_problem, readable_checkpoints
+
+    def write_checkpoint(step, ranks):
+        folder = tmp_path / "checkpoints" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        save_file({"w": torch.ones(64, 64)}, str(folder / "model.safetensors"))
+        torch.save({"state": {0: torch.ones(64, 64)}}, folder / "optimizer.pt")
+        torch.save({"last_epoch": step}, folder / "scheduler.pt")
+        for name in (["rng_state.pth"] if ranks == 1 else [f"rng_state_{r}.pth" for r in range(ranks)]):
+            torch.save({"cpu": torch.random.get_rng_state()}, folder / name)
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        return folder
+
+    def cut(path):
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+
+    good = write_checkpoint(2, ranks=2)
+    assert checkpoint_problem(good, world_size=2) is None
+    assert "rng_state_2.pth" in checkpoint_problem(good, world_size=4)  # resumed on more processes
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state_1.pth", "trainer_state.json"):
+        folder = write_checkpoint(10, ranks=2)
+        cut(folder / name)
+        assert name in checkpoint_problem(folder, world_size=2), name
+        (folder / name).unlink()
+        assert checkpoint_problem(folder, world_size=2) is not None, name
+        readable, unreadable = readable_checkpoints(tmp_path / "checkpoints", world_size=2)
+        assert readable == [good] and list(unreadable) == [folder]
+        shutil.rmtree(folder)
+    wrong_step = write_checkpoint(6, ranks=1)
+    (wrong_step / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
+    assert "global_step" in checkpoint_problem(wrong_step, world_size=1)
