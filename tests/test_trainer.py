@@ -207,7 +207,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def test_train_script_resumes_after_a_kill(tiny_model_dir, tmp_path):
     settings = write_run_inputs(tmp_path, tiny_model_dir, "oar_g", max_steps=5, save_steps=2)
     out = tmp_path / "run"
-    env = os.environ | {"TOKENIZERS_PARALLELISM": "false"}
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}  # this checkout's oar
     script, *args = train_command(settings, out)[1:]
     killed = subprocess.run([sys.executable, "-c", KILL_AFTER_CHECKPOINT, "2", script, *args], capture_output=True, env=env, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
@@ -290,7 +290,8 @@ def test_resume_falls_back_past_a_checkpoint_cut_off_mid_write(tiny_model_dir, t
     from oar.training import weights_delta
 
     settings = write_run_inputs(tmp_path, tiny_model_dir, "oar_g", max_steps=5, save_steps=2)
-    env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    # PYTHONPATH: this checkout's oar, whichever checkout the environment's editable install points to.
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     whole = tmp_path / "whole"
     subprocess.run(train_command(settings, whole), check=True, capture_output=True, env=env, timeout=600)
 
