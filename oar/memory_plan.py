@@ -242,6 +242,10 @@ def per_token(widths: tuple, dtype_name: str, phase: str, autocast: bool, checkp
         per_layer = s[LAYERS[1], VOCABS[0]] - s[LAYERS[0], VOCABS[0]]
         per_vocab = (s[LAYERS[0], VOCABS[1]] - s[LAYERS[0], VOCABS[0]]) / (VOCABS[1] - VOCABS[0])
         base = s[LAYERS[0], VOCABS[0]] - per_layer * LAYERS[0] - per_vocab * VOCABS[0]
+        if phase == "forward":
+            # No-grad: nothing accumulates over layers and only the kept logits see the vocabulary; the
+            # peak is one layer's transients, which move a little with where the peak lands: the largest.
+            per_layer, per_vocab, base = 0.0, 0.0, max(s.values())
         fits[what] = PerToken(base=base, per_layer=per_layer, per_vocab=per_vocab)
     return fits
 
