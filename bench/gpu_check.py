@@ -249,7 +249,9 @@ def main() -> None:
                      f"{r['step_time_s']:.3g} | {ratio:.2f} | {PAPER_RATIO[method]:.1f} | {r['completion_length']:.0f} | "
                      f"{r['frac_scored']:.2f} | {r['peak_memory_mb']:.0f} | {predicted[method]:.0f} |")
     lines.append("\npaper: the paper's step time over GRPO's. predicted: oar.memory_plan's peak for these "
-                 "settings (one process, no vLLM, without its CUDA-context reserve).")
+                 "settings (one process, no vLLM, without its CUDA-context reserve), to compare with the peak on "
+                 "CUDA (the allocator's peak); on CPU the peak is the process's resident memory, libraries "
+                 "included, and not comparable.")
     if not args.no_eval:
         lines += ["", "| evaluation backend | load s | generate s | tokens | tokens / s |", "|---|---|---|---|---|"]
         for backend in ("transformers", "vllm"):
