@@ -246,7 +246,8 @@ def main() -> None:
         ratio = r["step_time_s"] / base["step_time_s"] if base else float("nan")
         # three significant digits: a tiny model's scoring takes milliseconds, a GPU step seconds
         lines.append(f"| {method} | {r['time_generate_s']:.3g} | {r['time_score_s']:.3g} | {r['time_update_s']:.3g} | "
-                     f"{r['step_time_s']:.3g} | {ratio:.2f} | {PAPER_RATIO[method]:.1f} | {r['completion_length']:.0f} | "
+                     f"{r['step_time_s']:.3g} | {ratio:.2f} | {PAPER_RATIO[method]:.1f} | "
+                     f"{r['completion_length']:.0f} | "
                      f"{r['frac_scored']:.2f} | {r['peak_memory_mb']:.0f} | {predicted[method]:.0f} |")
     lines.append("\npaper: the paper's step time over GRPO's. predicted: oar.memory_plan's peak for these "
                  "settings (one process, no vLLM, without its CUDA-context reserve), to compare with the peak on "

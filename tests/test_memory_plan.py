@@ -34,13 +34,16 @@ def test_every_phase_of_both_paper_models_fits_80_gb():
 
 
 def test_plan_catches_what_did_not_fit():
-    """The old paper settings (chunk_tokens 8192 for both, the 7B engine at its 131,072-token context)."""
+    """The old paper settings (chunk_tokens 8192, the engine awake at the model's 131,072-token context),
+    and a smaller engine share, whose KV cache cannot hold one such sequence (vLLM would not start)."""
     config = memory_plan.load_config(ROOT / "config" / "paper.yaml")
     config["models"]["qwen2.5-7b"]["oar"] = {"chunk_tokens": 8192}
-    config["models"]["qwen2.5-7b"]["trainer"].update(vllm_max_model_length=None, vllm_enable_sleep_mode=False)
+    config["models"]["qwen2.5-7b"]["trainer"].update(vllm_max_model_length=None, vllm_enable_sleep_mode=False,
+                                                      vllm_gpu_memory_utilization=0.25)
     phases = {p.phase: p for p in memory_plan.plan_config(config) if p.model == "qwen2.5-7b"}
     assert phases["scoring OAR-G"].total_gb > 80  # two 3,608-token probes with grad: ~46 GB of activations
     assert "CANNOT hold one 131,072-token sequence" in phases["engine (vLLM colocate)"].note
+    assert "engine shortfall" in phases["engine (vLLM colocate)"].parts
 
 
 def test_meta_device_parameter_counts_match_the_published_sizes():
@@ -63,7 +66,8 @@ def _direct_slope(widths, layers, vocab, dtype, phase, autocast, checkpointing, 
 
 @pytest.mark.parametrize(
     "phase, dtype, autocast, checkpointing",
-    [("oar_g", torch.float32, False, False), ("update", torch.float32, True, True), ("forward", torch.bfloat16, False, False)],
+    [("oar_g", torch.float32, False, False), ("update", torch.float32, True, True),
+     ("forward", torch.bfloat16, False, False)],
 )
 def test_saved_tensor_scaling_predicts_a_direct_measurement_of_another_size(phase, dtype, autocast, checkpointing):
     widths = (64, 160, 4, 2)
