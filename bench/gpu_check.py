@@ -9,8 +9,13 @@ are those of a full step, whatever the model says. Each method trains in its own
 memory is its own. The vLLM evaluation row is timed when vLLM is importable.
 
     python bench/gpu_check.py                                   # Qwen2.5-1.5B shape, bf16, 1,024 tokens
+    python bench/gpu_check.py --shape qwen2.5-7b --response-tokens 3072 --batch 8   # 7B layer shapes
     python bench/gpu_check.py --shape tiny --response-tokens 16 --batch 4 --steps 1   # CPU smoke run
 
+The preflight before the paper run (docs/memory.md): on one GPU node, it prints each method's step
+time, the ratios OAR-G/GRPO and OAR-P/GRPO beside the paper's 1.4x and 4.2x, and each method's
+measured peak memory beside oar.memory_plan's prediction for the same settings. The real shapes run
+on CUDA only: without a CUDA device it stops with an error rather than running on the CPU.
 Prints a Markdown table (and writes it with ``--out``).
 """
 
@@ -39,6 +44,7 @@ SHAPES = {
                  num_key_value_heads=1, vocab_size=None, tie_word_embeddings=True),
 }
 METHODS = ("grpo", "oar_g", "oar_p")
+PAPER_RATIO = {"grpo": 1.0, "oar_g": 1.4, "oar_p": 4.2}  # step time over GRPO's, as the paper reports
 PARTS = ("time_generate_s", "time_score_s", "time_update_s", "step_time_s")
 
 
@@ -161,6 +167,25 @@ def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
     return {"load_s": load_s, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
+def predicted_peaks_mib(args, model: Path, dtype: str) -> dict[str, float]:
+    """oar.memory_plan's per-method peak (the largest of its phases) for this check's settings."""
+    from transformers import AutoConfig
+
+    from oar import memory_plan
+
+    shape = memory_plan.shape_of(AutoConfig.from_pretrained(model))
+    settings = {"model_dtype": dtype, "oar": {"chunk_tokens": 512},
+                "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": args.response_tokens,
+                            "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
+                            "gradient_accumulation_steps": 1}}
+    prompt_tokens = 64  # the check's problems are one-line word problems in the tiny tokenizer
+    phases = memory_plan.plan_model("check", {"launcher": "python"}, settings, shape, prompt_tokens)
+    reserve = memory_plan.RESERVE_GB * memory_plan.GB
+    mib = {p.phase: (sum(p.parts.values()) - reserve) / 2**20 for p in phases}
+    return {"grpo": mib["update"], "oar_g": max(mib["update"], mib["scoring OAR-G"]),
+            "oar_p": max(mib["update"], mib["scoring OAR-P"])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
@@ -175,6 +200,8 @@ def main() -> None:
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
     parser.add_argument("--no-eval", action="store_true", help="skip the evaluation rows")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--device", choices=("cuda", "cpu"),
+                        help="default: cuda, cpu for --shape tiny; cuda without a CUDA device is an error")
     parser.add_argument("--work", type=Path, default=Path("results/bench/gpu_check"))
     parser.add_argument("--out", type=Path, help="Markdown table to write")
     parser.add_argument("--one-method", nargs=2, metavar=("SETTINGS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
@@ -185,7 +212,14 @@ def main() -> None:
         return
     if args.batch % args.num_generations:
         parser.error("--batch must be a multiple of --num-generations")
-    on_gpu = torch.cuda.is_available()
+    device_kind = args.device or ("cpu" if args.shape == "tiny" else "cuda")
+    if device_kind == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device cuda (the default for --shape {args.shape}): no CUDA device is visible "
+                     "(torch.cuda.is_available() is False); run it on a GPU node, or --shape tiny --device cpu")
+    if device_kind == "cpu" and torch.cuda.is_available():
+        parser.error("--device cpu on a machine with CUDA: the trainer would use the GPU; hide it with "
+                     "CUDA_VISIBLE_DEVICES=''")
+    on_gpu = device_kind == "cuda"
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -202,16 +236,23 @@ def main() -> None:
         "every response scored by the OAR methods; "
         f"model folder built in {build_s:.0f} s",
         "",
-        "| method | generate s | score s | update s | step s | step / GRPO | tokens / response | scored | peak MiB |",
-        "|" + "---|" * 9,
+        "| method | generate s | score s | update s | step s | step / GRPO | paper | tokens / response | scored "
+        "| peak MiB | predicted MiB |",
+        "|" + "---|" * 11,
     ]
     base = rows.get("grpo")
+    predicted = predicted_peaks_mib(args, model, dtype)
     for method, r in rows.items():
         ratio = r["step_time_s"] / base["step_time_s"] if base else float("nan")
         # three significant digits: a tiny model's scoring takes milliseconds, a GPU step seconds
         lines.append(f"| {method} | {r['time_generate_s']:.3g} | {r['time_score_s']:.3g} | {r['time_update_s']:.3g} | "
-                     f"{r['step_time_s']:.3g} | {ratio:.2f} | {r['completion_length']:.0f} | {r['frac_scored']:.2f} | "
-                     f"{r['peak_memory_mb']:.0f} |")
+                     f"{r['step_time_s']:.3g} | {ratio:.2f} | {PAPER_RATIO[method]:.1f} | "
+                     f"{r['completion_length']:.0f} | "
+                     f"{r['frac_scored']:.2f} | {r['peak_memory_mb']:.0f} | {predicted[method]:.0f} |")
+    lines.append("\npaper: the paper's step time over GRPO's. predicted: oar.memory_plan's peak for these "
+                 "settings (one process, no vLLM, without its CUDA-context reserve), to compare with the peak on "
+                 "CUDA (the allocator's peak); on CPU the peak is the process's resident memory, libraries "
+                 "included, and not comparable.")
     if not args.no_eval:
         lines += ["", "| evaluation backend | load s | generate s | tokens | tokens / s |", "|---|---|---|---|---|"]
         for backend in ("transformers", "vllm"):

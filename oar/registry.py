@@ -168,7 +168,11 @@ class Registry:
             for b in config["runs"][group].get("benchmarks") or []:
                 if b not in config["evaluation"]["benchmarks"]:
                     raise ConfigError(f"runs.{group}.benchmarks", f"{b!r} is not in evaluation.benchmarks")
+        oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
         for name in config["models"]:
+            unknown = set(config["models"][name]["oar"]) - oar_keys
+            if unknown:
+                raise ConfigError(f"models.{name}.oar", f"unknown keys {sorted(unknown)} (use {sorted(oar_keys)})")
             trainer = self.trainer_settings(name)
             unknown = set(trainer) - set(self.trainer_keys)
             if unknown:
@@ -189,8 +193,12 @@ class Registry:
     def trainer_settings(self, model: str) -> dict:
         return deep_merge(self.config["training"]["trainer"], self.config["models"][model]["trainer"])
 
+    def oar_settings(self, model: str) -> dict:
+        """training.oar with the model's own ``oar`` overrides (e.g. chunk_tokens sized to its memory)."""
+        return deep_merge(self.config["training"]["oar"], self.config["models"][model]["oar"])
+
     def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> str:
-        oar = self.config["training"]["oar"]
+        oar = self.oar_settings(model)
         parts = [method]
         if method in GATED:
             tau = oar["tau"] if tau is None else tau
@@ -204,7 +212,7 @@ class Registry:
     def run_settings(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> dict:
         """Fully resolved settings of one run (what workflow_scripts/train.py reads)."""
         config = self.config
-        oar = copy.deepcopy(config["training"]["oar"])
+        oar = self.oar_settings(model)
         if method in GATED:
             oar["tau"] = float(oar["tau"] if tau is None else tau)
             oar["beta"] = float(oar["beta"] if beta is None else beta)
@@ -231,9 +239,9 @@ class Registry:
     def _expand_group(self, group: str) -> list[dict]:
         """Run settings (in a stable order) that one registry group declares."""
         spec = self.config["runs"][group]
-        default_tau = float(self.config["training"]["oar"]["tau"])
         out = []
         for model in self._group_models(spec):
+            default_tau = float(self.oar_settings(model)["tau"])
             for seed in self._group_seeds(spec):
                 if group in ("main", "controls"):
                     out += [self.run_settings(model, m, seed) for m in spec["methods"]]

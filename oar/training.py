@@ -67,6 +67,8 @@ DEFAULT_SETTINGS: dict[str, Any] = {
         "use_vllm": False,
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": 0.3,
+        "vllm_max_model_length": None,
+        "vllm_enable_sleep_mode": False,
         "loss_type": "grpo",
         "beta": 0.0,
         "epsilon": 0.2,

@@ -9,11 +9,20 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_gpu_check_refuses_to_run_real_shapes_without_cuda(tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--work", str(tmp_path / "work")]
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "--device cuda (the default for --shape qwen2.5-1.5b): no CUDA device is visible" in done.stderr
+    assert not (tmp_path / "work").exists()  # stopped before building anything
+
+
+@pytest.mark.slow
 def test_gpu_check_times_every_method_at_forced_length(tmp_path):
     out = tmp_path / "gpu_check.md"
     command = [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--shape", "tiny", "--response-tokens", "12",
@@ -25,8 +34,9 @@ def test_gpu_check_times_every_method_at_forced_length(tmp_path):
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
             for line in out.read_text().splitlines() if line.startswith("| ") and "---" not in line}
     for method in ("grpo", "oar_g", "oar_p"):
-        generate, score, update, step, ratio, tokens, scored, peak = rows[method]
-        assert float(step) > 0 and float(peak) > 0
+        generate, score, update, step, ratio, paper, tokens, scored, peak, predicted = rows[method]
+        assert float(step) > 0 and float(peak) > 0 and float(predicted) > 0
+        assert paper == {"grpo": "1.0", "oar_g": "1.4", "oar_p": "4.2"}[method]
         assert tokens == "12"  # responses forced to --response-tokens
         assert scored == ("0.00" if method == "grpo" else "1.00")
     assert float(rows["oar_p"][1]) > 0 and float(rows["oar_g"][1]) > 0  # scoring was timed
