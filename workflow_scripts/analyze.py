@@ -18,6 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import atomic_open, atomic_write_json, snakemake_only  # noqa: E402
 
+# Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
+# here, before the heavy imports below.
+smk = snakemake_only(globals(), "analyze.py", "the functions are in oar.analysis") if __name__ == "__main__" else None
+
 from oar import analysis  # noqa: E402
 
 
@@ -99,5 +103,4 @@ def fidelity(smk):
 JOBS = {"accuracy": accuracy, "credit": credit, "cost": cost, "recall": recall, "fidelity": fidelity}
 
 if __name__ == "__main__":
-    smk = snakemake_only(globals(), "analyze.py", "the functions are in oar.analysis")
     JOBS[smk.params.kind](smk)

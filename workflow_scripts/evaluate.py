@@ -1,4 +1,4 @@
-"""Evaluate one model folder on one prepared benchmark: ``samples.jsonl`` + ``summary.json``.
+r"""Evaluate one model folder on one prepared benchmark: ``samples.jsonl`` + ``summary.json``.
 
 Shell::
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_write_json, checksum, provenance, run_cli, sha256_file  # noqa: E402
+from _script_io import atomic_write_json, checksum, provenance, run_cli, script_parser, sha256_file  # noqa: E402
 
 from oar.data import MEAN_OF_16, DataError, eval_defaults, read_records  # noqa: E402
 from oar.evaluation import SUMMARY_FILE, EvalConfigMismatch, EvalSettings, run_generation, summarize  # noqa: E402
@@ -40,7 +40,7 @@ FLAGS = ("no_fallback_last_number", "quiet", "enforce_eager")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = script_parser(__doc__, "Evaluate one model folder on one prepared benchmark.")
     p.add_argument("--model", required=True, help="model folder (from oar.models)")
     p.add_argument("--benchmark-file", required=True, help="prepared benchmark, results/data/<name>.jsonl")
     p.add_argument("--benchmark", help="benchmark name for the sampling defaults (default: the file name)")
@@ -48,21 +48,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--summary", help="summary file (default: <out-dir>/summary.json)")
     p.add_argument("--n", type=int, help="samples per problem")
     p.add_argument("--temperature", type=float, help="0 = greedy")
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--top-p", type=float, help="nucleus sampling (default: the benchmark's)")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="token budget of one answer")
     p.add_argument("--limit", type=int, help="evaluate the first N problems")
-    p.add_argument("--backend", default="transformers", choices=BACKENDS)
+    p.add_argument("--backend", default="transformers", choices=BACKENDS, help="generation backend")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per generate call (transformers)")
     p.add_argument("--chunk-size", type=int,
                    help="problems per generate call (default: batch-size // n for transformers, 256 for vllm)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5,
-                   help="vllm: share of GPU memory vLLM reserves (default 0.5, safe on a shared GPU)")
+                   help="vllm: share of GPU memory vLLM reserves (vLLM's own default, 0.9, fails beside another process)")
     p.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs (less memory, faster start)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
     p.add_argument("--chat", default="auto", choices=("auto", "yes", "no"),
                    help="use the tokenizer's chat template (auto: when it has one)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--no-fallback-last-number", action="store_true",
                    help="a response without \\boxed{} has no answer (default: its last number is the answer)")

@@ -1,4 +1,4 @@
-"""Sample the fixed held-out responses of the analysis once from a base model.
+r"""Sample the fixed held-out responses of the analysis once from a base model.
 
 Shell::
 
@@ -27,20 +27,21 @@ DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a b
 
 
 def parse_args(argv):
-    p = model_script_parser(DESCRIPTION)
+    p = model_script_parser(__doc__, DESCRIPTION)
     p.add_argument("--problems", required=True, help="prepared dataset (JSONL)")
     p.add_argument("--responses", required=True, help="output JSONL")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--num-problems", type=int, default=8)
+    p.add_argument("--offset", type=int, default=0, help="first problem of the file used")
+    p.add_argument("--num-problems", type=int, default=8, help="problems sampled, from --offset on")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--min-reasoning-tokens", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=96, help="token budget of one response")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
+    p.add_argument("--min-reasoning-tokens", type=int, default=4,
+                   help="responses with fewer reasoning tokens are left out")
     p.add_argument("--keep-unanswered", action="store_true", help="keep responses without an answer span")
     p.add_argument("--keep-truncated", action="store_true",
                    help="keep responses cut at --max-new-tokens (default: only those that ended with eos)")
     p.add_argument("--max-responses", type=int, help="keep at most this many (the first ones that qualify)")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
     return p.parse_args(argv)
 
 

@@ -1,4 +1,4 @@
-"""Oracle causal tokens of every held-out response (``oar.oracle``): an intervention + greedy re-decoding.
+r"""Oracle causal tokens of every held-out response (``oar.oracle``): an intervention + greedy re-decoding.
 
 Shell::
 
@@ -17,7 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_model, model_script_parser, read_jsonl, run_cli, write_jsonl  # noqa: E402
 
-from oar.oracle import INTERVENTIONS  # noqa: E402
+# oar.oracle.INTERVENTIONS, spelled out so that --help answers without importing torch (a test keeps
+# the two equal).
+INTERVENTIONS = ("pad", "space", "alternative", "delete", "none")
 
 FLAGS = ("no_fallback_last_number",)
 
@@ -26,14 +28,16 @@ DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.oracle``):
 
 
 def parse_args(argv):
-    p = model_script_parser(DESCRIPTION)
-    p.add_argument("--responses", required=True)
+    p = model_script_parser(__doc__, DESCRIPTION)
+    p.add_argument("--responses", required=True, help="held-out responses (JSONL from heldout.py)")
     p.add_argument("--oracle", required=True, help="output JSONL")
-    p.add_argument("--slack-tokens", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--reference", default="response", choices=("response", "clean"))
-    p.add_argument("--intervention", default="pad", choices=INTERVENTIONS,
+    p.add_argument("--slack-tokens", type=int, default=16,
+                   help="re-decoding budget beyond the original response's remaining length")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="hard cap of one re-decode")
+    p.add_argument("--batch-size", type=int, default=32, help="re-decodes per generate call")
+    p.add_argument("--reference", default="response", choices=("response", "clean"),
+                   help="compare with the response's own answer, or with a greedy re-decode of the clean prefix")
+    p.add_argument("--intervention", default="space", choices=INTERVENTIONS,
                    help="what replaces each reasoning token before re-decoding (oar.oracle.INTERVENTIONS)")
     return p.parse_args(argv)
 

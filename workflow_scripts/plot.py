@@ -9,6 +9,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import read_jsonl, snakemake_only  # noqa: E402
 
+# Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
+# here, before the heavy imports below.
+smk = snakemake_only(globals(), "plot.py", "the figures are drawn by oar.figures") if __name__ == "__main__" else None
+
 import pandas as pd  # noqa: E402
 
 from oar import figures  # noqa: E402
@@ -60,5 +64,4 @@ def draw(smk):
 
 
 if __name__ == "__main__":
-    smk = snakemake_only(globals(), "plot.py", "the figures are drawn by oar.figures")
     draw(smk)

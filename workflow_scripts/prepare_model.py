@@ -1,4 +1,4 @@
-"""Prepare one base model folder from its source (``packaged``, ``tiny``, a folder or a hub id).
+r"""Prepare one base model folder from its source (``packaged``, ``tiny``, a folder or a hub id).
 
 Shell::
 
@@ -10,7 +10,6 @@ written atomically (staging folder, then rename); the summary records the source
 checksums and provenance.
 """
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -18,14 +17,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import atomic_write_json, run_cli  # noqa: E402
-from _script_io import checksum, provenance  # noqa: E402
+from _script_io import checksum, provenance, script_parser  # noqa: E402
 
 
 DESCRIPTION = 'Prepare one base model folder from its source (``packaged``, ``tiny``, a folder or a hub id).'  # __doc__ is None under Snakemake's script: (its preamble comes first)
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=DESCRIPTION)
+    p = script_parser(__doc__, DESCRIPTION)
     p.add_argument("--source", required=True, help="'packaged', 'tiny', a model folder or a hub id")
     p.add_argument("--model", required=True, help="model folder to write")
     p.add_argument("--summary", required=True, help="summary JSON to write")

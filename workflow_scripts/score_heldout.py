@@ -1,4 +1,4 @@
-"""Score every reasoning token of the held-out responses with one scorer and outcome probe.
+r"""Score every reasoning token of the held-out responses with one scorer and outcome probe.
 
 Shell::
 
@@ -25,14 +25,15 @@ DESCRIPTION = 'Score every reasoning token of the held-out responses with one sc
 
 
 def parse_args(argv):
-    p = model_script_parser(DESCRIPTION)
-    p.add_argument("--responses", required=True)
+    p = model_script_parser(__doc__, DESCRIPTION)
+    p.add_argument("--responses", required=True, help="held-out responses (JSONL from heldout.py)")
     p.add_argument("--scores", required=True, help="output JSONL")
-    p.add_argument("--scorer", required=True)
-    p.add_argument("--probe", default="as_mean")
-    p.add_argument("--noise-sigma", type=float, default=1e-3)
-    p.add_argument("--chunk-tokens", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scorer", required=True,
+                   help="oar_p, oar_g, grad_norm, entropy, position or random (oar.importance)")
+    p.add_argument("--probe", default="as_mean", help="outcome probe: lt_logits, as_mean or as_joint")
+    p.add_argument("--noise-sigma", type=float, default=1e-3, help="OAR-G's Gaussian noise on the embeddings")
+    p.add_argument("--chunk-tokens", type=int, default=512, help="token budget of one scoring forward")
+    p.add_argument("--seed", type=int, default=0, help="seed of OAR-G's noise and the random scorer")
     return p.parse_args(argv)
 
 

@@ -9,6 +9,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import snakemake_only  # noqa: E402
 
+# Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
+# here, before the heavy imports below.
+smk = snakemake_only(globals(), "tables.py", "the tables are built by oar.tables") if __name__ == "__main__" else None
+
 import pandas as pd  # noqa: E402
 
 from oar import tables  # noqa: E402
@@ -46,7 +50,6 @@ def build(smk):
 
 
 if __name__ == "__main__":
-    smk = snakemake_only(globals(), "tables.py", "the tables are built by oar.tables")
     frame, markdown = build(smk)
     tables.write_table(frame, markdown, smk.output.csv, smk.output.md)
     print(markdown)

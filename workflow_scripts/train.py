@@ -15,7 +15,6 @@ scores its own share of the completions.
 """
 
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,12 +23,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_write_text, provenance, redirect_to_log  # noqa: E402
-
-from oar.training import is_main_process, resolve_settings, train_run, weights_delta  # noqa: E402
+from _script_io import atomic_write_text, provenance, redirect_to_log, script_parser  # noqa: E402
 
 
 def main(settings: dict, out_dir: Path) -> None:
+    # Imported here, not at the top, so that --help answers without loading torch and TRL.
+    from oar.training import is_main_process, resolve_settings, train_run, weights_delta
+
     resolved = resolve_settings(settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     done = out_dir / "done"
@@ -52,7 +52,7 @@ def main(settings: dict, out_dir: Path) -> None:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, "Train one run from its resolved settings.")
     parser.add_argument("--settings", required=True, type=Path, help="YAML file with one run's settings")
     parser.add_argument("--out-dir", required=True, type=Path, help="run folder, results/runs/<run_id>")
     args = parser.parse_args(argv)
