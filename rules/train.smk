@@ -34,9 +34,11 @@ rule train:
     threads: rule_threads("train")
     resources:
         **rule_resources("train"),
+    # a retry resumes from the run's newest checkpoint (checkpoints/ is no output: a failed attempt keeps it)
+    retries: rule_retries("train")
     params:
         script=f"{SCRIPTS}/train.py",
-        launcher=lambda wc: config["models"][model_of(wc.run)]["launcher"],
+        launcher=lambda wc: REG.launcher(model_of(wc.run)),
     shell:
         "OMP_NUM_THREADS={threads} {params.launcher} {params.script} --settings {input.settings:q}"
         " --out-dir $(dirname {output.done:q}) > {log} 2>&1"

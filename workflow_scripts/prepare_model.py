@@ -11,6 +11,7 @@ checksums and provenance.
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ def parse_args(argv):
     p.add_argument("--model", required=True, help="model folder to write")
     p.add_argument("--summary", required=True, help="summary JSON to write")
     p.add_argument("--seed", type=int, default=0, help="initialisation seed of source 'tiny'")
+    p.add_argument("--fetched", help="fetch_model's summary of a hub source (already in the HF cache)")
     return p.parse_args(argv)
 
 
@@ -51,7 +53,9 @@ def main(argv=None):
         "hidden_size": getattr(cfg, "hidden_size", None),
         "wall_s": time.perf_counter() - started,
         "checksums": checksum(path),
-        "provenance": provenance(vars(args), seed=args.seed),
+        # on a cluster this job reads hub sources from the cache only (the Snakefile sets these)
+        "hub": {k: os.environ.get(k) for k in ("HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")},
+        "provenance": provenance(vars(args), inputs={"fetched": args.fetched}, seed=args.seed),
     }
     atomic_write_json(args.summary, summary)
     print(f"model {args.source!r} -> {path}")
