@@ -31,7 +31,9 @@ def parse_args(argv):
     p.add_argument("--model", required=True, help="model folder to write")
     p.add_argument("--summary", required=True, help="summary JSON to write")
     p.add_argument("--seed", type=int, default=0, help="initialisation seed of source 'tiny'")
-    p.add_argument("--fetched", help="fetch_model's summary of a hub source (already in the HF cache)")
+    # Snakemake passes the option without a value for sources that need no download
+    p.add_argument("--fetched", nargs="*", default=[],
+                   help="fetch_model's summary of a hub source (its weights are in the HF cache)")
     return p.parse_args(argv)
 
 
@@ -55,7 +57,7 @@ def main(argv=None):
         "checksums": checksum(path),
         # on a cluster this job reads hub sources from the cache only (the Snakefile sets these)
         "hub": {k: os.environ.get(k) for k in ("HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")},
-        "provenance": provenance(vars(args), inputs={"fetched": args.fetched}, seed=args.seed),
+        "provenance": provenance(vars(args), inputs={"fetched": next(iter(args.fetched), None)}, seed=args.seed),
     }
     atomic_write_json(args.summary, summary)
     print(f"model {args.source!r} -> {path}")

@@ -17,6 +17,7 @@ import yaml
 from oar.registry import ConfigError, Registry
 
 submit_string = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
+from snakemake.profiles import ProfileConfigFileParser  # noqa: E402
 from snakemake_executor_plugin_slurm.utils import set_gres_string  # noqa: E402
 from snakemake_executor_plugin_slurm_jobstep import get_cpu_setting, get_gpu_setting, get_node_setting  # noqa: E402
 
@@ -62,7 +63,9 @@ def sbatch_line(reg: Registry, kind: str, model: str | None) -> str:
     """The sbatch call the SLURM executor builds (its run_job: get_submit_command + set_gres_string)."""
     params = {"run_uuid": "RUN", "slurm_logfile": "LOG", "comment_str": f"rule_{kind}", "account": "-A acct",
               "partition": "-p gpu", "workdir": "/work"}
-    settings = SimpleNamespace(requeue=False, qos=None, reservation=None)
+    with open(ROOT / "slurm" / "config.v8+.yaml") as stream:  # the profile's executor settings
+        profile = ProfileConfigFileParser().parse(stream)
+    settings = SimpleNamespace(requeue=profile.get("slurm-requeue") == "True", qos=None, reservation=None)
     j = job(reg, kind, model)
     return submit_string.get_submit_command(j, params, settings=settings) + set_gres_string(j)
 
@@ -79,6 +82,7 @@ def test_the_4_gpu_training_job_asks_for_one_node_one_task_and_all_cpus():
     print("\n" + line)
     options = shlex.split(line)
     assert "--nodes=1" in options
+    assert "--requeue" in options  # a node failure or a requeueing preemption queues it again
     assert "--gpus=4" in options
     assert "--cpus-per-task=32" in options  # one task holding every CPU of the job
     assert not any(o.startswith(("--ntasks", "--cpus-per-gpu", "--mem-per-cpu")) for o in options)  # 1 task

@@ -178,7 +178,8 @@ class Cancellation:
 @pytest.fixture(scope="module")
 def slurm_run(tmp_path_factory):
     wd = tmp_path_factory.mktemp("slurm_workflow")
-    for name in ("Snakefile", "rules", "config", "workflow_scripts", "envs"):
+    # oar/ too: the jobs must import this tree's package, not an installed one
+    for name in ("Snakefile", "rules", "config", "workflow_scripts", "envs", "oar"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
     config = yaml.safe_load(TINY.read_text())
