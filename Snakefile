@@ -50,7 +50,7 @@ os.environ.update(
 # cluster, the login node); a job a cluster runs (remote mode) reads prepared folders and the cache, so
 # that a compute node without internet fails fast instead of waiting on the hub.
 if config.get("hub_cache"):
-    os.environ["HF_HOME"] = os.path.abspath(config["hub_cache"])
+    os.environ.update(HF_HOME=os.path.abspath(os.path.expanduser(config["hub_cache"])))
 if workflow.remote_exec:
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 

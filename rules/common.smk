@@ -65,16 +65,18 @@ def _model_from_wildcards(wildcards):
 
 
 def rule_resources(kind):
-    """Resources of a rule (oar.registry.Registry.scheduler_resources), the same on every attempt: a
-    retry resumes a job after a time limit, preemption or node failure; more memory would not help it
-    and must not outgrow the node."""
+    """Resources of the jobs of one kind, from oar.registry.Registry.scheduler_resources. The same on
+    every attempt, since a retry resumes a job after a time limit, preemption or node failure (more
+    memory would not help it and must not outgrow the node)."""
     keys = list(REG.scheduler_resources(kind))
     for m in model_names():
         keys += [k for k in REG.scheduler_resources(kind, m) if k not in keys]
 
     def getter(key):
         def get(wildcards):
-            return REG.scheduler_resources(kind, _model_from_wildcards(wildcards)).get(key)
+            return REG.scheduler_resources(kind, _model_from_wildcards(wildcards)).get(
+                key
+            )
 
         return get
 

@@ -29,13 +29,13 @@ rule train:
         f"{R}/logs/train/{{run}}.log",
     benchmark:
         f"{R}/benchmarks/train/{{run}}.tsv"
+    # a retry resumes from the run's newest checkpoint (checkpoints/ is no output: a failed attempt keeps it)
+    retries: rule_retries("train")
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("train")
     resources:
         **rule_resources("train"),
-    # a retry resumes from the run's newest checkpoint (checkpoints/ is no output: a failed attempt keeps it)
-    retries: rule_retries("train")
     params:
         script=f"{SCRIPTS}/train.py",
         launcher=lambda wc: REG.launcher(model_of(wc.run)),
