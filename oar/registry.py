@@ -398,7 +398,7 @@ class Registry:
                     raise ConfigError(self.resource_key(kind, model, "retries"),
                                       "only train jobs take their own retries (the others: the profile's)")
                 for key, most in (("tasks", 1), ("tasks_per_node", 1), ("tasks_per_gpu", 0)):
-                    if res.get(key, 0) > most:
+                    if not isinstance(res.get(key, 0), int) or res.get(key, 0) > most:
                         raise ConfigError(self.resource_key(kind, model, key),
                                           f"{res[key]}: a job is one task (its launcher starts the per-GPU processes)")
                 for key, limit in limits.items():
