@@ -3,7 +3,7 @@
 # tables, figures, report. See README.md ("The workflow") and config/schema.yaml.
 #
 #   snakemake --cores 2 all                      # embedded default (config/config.yaml), CPU
-#   snakemake --profile slurm --configfile config/paper.yaml all
+#   snakemake --profile slurm all                # the paper (config/paper.yaml) on SLURM (docs/slurm.md)
 #   snakemake --cores 2 ablation_gating          # one ablation: only the runs it needs
 #   snakemake --cores 2 figures                  # regenerate figures from cached results
 #   snakemake --report results/report.html
@@ -50,6 +50,15 @@ os.environ.update(
 )
 
 
+# The hub is read only by the rules Snakemake runs itself (localrules fetch_model and prepare_data; on a
+# cluster, the login node); a job a cluster runs (remote mode) reads prepared folders and the cache, so
+# that a compute node without internet fails fast instead of waiting on the hub.
+if config.get("hub_cache"):
+    os.environ.update(HF_HOME=os.path.abspath(os.path.expanduser(config["hub_cache"])))
+if workflow.remote_exec:
+    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+
+
 include: "rules/common.smk"
 
 
@@ -72,6 +81,8 @@ include: "rules/report.smk"
 
 
 localrules:
+    fetch_model,
+    prepare_data,
     run_settings,
     all,
     main_table,

@@ -128,6 +128,14 @@ class Registry:
     def model_dir(self, name: str) -> str:
         return f"{self.results}/models/{name}"
 
+    def fetch_files(self, name: str) -> list[str]:
+        """The fetch_model summary a model's preparation waits for: one for a hub id, none otherwise
+        (packaged, tiny and a local folder need no network)."""
+        source = self.config["models"][name]["source"]
+        if source in ("packaged", "tiny") or os.path.isdir(source):
+            return []
+        return [f"{self.results}/models/{name}.fetched.json"]
+
     def data_file(self, name: str) -> str:
         return f"{self.results}/data/{name}.jsonl"
 
@@ -187,6 +195,7 @@ class Registry:
         fidelity = config["analysis"]["fidelity"]
         if fidelity["reference"] in fidelity["scorers"]:
             raise ConfigError("analysis.fidelity.scorers", "lists the reference scorer itself")
+        self.check_resources()
 
     # ------------------------------------------------------------------------ run settings
 
@@ -373,6 +382,65 @@ class Registry:
 
     def threads_vary_by_model(self, kind: str) -> bool:
         return any("threads" in (self.config["models"][m]["resources"].get(kind) or {}) for m in self.model_names())
+
+    def resource_key(self, kind: str, model: str | None, key: str) -> str:
+        """The config key a job's resource comes from: the model's override, the kind's, or default's."""
+        if model is not None and key in (self.config["models"][model]["resources"].get(kind) or {}):
+            return f"models.{model}.resources.{kind}.{key}"
+        if key in (self.config["resources"].get(kind) or {}):
+            return f"resources.{kind}.{key}"
+        return f"resources.default.{key}"
+
+    def check_resources(self) -> None:
+        """Layouts that cannot run stop here, before anything is submitted: a job on several nodes or
+        with per-GPU tasks (train.py or its launcher starts one process per GPU on one node), or a request
+        beyond what `resources.limits` says one node and the partition can give."""
+        limits = self.config["resources"].get("limits") or {}
+        for kind in RESOURCE_KINDS:
+            for model in [None, *self.model_names()]:
+                res = self.resource_set(kind, model)
+                if res.get("nodes", 1) != 1:
+                    raise ConfigError(self.resource_key(kind, model, "nodes"),
+                                      f"{res['nodes']}: a job runs on one node (its GPUs share one process group)")
+                if kind != "train" and "retries" in res:
+                    raise ConfigError(self.resource_key(kind, model, "retries"),
+                                      "only train jobs take their own retries (the others: the profile's)")
+                for key, most in (("tasks", 1), ("tasks_per_node", 1), ("tasks_per_gpu", 0)):
+                    if not isinstance(res.get(key, 0), int) or res.get(key, 0) > most:
+                        raise ConfigError(self.resource_key(kind, model, key),
+                                          f"{res[key]}: a job is one task (its launcher starts the per-GPU processes)")
+                for key, limit in limits.items():
+                    if key in res and res[key] > limit:
+                        hint = (" (a training run longer than that resumes from its checkpoint on its next"
+                                " attempt: set `retries`)" if key == "runtime" else "")
+                        raise ConfigError(self.resource_key(kind, model, key),
+                                          f"{res[key]} is more than resources.limits.{key} = {limit}{hint}")
+
+    def scheduler_resources(self, kind: str, model: str | None = None) -> dict:
+        """What a job of one kind asks the scheduler for, the same on every attempt: the config's
+        resources (threads and retries aside: Snakemake takes them from the rule) on one node; a GPU job
+        as one task (tasks_per_gpu = 0: the SLURM executor then leaves out --ntasks-per-gpu) that gets
+        every CPU (--cpus-per-task = threads)."""
+        res = {k: v for k, v in self.resource_set(kind, model).items() if k not in ("threads", "retries")}
+        res.setdefault("nodes", 1)
+        res.setdefault("tasks_per_gpu", 0)
+        return res
+
+    def launcher(self, model: str) -> str:
+        """The model's launcher command. `accelerate launch` gets `--main_process_port 0` unless it names
+        a port: accelerate then picks a free port, so two multi-GPU jobs on one node do not both take
+        29500 (accelerate's default)."""
+        launcher = self.config["models"][model]["launcher"]
+        words = shlex.split(launcher)
+        if words[:2] == ["accelerate", "launch"] and not any(w.startswith("--main_process_port") for w in words):
+            launcher += " --main_process_port 0"
+        return launcher
+
+    def retries(self, kind: str) -> int | None:
+        """Retries of a kind of job (the largest any model asks for); None: the profile's --retries."""
+        found = [self.resource_set(kind, m).get("retries") for m in [None, *self.model_names()]]
+        found = [r for r in found if r is not None]
+        return max(found) if found else None
 
     # --------------------------------------------------------------------- command lines
 

@@ -1,7 +1,7 @@
 # The Snakemake side of the run registry. The logic (config -> run ids, resolved settings, evaluations,
 # tables, figures, resources, command-line options) is oar.registry, tested without Snakemake; this
 # file only builds one Registry from the validated config and turns it into the names the rules use:
-# input functions of wildcards, resources of (wildcards, attempt) and shell options.
+# input functions of wildcards, resources of wildcards and shell options.
 
 import os
 import sys
@@ -65,23 +65,27 @@ def _model_from_wildcards(wildcards):
 
 
 def rule_resources(kind):
-    """resources of a rule: gpu, mem_mb (x attempt), runtime and any executor extras from config."""
-    keys = [k for k in REG.resource_set(kind) if k != "threads"]
+    """Resources of the jobs of one kind, from oar.registry.Registry.scheduler_resources. The same on
+    every attempt, since a retry resumes a job after a time limit, preemption or node failure (more
+    memory would not help it and must not outgrow the node)."""
+    keys = list(REG.scheduler_resources(kind))
     for m in model_names():
-        keys += [
-            k for k in REG.resource_set(kind, m) if k != "threads" and k not in keys
-        ]
+        keys += [k for k in REG.scheduler_resources(kind, m) if k not in keys]
 
     def getter(key):
-        def get(wildcards, attempt):
-            value = REG.resource_set(kind, _model_from_wildcards(wildcards)).get(key)
-            if key == "mem_mb" and value is not None:
-                return int(value) * attempt
-            return value
+        def get(wildcards):
+            return REG.scheduler_resources(kind, _model_from_wildcards(wildcards)).get(
+                key
+            )
 
         return get
 
     return {k: getter(k) for k in keys}
+
+
+def rule_retries(kind):
+    """Retries from config (resources.<kind>.retries), else None: the profile's --retries."""
+    return REG.retries(kind)
 
 
 def rule_threads(kind):

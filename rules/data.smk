@@ -1,8 +1,26 @@
 # Model and data preparation: every source (packaged, tiny, folder, hub id) becomes a plain model
-# folder, every dataset a normalised JSONL file with its summary.
+# folder, every dataset a normalised JSONL file with its summary. What reads the hub runs where the
+# network is: fetch_model (hub weights into the cache) and prepare_data are local rules (the Snakefile's
+# `localrules`), run by Snakemake itself, on a cluster's login node; prepare_model, a cluster job, reads
+# the weights from the cache with the hub offline.
+
+
+rule fetch_model:
+    output:
+        summary=f"{R}/models/{{model}}.fetched.json",
+    log:
+        f"{R}/logs/fetch_model/{{model}}.log",
+    conda:
+        "../envs/oar.yaml"
+    params:
+        source=lambda wc: config["models"][wc.model]["source"],
+    script:
+        "../workflow_scripts/fetch_model.py"
 
 
 rule prepare_model:
+    input:
+        fetched=lambda wc: REG.fetch_files(wc.model),
     output:
         model=directory(f"{R}/models/{{model}}"),
         summary=f"{R}/models/{{model}}.summary.json",

@@ -29,6 +29,8 @@ rule train:
         f"{R}/logs/train/{{run}}.log",
     benchmark:
         f"{R}/benchmarks/train/{{run}}.tsv"
+    # a retry resumes from the run's newest checkpoint (checkpoints/ is no output: a failed attempt keeps it)
+    retries: rule_retries("train")
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("train")
@@ -36,7 +38,7 @@ rule train:
         **rule_resources("train"),
     params:
         script=f"{SCRIPTS}/train.py",
-        launcher=lambda wc: config["models"][model_of(wc.run)]["launcher"],
+        launcher=lambda wc: REG.launcher(model_of(wc.run)),
     shell:
         "OMP_NUM_THREADS={threads} {params.launcher} {params.script} --settings {input.settings:q}"
         " --out-dir $(dirname {output.done:q}) > {log} 2>&1"

@@ -164,6 +164,7 @@ def test_paper_dry_run_lists_the_expected_jobs(tmp_path):
                       for s in [cfg["analysis"]["fidelity"]["reference"], *cfg["analysis"]["fidelity"]["scorers"]]}
                    | {(s, "as_mean") for s in ("oar_p", "oar_g", "entropy")})
     expected = {
+        "fetch_model": n_models,  # both are hub ids
         "prepare_model": n_models,
         "prepare_data": len(cfg["data"]),
         "run_settings": len(runs),

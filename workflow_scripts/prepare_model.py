@@ -10,6 +10,7 @@ written atomically (staging folder, then rename); the summary records the source
 checksums and provenance.
 """
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,9 @@ def parse_args(argv):
     p.add_argument("--model", required=True, help="model folder to write")
     p.add_argument("--summary", required=True, help="summary JSON to write")
     p.add_argument("--seed", type=int, default=0, help="initialisation seed of source 'tiny'")
+    # Snakemake passes the option without a value for sources that need no download
+    p.add_argument("--fetched", nargs="*", default=[],
+                   help="fetch_model's summary of a hub source (its weights are in the HF cache)")
     return p.parse_args(argv)
 
 
@@ -50,7 +54,9 @@ def main(argv=None):
         "hidden_size": getattr(cfg, "hidden_size", None),
         "wall_s": time.perf_counter() - started,
         "checksums": checksum(path),
-        "provenance": provenance(vars(args), seed=args.seed),
+        # on a cluster this job reads hub sources from the cache only (the Snakefile sets these)
+        "hub": {k: os.environ.get(k) for k in ("HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")},
+        "provenance": provenance(vars(args), inputs={"fetched": next(iter(args.fetched), None)}, seed=args.seed),
     }
     atomic_write_json(args.summary, summary)
     print(f"model {args.source!r} -> {path}")

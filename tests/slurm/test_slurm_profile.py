@@ -3,11 +3,13 @@ cluster, in a temporary copy of the workflow. `make test-slurm` brings up a one-
 slurm/local_cluster.sh and sets OAR_TEST_SLURM=1; without it these tests are skipped.
 
 One run of `all` serves every test: while it runs, one training job is cancelled with scancel once its
-first output exists; the profile's retries must run it again and the DAG must still finish.
+first checkpoint is written; the profile's retries must run it again, the retry must go on from that
+checkpoint, and the DAG must still finish.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -29,18 +31,22 @@ TINY = ROOT / "tests" / "data" / "workflow_tiny.yaml"
 ACCOUNT, PARTITION = "oar_test", "debug"  # what slurm/local_cluster.sh creates
 
 # Per kind of job, memory and time limits no other kind has, so that each SLURM job's request can be
-# traced back to the config. prepare_data asks for the cluster's GPU (a GRES with no device behind it)
+# traced back to the config. prepare_model asks for the cluster's GPU (a GRES with no device behind it)
 # to show what the executor makes of `gpu` and `gpu_model`.
 RESOURCES = {
     "default": {"threads": 1, "gpu": 0, "mem_mb": 1000, "runtime": 10},
     "train": {"mem_mb": 1500, "runtime": 12},
     "evaluate": {"mem_mb": 1200, "runtime": 11},
     "plot": {"mem_mb": 1100, "runtime": 9},
-    "prepare_data": {"gpu": 1, "gpu_model": "testgpu", "mem_mb": 1300, "runtime": 8},
+    "prepare_model": {"gpu": 1, "gpu_model": "testgpu", "mem_mb": 1300, "runtime": 8},
 }
 # the rules whose kind is not `default`
-KIND_OF_RULE = {"train": "train", "evaluate": "evaluate", "prepare_data": "prepare_data",
+KIND_OF_RULE = {"train": "train", "evaluate": "evaluate", "prepare_model": "prepare_model",
                 "table": "plot", "figure": "plot", "html_report": "plot"}
+# the rules the Snakefile keeps on the submitting machine (`localrules`) that the tiny DAG has
+LOCAL_RULES = {"prepare_data", "run_settings", "all"}
+# training long enough to be cancelled between its first checkpoint and its end
+TRAINER = {"max_steps": 4, "save_steps": 1}
 
 # What shortens the tiny DAG on a one-node cluster, set here and not in the profile or the rules (a
 # real cluster wants neither):
@@ -101,10 +107,21 @@ def processes_in(folder: Path) -> list[str]:
     return found
 
 
+def checkpoints(run_dir: Path) -> dict[int, float]:
+    """step -> mtime of trainer_state.json (the Trainer writes it last) of the run's complete checkpoints"""
+    found = {}
+    for state in (run_dir / "checkpoints").glob("checkpoint-*/trainer_state.json"):
+        try:
+            found[int(state.parent.name.removeprefix("checkpoint-"))] = state.stat().st_mtime
+        except (OSError, ValueError):  # removed or being written
+            continue
+    return found
+
+
 @dataclass
 class Cancellation:
-    """scancel the first train job seen running whose metrics.jsonl (a declared output, written at the
-    start of training) exists, then look at that run's outputs when Snakemake submits it again."""
+    """scancel the first train job seen running that has written a complete checkpoint, then look at
+    that run's outputs and checkpoints when Snakemake submits it again."""
 
     workdir: Path
     job_id: str = ""
@@ -112,6 +129,7 @@ class Cancellation:
     run_dir: Path | None = None
     partial_outputs: list[str] = field(default_factory=list)
     outputs_at_resubmission: list[str] | None = None
+    checkpoints_at_resubmission: dict[int, float] | None = None
     survivors_at_resubmission: list[str] | None = None  # processes still training the cancelled run
     leftovers: list[str] | None = None  # processes still in the workflow's folder after the run
     stop: threading.Event = field(default_factory=threading.Event)
@@ -144,26 +162,29 @@ class Cancellation:
                 runs = self.run_dirs()
                 for job_id, state, comment in jobs:
                     run_dir = runs.get(comment.removeprefix("rule_train_wildcards_"))
-                    if state == "RUNNING" and run_dir and (run_dir / "metrics.jsonl").exists():
+                    if state == "RUNNING" and run_dir and checkpoints(run_dir):
                         self.partial_outputs = self.outputs(run_dir)
                         subprocess.run(["scancel", job_id], check=True)
                         self.job_id, self.comment, self.run_dir = job_id, comment, run_dir
                         break
             elif any(c == self.comment and j != self.job_id for j, _, c in jobs):
                 self.outputs_at_resubmission = self.outputs(self.run_dir)
+                self.checkpoints_at_resubmission = checkpoints(self.run_dir)
                 self.survivors_at_resubmission = self.trainers()
                 return
-            time.sleep(0.2)
+            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
 def slurm_run(tmp_path_factory):
     wd = tmp_path_factory.mktemp("slurm_workflow")
-    for name in ("Snakefile", "rules", "config", "workflow_scripts", "envs"):
+    # oar/ too: the jobs must import this tree's package, not an installed one
+    for name in ("Snakefile", "rules", "config", "workflow_scripts", "envs", "oar"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
     config = yaml.safe_load(TINY.read_text())
     config["resources"] = RESOURCES
+    config["training"]["trainer"].update(TRAINER)
     (wd / "tiny.yaml").write_text(yaml.safe_dump(config))
 
     cancellation = Cancellation(wd)
@@ -183,15 +204,16 @@ def slurm_run(tmp_path_factory):
     return wd, log, sacct(run_uuid), cancellation
 
 
-def planned_jobs(log: str) -> tuple[Counter, set[str]]:
-    """Jobs per rule from Snakemake's job table, and the rules it ran locally."""
+def planned_jobs(log: str) -> Counter:
+    """Jobs per rule from the job table Snakemake prints when it starts (the first one in its log; a
+    failed job's log, which the profile's show-failed-logs copies in later, holds its own)."""
     counts = Counter()
     for line in log[log.index("Job stats:"):].splitlines()[3:]:
         name, _, count = line.partition(" ")
         if name == "total" or not count.strip():
             break
         counts[name] = int(count)
-    return counts, set(re.findall(r"^\s*localrule (\w+):$", log, flags=re.M))
+    return counts
 
 
 def slurm_logs(workdir: Path) -> dict[str, Path]:
@@ -210,10 +232,12 @@ def minutes(timelimit: str) -> int:
 
 
 def test_every_remote_job_ran_on_slurm_and_completed(slurm_run):
+    """Snakemake's plan against SLURM's records (sacct, and the log of each completed SLURM job): every
+    planned job of a non-local rule ran in a completed SLURM job, once; no local rule did."""
     wd, log, jobs, cancellation = slurm_run
-    counts, local = planned_jobs(log)
-    assert local == {"run_settings", "all"}, local
-    remote = Counter({rule: n for rule, n in counts.items() if rule not in local})
+    counts = planned_jobs(log)
+    assert LOCAL_RULES <= set(counts), counts
+    remote = Counter({rule: n for rule, n in counts.items() if rule not in LOCAL_RULES})
     logs = slurm_logs(wd)
     ran = Counter(rule for j in jobs if j["State"] == "COMPLETED" for rule in members(logs[j["JobID"]]))
     assert ran == remote
@@ -233,16 +257,17 @@ def test_each_job_asked_for_its_configured_resources(slurm_run):
         kinds = {KIND_OF_RULE.get(rule, "default") for rule in rules}
         assert len(kinds) == 1, (job, rules)
         want = {**RESOURCES["default"], **RESOURCES[kinds.pop()]}
-        # the workflow asks for mem_mb x attempt: the cancelled job's retry is attempt 2
-        attempt = 2 if job["Comment"] == cancellation.comment and job["JobID"] != cancellation.job_id else 1
-        assert job["ReqMem"] == f"{want['mem_mb'] * attempt}M", job
+        # every attempt asks for the same memory (the cancelled job's retry too)
+        assert job["ReqMem"] == f"{want['mem_mb']}M", job
         assert minutes(job["Timelimit"]) == want["runtime"] * max(1, len(rules)), job
         assert job["ReqCPUS"] == str(want["threads"]), job
         assert ("gres/gpu=1" in job["AllocTRES"]) == bool(want["gpu"]), job
     # the executor's own spelling of `gpu` + `gpu_model`, as it called sbatch
     sbatch = [line for line in log.splitlines() if line.startswith("sbatch call: ")]
     assert len(sbatch) == len(jobs)
-    gpu_calls = [line for line in sbatch if "rule_prepare_data" in line]
+    # one node, one task: no job asks for per-GPU tasks or spans nodes
+    assert all(" --nodes=1 " in line and "--ntasks-per-gpu" not in line for line in sbatch)
+    gpu_calls = [line for line in sbatch if "rule_prepare_model" in line]
     assert gpu_calls and all(" --gpus=testgpu:1" in line for line in gpu_calls)
     assert not any("--gpus" in line for line in sbatch if line not in gpu_calls)
     print("\n" + gpu_calls[0].split(" --wrap=")[0])
@@ -261,13 +286,39 @@ def test_a_cancelled_job_is_retried_without_partial_outputs(slurm_run):
     assert cancellation.outputs_at_resubmission == []
     retries = [j for j in jobs if j["Comment"] == cancellation.comment and j["JobID"] != cancellation.job_id]
     assert [j["State"] for j in retries] == ["COMPLETED"]
-    # ... and the retry wrote a complete run: both training steps, once each
+    # ... and the retry wrote a complete run: every training step, once each
     run_dir = cancellation.run_dir
-    steps = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    assert len(steps) == yaml.safe_load(TINY.read_text())["training"]["trainer"]["max_steps"]
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if line.strip()]
+    assert steps == list(range(1, TRAINER["max_steps"] + 1))
     assert (run_dir / "done").is_file()
     print(f"\ncancelled SLURM job {cancellation.job_id} ({cancellation.comment}) holding "
           f"{cancellation.partial_outputs}; retried as job {retries[0]['JobID']}")
+
+
+def test_a_cancelled_training_job_resumes_from_its_checkpoint(slurm_run):
+    """The retry goes on from the newest checkpoint the cancelled attempt left, not from step 0."""
+    wd, _, _, cancellation = slurm_run
+    left = cancellation.checkpoints_at_resubmission
+    assert left, "the cancelled attempt left no complete checkpoint"
+    newest = max(left)
+    assert newest < TRAINER["max_steps"]
+    run = "/".join(cancellation.run_dir.parts[-2:])
+    train_log = (wd / "results" / "logs" / "train" / f"{run}.log").read_text()  # the retry's
+    resumed = re.findall(rf"^resuming {re.escape(run)} from \S*/checkpoints/checkpoint-(\d+)$", train_log, flags=re.M)
+    assert resumed == [str(newest)], train_log[-3000:]
+    # the retry trained only the later steps: the checkpoints it started from were not written again
+    after = checkpoints(cancellation.run_dir)
+    assert all(after[step] == mtime for step, mtime in left.items() if step in after)
+    assert max(after) == TRAINER["max_steps"]
+    print(f"\nretry of {run} resumed from checkpoint-{newest} of {TRAINER['max_steps']} steps")
+
+
+def test_cluster_jobs_run_with_the_hub_offline(slurm_run):
+    """prepare_model ran on SLURM (remote mode): the Snakefile set the hub offline there."""
+    wd, _, _, _ = slurm_run
+    summary = json.loads((wd / "results" / "models" / "tiny.summary.json").read_text())
+    assert summary["hub"]["HF_HUB_OFFLINE"] == "1" and summary["hub"]["HF_DATASETS_OFFLINE"] == "1", summary["hub"]
 
 
 def test_logs_land_where_the_readme_says(slurm_run):
