@@ -26,11 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _script_io import atomic_write_text, provenance, redirect_to_log  # noqa: E402
 
-from oar.training import is_main_process, resolve_settings, train_run, weights_delta  # noqa: E402
+from oar.training import is_main_process, require_vllm, resolve_settings, train_run, weights_delta  # noqa: E402
 
 
 def main(settings: dict, out_dir: Path) -> None:
     resolved = resolve_settings(settings)
+    require_vllm(resolved)  # before anything is written or loaded
     out_dir.mkdir(parents=True, exist_ok=True)
     done = out_dir / "done"
     main_process = is_main_process()
