@@ -5,16 +5,17 @@ eos <|endoftext|>, turns ended by <|im_end|>)."""
 
 from __future__ import annotations
 
-import torch
 import pytest
+import torch
+from datasets import Dataset
 from end_of_turn_model import END_OF_TURN, EOS, PROBLEM, build_end_of_turn_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oar.generation import TransformersGenerator, end_of_turn_token_id, eos_token_ids
 from oar.prompting import build_prompt, encode_prompts, prompt_messages
 from oar.trainer import OARTrainer
-from oar.training import build_config, resolve_settings, stop_at_end_of_turn
 from oar.tiny import build_tiny_tokenizer
+from oar.training import build_config, resolve_settings, stop_at_end_of_turn
 
 N, MAX_NEW = 8, 24
 
@@ -84,8 +85,6 @@ def test_training_generation_stops_at_end_of_turn(model_dir, tmp_path):
         stops = stop_at_end_of_turn(model, tokenizer) if stop_tokens else None
         config = build_config(settings, tmp_path / f"out-{stop_tokens}", stops)
         config.disable_tqdm = True
-        from datasets import Dataset
-
         data = Dataset.from_list([{"prompt": prompt_messages(PROBLEM), "answer": "7"}] * 2)
         trainer = OARTrainer(model=model, reward_funcs=recording_reward, args=config, train_dataset=data,
                              processing_class=tokenizer)
