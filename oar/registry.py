@@ -38,8 +38,8 @@ GROUP_TABLES = {
     "controls": "controls",
 }
 EVAL_KEYS = ("limit", "max_new_tokens", "backend", "batch_size", "dtype", "chat", "seed", "n_boot",
-             "gpu_memory_utilization", "enforce_eager")
-VLLM_ONLY_KEYS = ("gpu_memory_utilization", "enforce_eager")  # left out of transformers command lines
+             "gpu_memory_utilization", "enforce_eager", "max_model_len")
+VLLM_ONLY_KEYS = ("gpu_memory_utilization", "enforce_eager", "max_model_len")  # left out of transformers command lines
 
 
 class ConfigError(ValueError):

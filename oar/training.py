@@ -11,11 +11,13 @@ log history so no step is duplicated or lost.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import re
 import shutil
 import struct
+import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +27,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+from oar.generation import eos_token_ids
 from oar.importance import PROBES
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
 from oar.trainer import METHODS, OARConfig, OARTrainer, correctness_reward
@@ -61,12 +64,17 @@ DEFAULT_SETTINGS: dict[str, Any] = {
         "temperature": 1.0,
         "top_p": 1.0,
         "save_steps": 2,
+        # Checkpoints kept per run (the newest complete ones; transformers deletes older ones only after a
+        # new checkpoint is fully written, so resume always has one). Each holds weights and optimiser state.
+        "save_total_limit": 2,
         "logging_steps": 1,
         "bf16": "auto",
         "gradient_checkpointing": False,
         "use_vllm": False,
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": 0.3,
+        # vLLM's context window (prompt + completion); None = the model's own, which can be far larger than
+        # needed (131,072 for Qwen2.5-7B) and then too large for a colocated engine's KV cache.
         "vllm_max_model_length": None,
         "vllm_enable_sleep_mode": False,
         "loss_type": "grpo",
@@ -197,11 +205,69 @@ def training_dataset(records: list[dict[str, str]], tokenizer) -> Dataset:
     )
 
 
-def build_config(settings: Mapping[str, Any], checkpoint_dir: Path) -> OARConfig:
+GPU_INSTALL = "make setup-gpu"  # docs/environment.md: the cluster's environment, pyproject's gpu extra
+
+
+def require_vllm(settings: Mapping[str, Any]) -> None:
+    """Stop at once, before any model is loaded, when the settings ask for vLLM and it is not installed."""
+    if settings["trainer"]["use_vllm"] and importlib.util.find_spec("vllm") is None:
+        raise SettingsError(
+            f"settings key 'trainer.use_vllm' is true but vLLM is not installed in this environment "
+            f"({sys.prefix}); install the GPU stack with `{GPU_INSTALL}` (docs/environment.md), or set "
+            f"trainer.use_vllm: false"
+        )
+
+
+def check_context_length(dataset: Dataset, tokenizer, settings: Mapping[str, Any]) -> None:
+    """With ``trainer.vllm_max_model_length`` set, every prompt plus ``max_completion_length`` must fit.
+
+    vLLM rejects a prompt longer than its context and silently cuts a completion where the context
+    ends, so a short context would fail or shorten completions mid-run; this fails at start-up instead,
+    naming the longest prompt.
+    """
+    trainer = settings["trainer"]
+    context = trainer["vllm_max_model_length"]
+    if not trainer["use_vllm"] or context is None:
+        return
+    longest, where = 0, None
+    for row in dataset:
+        prompt = row["prompt"]
+        if isinstance(prompt, list):  # conversational: rendered as TRL renders it
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+        else:
+            ids = tokenizer(prompt)["input_ids"]
+        if len(ids) > longest:
+            longest, where = len(ids), row["problem_id"]
+    if longest + trainer["max_completion_length"] > context:
+        raise SettingsError(
+            f"settings key 'trainer.vllm_max_model_length' = {context} is too short: problem {where!r} has a "
+            f"{longest}-token prompt and 'trainer.max_completion_length' is {trainer['max_completion_length']} "
+            f"(needs >= {longest + trainer['max_completion_length']})"
+        )
+
+
+def stop_at_end_of_turn(model, tokenizer) -> list[int]:
+    """Make training's generation stop where evaluation's does (:func:`oar.generation.eos_token_ids`).
+
+    TRL 1.16 ends a completion at the tokenizer's eos and the model's ``generation_config.eos_token_id``
+    (``GRPOTrainer.eos_token_ids``: ``generate``'s stop list, the completion mask and the clipped-ratio
+    metric). For a chat-format dataset the template's end-of-turn token is added there; the returned ids
+    also go to :func:`build_config` for vLLM, whose engine reads its eos from the model folder instead.
+    """
+    stops = eos_token_ids(model, tokenizer, chat=has_chat_template(tokenizer))  # as training_dataset
+    model.generation_config.eos_token_id = stops
+    return stops
+
+
+def build_config(settings: Mapping[str, Any], checkpoint_dir: Path,
+                 stop_token_ids: list[int] | None = None) -> OARConfig:
     trainer = dict(settings["trainer"])
     on_gpu = torch.cuda.is_available()
     bf16 = trainer.pop("bf16")
     oar = settings["oar"]
+    if trainer["use_vllm"] and stop_token_ids:
+        # TRL passes generation_kwargs to vLLM's SamplingParams (colocate and server modes alike).
+        trainer["generation_kwargs"] = {"stop_token_ids": list(stop_token_ids)}
     return OARConfig(
         output_dir=str(checkpoint_dir),
         seed=int(settings["seed"]),
@@ -366,6 +432,7 @@ def rebuild_metrics(metrics_path: Path, checkpoint: Path | None) -> None:
 def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     """Train one run into ``out_dir`` (resuming if it has checkpoints); returns the final model folder."""
     settings = resolve_settings(settings)
+    require_vllm(settings)
     out = Path(out_dir)
     checkpoint_dir = out / "checkpoints"
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -387,7 +454,8 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=getattr(torch, settings["model_dtype"]))
     dataset = training_dataset(load_problems(settings["train_file"], settings["train_limit"]), tokenizer)
-    config = build_config(settings, checkpoint_dir)
+    check_context_length(dataset, tokenizer, settings)
+    config = build_config(settings, checkpoint_dir, stop_at_end_of_turn(model, tokenizer))
     trainer = OARTrainer(
         model=model,
         reward_funcs=correctness_reward(bool(settings["oar"]["fallback_last_number"])),

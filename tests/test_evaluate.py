@@ -266,6 +266,7 @@ def fake_vllm(monkeypatch):
 @pytest.mark.parametrize("extra, expected", [
     ([], {"gpu_memory_utilization": 0.5, "enforce_eager": False}),  # safe default, not vLLM's 0.9
     (["--gpu-memory-utilization", "0.3", "--enforce-eager"], {"gpu_memory_utilization": 0.3, "enforce_eager": True}),
+    (["--max-model-len", "4096"], {"max_model_len": 4096}),
 ])
 def test_evaluate_passes_vllm_memory_options_to_vllm(tiny_model_dir, tmp_path, fake_vllm, extra, expected):
     bench = tmp_path / "gsm8k_test.jsonl"

@@ -1,12 +1,14 @@
 """The pinned installs resolve: pip's resolver (``pip install --dry-run --ignore-installed``) on the base
-install, the ``workflow`` and ``test`` extras, the ``gpu`` extra (vLLM) and the pip section of
-``envs/oar.yaml``. Nothing is installed. The resolver needs the package index: these tests carry the
+install, the ``workflow`` and ``test`` extras, the ``gpu`` extra (vLLM), the cluster's environment of
+``make setup-gpu`` (``.[gpu,workflow]``, here and, wheels only, for Linux x86_64 as on a GPU node: CUDA
+torch) and the pip section of ``envs/oar.yaml``. Nothing is installed. The resolver needs the package index: these tests carry the
 ``network`` marker (``pytest -m "not network"`` leaves them out offline). The GPU resolutions fetch
 vLLM's dependency metadata; the first run downloads several hundred MB of wheels into pip's cache."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -43,15 +45,42 @@ def env_pip_requirements() -> list[str]:
     return pip
 
 
-def resolve(*args: str) -> dict[str, str]:
+class IndexLacks(Exception):
+    """The package index has no distribution of a package the project does not pin itself (a partial
+    mirror): the resolution cannot be judged here."""
+
+
+def resolve(*args: str, env: dict[str, str] | None = None) -> dict[str, str]:
     """name -> version that pip would install for ``args``, resolved as on an empty environment."""
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
            "--report", "-", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1100, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1100, cwd=ROOT, env=env)
     errors = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("WARNING: Location"))
+    missing = re.search(r"No matching distribution found for ([A-Za-z0-9_.-]+)", errors)
+    if proc.returncode and missing and canonical(missing.group(1)) not in pyproject_pins():
+        raise IndexLacks(missing.group(0))
     assert proc.returncode == 0, f"{' '.join(args)} does not resolve:\n{errors[-4000:]}"
     report = json.loads(proc.stdout)
     return {canonical(item["metadata"]["name"]): item["metadata"]["version"] for item in report["install"]}
+
+
+def gpu_requirements() -> list[str]:
+    """The project's requirements with its gpu extra: the platform-specific part of ``make setup-gpu``."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [r.split("#")[0].strip() for r in project["dependencies"] + project["optional-dependencies"]["gpu"]]
+
+
+# A GPU node: Linux x86_64, CPython 3.11, wheels only (pip's condition for resolving for another platform;
+# the workflow extra, pure Python with source-only dependencies, is resolved with the rest above). Only the
+# package index is used, not this machine's pip configuration (local CPU wheels, constraints).
+LINUX_X86_64 = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64"]
+LINUX_CUDA_ARGS = ["--target", "{target}", *(f"--platform={p}" for p in LINUX_X86_64), "--python-version", "3.11",
+                   "--implementation", "cp", "--abi", "cp311", "--only-binary=:all:", "-r", "{gpu_requirements}"]
+
+
+def index_only_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_CONSTRAINT")}
+    return env | {"PIP_CONFIG_FILE": os.devnull}
 
 
 def assert_pinned(resolved: dict[str, str], names: list[str]) -> None:
@@ -79,16 +108,22 @@ TARGETS = {
     "base": ["."],
     "workflow_test": [".[workflow,test]"],
     "gpu": [".[gpu]"],
+    "setup_gpu": [".[gpu,workflow]"],
     "env": ["-r", "{env_requirements}"],
+    "linux_cuda": LINUX_CUDA_ARGS,
 }
 
 
 @pytest.fixture(scope="module")
 def resolutions(tmp_path_factory):
-    requirements = tmp_path_factory.mktemp("env") / "requirements.txt"
-    requirements.write_text("\n".join(env_pip_requirements()) + "\n")
+    folder = tmp_path_factory.mktemp("env")
+    paths = {"env_requirements": folder / "requirements.txt", "gpu_requirements": folder / "gpu.txt",
+             "target": folder / "target"}
+    paths["env_requirements"].write_text("\n".join(env_pip_requirements()) + "\n")
+    paths["gpu_requirements"].write_text("\n".join(gpu_requirements()) + "\n")
     pool = ThreadPoolExecutor(max_workers=len(TARGETS))
-    futures = {name: pool.submit(resolve, *[a.format(env_requirements=requirements) for a in args])
+    futures = {name: pool.submit(resolve, *[a.format(**paths) for a in args],
+                                 env=index_only_env() if name == "linux_cuda" else None)
                for name, args in TARGETS.items()}
     yield futures
     pool.shutdown(wait=True)
@@ -121,3 +156,24 @@ def test_gpu_extra_resolves(resolutions):
 def test_conda_env_pip_section_resolves(resolutions):
     resolved = resolutions["env"].result()
     assert_pinned(resolved, ["vllm", "snakemake", "snakemake-executor-plugin-slurm", "numpy", "pandas", "torch"])
+
+
+@pytest.mark.network
+@pytest.mark.timeout(1200)
+def test_setup_gpu_set_resolves(resolutions):
+    """What `make setup-gpu` installs, resolved on this platform."""
+    resolved = resolutions["setup_gpu"].result()
+    assert_pinned(resolved, ["vllm", "torch", "transformers", "trl", "snakemake", "snakemake-executor-plugin-slurm",
+                             "numpy", "pandas"])
+
+
+@pytest.mark.network
+@pytest.mark.timeout(1200)
+def test_gpu_set_resolves_for_a_linux_cuda_node(resolutions):
+    try:
+        resolved = resolutions["linux_cuda"].result()
+    except IndexLacks as lack:
+        pytest.skip(f"this package index is incomplete for Linux x86_64 CUDA wheels: {lack}")
+    assert_pinned(resolved, ["vllm", "torch", "transformers", "trl", "numpy"])
+    assert resolved["torch"] == "2.13.0"  # PyPI's CUDA build, not a +cpu local build
+    assert any(name.startswith("nvidia-") for name in resolved), "no CUDA libraries: not a CUDA torch"

@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5,
                    help="vllm: share of GPU memory vLLM reserves (vLLM's own default, 0.9, fails beside another process)")
     p.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs (less memory, faster start)")
+    p.add_argument("--max-model-len", type=int,
+                   help="vllm: context window, prompt + max-new-tokens (default: the model's own)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
     p.add_argument("--chat", default="auto", choices=("auto", "yes", "no"),
@@ -116,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict:
         "dtype": args.dtype,
         "chat": args.chat,
     }
-    vllm_options = (dict(gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=args.enforce_eager)
+    vllm_options = (dict(gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=args.enforce_eager,
+                         max_model_len=args.max_model_len)
                     if args.backend == "vllm" else {})
     samples, stats = run_generation(
         problems, args.out_dir,

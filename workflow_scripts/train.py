@@ -28,9 +28,10 @@ from _script_io import atomic_write_text, provenance, redirect_to_log, script_pa
 
 def main(settings: dict, out_dir: Path) -> None:
     # Imported here, not at the top, so that --help answers without loading torch and TRL.
-    from oar.training import is_main_process, resolve_settings, train_run, weights_delta
+    from oar.training import is_main_process, require_vllm, resolve_settings, train_run, weights_delta
 
     resolved = resolve_settings(settings)
+    require_vllm(resolved)  # before anything is written or loaded
     out_dir.mkdir(parents=True, exist_ok=True)
     done = out_dir / "done"
     main_process = is_main_process()

@@ -27,10 +27,10 @@ def test_colocated_vllm_trains_and_generates_with_the_trained_weights(method, vl
     assert 1 in result["syncs_at_steps"]  # TRL itself synced step 1's update before step 2's generation
     if method == "oar_g":
         assert result["frac_scored"] == [1.0, 1.0]
-    # The engine holds exactly the trained weights (in its own dtype, bf16: TRL leaves vLLM's dtype on auto)...
-    assert result["weight_mismatch"] == 0.0, result["engine_dtype"]
-    # ...and generates with them: log-probabilities within bf16 rounding of the trained model's, far from
-    # the untrained model's, and the same greedy tokens.
-    assert result["max_logprob_diff_trained"] < 0.02
-    assert result["max_logprob_diff_untrained"] > 10 * result["max_logprob_diff_trained"]
-    assert result["greedy_same"] == result["prompts"]
+    # The sync is judged by what the engine computes (on every CPU and on CUDA alike): before the final
+    # sync the engine (step 1's weights) and the trained model (step 2's) disagree on fixed sequences;
+    # after it they agree within bf16 rounding (TRL leaves vLLM's dtype on auto: bf16 for an fp32 model).
+    assert result["engine_dtype"] == "torch.bfloat16"
+    assert result["logprob_diff_after_sync"] < 0.02
+    assert result["logprob_diff_before_sync"] > 10 * result["logprob_diff_after_sync"]
+    assert result["logprob_diff_sampled"] < 0.02  # and generation samples from the synced weights

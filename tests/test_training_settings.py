@@ -1,0 +1,72 @@
+"""Run settings for the cluster: checkpoints kept per run (save_total_limit), vLLM's context length, and
+an early stop when the settings ask for vLLM in an environment without it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from oar.generation import VLLMGenerator
+from oar.training import (SettingsError, check_context_length, load_problems, resolve_settings, train_run,
+                          training_dataset)
+
+NO_VLLM = importlib.util.find_spec("vllm") is None
+
+
+def write_problems(tmp_path, n=8, long_problem: str | None = None):
+    path = tmp_path / "train.jsonl"
+    rows = [{"id": f"p{i}", "problem": f"{i} + {i}?", "answer": str(2 * i)} for i in range(n)]
+    if long_problem:
+        rows.append({"id": "long", "problem": long_problem, "answer": "0"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("limit", [None, 1])
+def test_only_the_newest_checkpoints_are_kept(tiny_model_dir, tmp_path, limit):
+    trainer = {"max_steps": 3, "save_steps": 1, "max_completion_length": 8}
+    if limit is not None:
+        trainer["save_total_limit"] = limit
+    settings = {"run_id": "r", "method": "grpo", "model": str(tiny_model_dir),
+                "train_file": str(write_problems(tmp_path)), "trainer": trainer}
+    assert resolve_settings(settings)["trainer"]["save_total_limit"] == (limit or 2)  # default 2
+    train_run(settings, tmp_path / "run")
+    kept = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*"))
+    # 3 checkpoints were written (one per step); the newest, complete one is always among those kept
+    assert kept == (["checkpoint-2", "checkpoint-3"] if limit is None else ["checkpoint-3"])
+    assert (tmp_path / "run" / "checkpoints" / "checkpoint-3" / "trainer_state.json").is_file()
+
+
+def test_a_prompt_longer_than_the_vllm_context_stops_the_run(tiny_model_dir, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    records = load_problems(write_problems(tmp_path, long_problem="1 + 1 = 2. " * 40), None)
+    dataset = training_dataset(records, tokenizer)
+    lengths = {row["problem_id"]: len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True,
+                                                                    tokenize=True, return_dict=False))
+               for row in dataset}
+    needed = lengths["long"] + 32
+    settings = resolve_settings({"run_id": "r", "model": "m", "train_file": "f",
+                                 "trainer": {"use_vllm": True, "max_completion_length": 32,
+                                             "vllm_max_model_length": needed - 1}})
+    with pytest.raises(SettingsError, match=rf"trainer\.vllm_max_model_length.*'long'.*needs >= {needed}"):
+        check_context_length(dataset, tokenizer, settings)
+    settings["trainer"]["vllm_max_model_length"] = needed
+    check_context_length(dataset, tokenizer, settings)  # fits exactly
+
+
+@pytest.mark.skipif(not NO_VLLM, reason="vLLM is installed here")
+def test_training_with_vllm_but_without_it_stops_before_loading_anything(tmp_path):
+    settings = {"run_id": "r", "model": str(tmp_path / "no-such-model"), "train_file": str(tmp_path / "none.jsonl"),
+                "trainer": {"use_vllm": True}}
+    with pytest.raises(SettingsError, match=r"'trainer\.use_vllm'.*make setup-gpu"):
+        train_run(settings, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # nothing written, no model or data read
+
+
+@pytest.mark.skipif(not NO_VLLM, reason="vLLM is installed here")
+def test_vllm_evaluation_without_vllm_names_the_setting_and_the_install(tiny_model_dir):
+    with pytest.raises(ImportError, match=r"evaluation\.backend 'vllm'.*make setup-gpu"):
+        VLLMGenerator(tiny_model_dir)
