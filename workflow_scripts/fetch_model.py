@@ -10,7 +10,6 @@ files ``from_pretrained`` reads are fetched (no duplicate .bin/.pth weights). Th
 hub revision the cache holds and where.
 """
 
-import argparse
 import os
 import sys
 import time
@@ -18,14 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_write_json, provenance, run_cli  # noqa: E402
+from _script_io import atomic_write_json, provenance, run_cli, script_parser  # noqa: E402
 
 # weights in other formats beside the safetensors files transformers loads
 SKIP = ["*.bin", "*.pth", "*.pt", "*.h5", "*.msgpack", "*.onnx", "*.gguf", "original/*"]
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="Download a hub model into the Hugging Face cache.")
+    p = script_parser(__doc__, "Download a hub model into the Hugging Face cache (HF_HOME), where the network is.")
     p.add_argument("--source", required=True, help="hub id, e.g. Qwen/Qwen2.5-7B")
     p.add_argument("--summary", required=True, help="summary JSON to write")
     return p.parse_args(argv)
