@@ -24,7 +24,7 @@ CURVE_METRICS = (
     "reward", "reward_std", "entropy", "completion_length", "loss", "ess_ratio", "top_mass", "frac_scored",
     "frac_active",
     "fallback_no_answer", "fallback_nonfinite", "time_generate_s", "time_score_s", "time_update_s",
-    "step_time_s", "peak_memory_mb", "score_peak_memory_mb",
+    "step_time_s", "peak_memory_mb", "score_peak_memory_mb", "peak_memory_max_mb", "score_peak_memory_max_mb",
 )
 
 
@@ -211,7 +211,8 @@ def credit_summary(curves: pd.DataFrame, weights: Mapping[str, Mapping[str, Any]
 
 def cost_summary(curves: pd.DataFrame) -> pd.DataFrame:
     """Per (model, method): median step time over every logged step of its runs, its ratio to GRPO's,
-    the median generate / score / update times, and the largest process and scoring-phase peak memory. Methods are compared at their training tau/beta/probe
+    the median generate / score / update times, and the largest process and scoring-phase peak memory
+    (of the largest rank, for runs of several processes). Methods are compared at their training tau/beta/probe
     only when the frame holds one variant per method (the cost group does)."""
     rows = []
     for (model, method), g in curves.groupby(["model", "method"], sort=False):
@@ -221,8 +222,9 @@ def cost_summary(curves: pd.DataFrame) -> pd.DataFrame:
             "time_generate_s": g["time_generate_s"].median(),
             "time_score_s": g["time_score_s"].median(),
             "time_update_s": g["time_update_s"].median(),
-            "peak_memory_mb": g["peak_memory_mb"].max(),
-            "score_peak_memory_mb": g["score_peak_memory_mb"].max(),
+            # the largest rank's peak where several processes logged one (what must fit one GPU)
+            "peak_memory_mb": g["peak_memory_max_mb"].fillna(g["peak_memory_mb"]).max(),
+            "score_peak_memory_mb": g["score_peak_memory_max_mb"].fillna(g["score_peak_memory_mb"]).max(),
         })
     out = pd.DataFrame(rows, columns=["model", "method", "runs", "steps", "step_time_s", "time_generate_s",
                                       "time_score_s", "time_update_s", "peak_memory_mb", "score_peak_memory_mb"])

@@ -127,6 +127,17 @@ def test_credit_and_cost(tmp_path):
     assert "ran with 2 thread(s). **Step times compare across methods only if no other job ran beside" in \
         tables.cost_table(cost, train_threads=2)[1]
     assert "4.00x" in md and list(frame["method"]) == ["grpo", "oar_p"]
+    assert cost["peak_memory_mb"].tolist() == [100, 100]
+
+
+def test_cost_takes_the_largest_rank_peak_of_a_multi_process_run(tmp_path):
+    path = write_metrics(tmp_path / "m" / "grpo-seed0" / "metrics.jsonl", steps=2)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines[1].update(peak_memory_mb=150, peak_memory_max_mb=180, score_peak_memory_mb=10, score_peak_memory_max_mb=30)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    curves = analysis.training_curves({"m/grpo-seed0": RUNS["m/grpo-seed0"]}, {"m/grpo-seed0": path})
+    cost = analysis.cost_summary(curves).iloc[0]
+    assert cost["peak_memory_mb"] == 180 and cost["score_peak_memory_mb"] == 30
 
 
 def test_read_metrics_rejects_a_bad_middle_line(tmp_path):
