@@ -71,6 +71,16 @@ test-slurm: setup
 	[ $$rc -eq 0 ] || exit $$rc; \
 	OAR_TEST_SLURM=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm
 
+# `make rehearse`: the paper's DAG on CPU (config/rehearsal.yaml over config/paper.yaml: tiny models under
+# the paper's names, the 7B stand-in as 2 processes) through the SLURM profile on the one-node cluster,
+# checked by tests/slurm/test_rehearsal.py (docs/rehearsal.md: about half an hour on 2 cores).
+.PHONY: rehearse
+rehearse: setup
+	@rc=0; slurm/local_cluster.sh up || rc=$$?; \
+	if [ $$rc -eq 77 ]; then echo "make rehearse: SKIPPED (no SLURM cluster here, see above)"; exit 0; fi; \
+	[ $$rc -eq 0 ] || exit $$rc; \
+	OAR_REHEARSAL=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm/test_rehearsal.py
+
 # `snakemake --profile slurm` finds slurm/ from the repository root; this makes it found from anywhere.
 PROFILE_DIR := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm
 install-profile:
