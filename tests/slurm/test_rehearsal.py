@@ -63,10 +63,16 @@ def planned(log: str) -> Counter:
 
 
 def local_rules(workdir: Path) -> set[str]:
-    """The rules the Snakefile declares local (run by the submitting Snakemake, never on SLURM)."""
-    text = (workdir / "Snakefile").read_text()
-    block = text[text.index("localrules:"):].split("\n\n")[0]
-    return set(re.findall(r"^\s+(\w+),?$", block, flags=re.M))
+    """The rules the workflow declares local (run by the submitting Snakemake, never on SLURM): those of
+    the Snakefile's `localrules:` list and those with `localrule: True`."""
+    snakefile = (workdir / "Snakefile").read_text()
+    block = snakefile[snakefile.index("localrules:"):].split("\n\n")[0]
+    local = set(re.findall(r"^\s+(\w+),?$", block, flags=re.M))
+    for path in [workdir / "Snakefile", *(workdir / "rules").glob("*.smk")]:
+        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t].*\n|\n)*)", path.read_text(), flags=re.M):
+            if re.search(r"^\s+localrule:\s*True", body, flags=re.M):
+                local.add(name)
+    return local
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +81,7 @@ def rehearsal(tmp_path_factory):
     for name in ("Snakefile", "rules", "config", "workflow_scripts", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
+    local = local_rules(wd)
     started = time.perf_counter()
     proc = snakemake(wd, "--verbose")
     elapsed = time.perf_counter() - started
@@ -86,28 +93,28 @@ def rehearsal(tmp_path_factory):
     results = wd / yaml.safe_load((ROOT / CONFIGS[1]).read_text())["results"]
     print(f"\nrehearsal through SLURM: {planned(log).total()} jobs, {len(jobs)} SLURM jobs, {elapsed:.0f} s "
           f"({elapsed / 60:.1f} min); log: {wd / 'snakemake.log'}")
-    return wd, results, log, jobs
+    return wd, results, log, jobs, local
 
 
 def test_every_rule_of_the_paper_dag_ran_on_slurm_and_completed(rehearsal):
-    wd, results, log, jobs = rehearsal
+    wd, results, log, jobs, local = rehearsal
     counts = planned(log)
-    local = local_rules(wd)
+    assert set(counts) == {
+        "prepare_model", "prepare_data", "run_settings", "train", "evaluate", "heldout_responses", "oracle",
+        "score_heldout", "accuracy", "credit", "cost_summary", "recall_analysis", "fidelity_analysis", "table",
+        "figure", "html_report", "all"}
     remote = Counter({rule: n for rule, n in counts.items() if rule not in local})
-    # each remote job is one SLURM job, named in its comment as rule_<rule>_wildcards_...
+    assert {"train", "evaluate", "heldout_responses", "oracle", "score_heldout"} <= set(remote)
+    # each remote job is one SLURM job, named in its comment as rule_<rule>[_wildcards_...]
     ran = Counter(re.match(r"rule_(\w+?)(?:_wildcards_|$)", j["Comment"]).group(1)
                   for j in jobs if j["State"] == "COMPLETED")
     assert ran == remote
     assert all(j["State"] == "COMPLETED" for j in jobs), [j for j in jobs if j["State"] != "COMPLETED"]
-    assert set(counts) - local == {
-        "prepare_model", "prepare_data", "train", "evaluate", "heldout_responses", "oracle", "score_heldout",
-        "accuracy", "credit", "cost_summary", "recall_analysis", "fidelity_analysis", "table", "figure",
-        "html_report"}
     print(f"\n{remote.total()} SLURM jobs: {dict(remote)}")
 
 
 def test_tables_figures_and_report_exist(rehearsal):
-    wd, results, log, jobs = rehearsal
+    wd, results, log, jobs, local = rehearsal
     tables = {p.stem for p in (results / "tables").glob("*.csv")}
     assert tables == {"main_table", "ablation_gating", "ablation_grid", "ablation_probe", "controls", "cost",
                       "causal_recall", "fidelity"}
@@ -119,7 +126,7 @@ def test_tables_figures_and_report_exist(rehearsal):
 
 
 def test_the_big_model_trained_as_two_processes(rehearsal):
-    wd, results, log, jobs = rehearsal
+    wd, results, log, jobs, local = rehearsal
     runs = sorted(d for d in (results / "runs" / BIG_MODEL).iterdir() if d.is_dir())
     assert len(runs) == 3  # GRPO, OAR-P and OAR-G of the main table
     for run in runs:
