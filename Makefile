@@ -73,7 +73,7 @@ test-slurm: setup
 
 # `make rehearse`: the paper's DAG on CPU (config/rehearsal.yaml over config/paper.yaml: tiny models under
 # the paper's names, the 7B stand-in as 2 processes) through the SLURM profile on the one-node cluster,
-# checked by tests/slurm/test_rehearsal.py (docs/rehearsal.md: over an hour on 2 cores).
+# checked by tests/slurm/test_rehearsal.py (docs/rehearsal.md: an hour on 2 cores).
 .PHONY: rehearse
 rehearse: setup
 	@rc=0; slurm/local_cluster.sh up || rc=$$?; \

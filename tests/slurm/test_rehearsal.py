@@ -3,7 +3,7 @@
 copy of the workflow, on the one-node cluster of slurm/local_cluster.sh. Every rule of the paper's DAG
 must run on SLURM and complete, the tables, figures and report must exist, and the big model's
 training jobs must have run as 2 processes. Skipped unless OAR_REHEARSAL=1 (`make rehearse` sets it):
-at over an hour on 2 cores it is too long for `make test-slurm`.
+at an hour on 2 cores it is too long for `make test-slurm`.
 """
 
 from __future__ import annotations
