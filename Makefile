@@ -86,6 +86,16 @@ test-slurm: setup
 	[ $$rc -eq 0 ] || exit $$rc; \
 	OAR_TEST_SLURM=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm
 
+# `make rehearse`: the paper's DAG on CPU (config/rehearsal.yaml over config/paper.yaml: tiny models under
+# the paper's names, the 7B stand-in as 2 processes) through the SLURM profile on the one-node cluster,
+# checked by tests/slurm/test_rehearsal.py (docs/rehearsal.md: an hour on 2 cores).
+.PHONY: rehearse
+rehearse: setup
+	@rc=0; slurm/local_cluster.sh up || rc=$$?; \
+	if [ $$rc -eq 77 ]; then echo "make rehearse: SKIPPED (no SLURM cluster here, see above)"; exit 0; fi; \
+	[ $$rc -eq 0 ] || exit $$rc; \
+	OAR_REHEARSAL=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm/test_rehearsal.py
+
 # `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
 define HELP_TEXT
 Usage: make <target>
@@ -99,6 +109,7 @@ Test
   test             the pytest suite (CPU, ~15 min on 2 cores)
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
+  rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
 
 Set up
   setup            create .venv with the pinned packages (the other targets do this first)
