@@ -78,7 +78,7 @@ def local_rules(workdir: Path) -> set[str]:
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
     wd = tmp_path_factory.mktemp("rehearsal")
-    for name in ("Snakefile", "rules", "config", "workflow_scripts", "envs"):
+    for name in ("Snakefile", "rules", "config", "workflow_scripts", "envs", "oar"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
     local = local_rules(wd)
