@@ -12,22 +12,17 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
+from local_slurm import run_snakemake, sacct
 
 ROOT = Path(__file__).resolve().parents[2]
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 CONFIGS = ("config/paper.yaml", "config/rehearsal.yaml")
-ACCOUNT, PARTITION = "oar_test", "debug"  # what slurm/local_cluster.sh creates
 BIG_MODEL = "qwen2.5-7b"
-# The executor's status checks at a one-node cluster's pace (the profile's suit a real cluster).
-FAST_POLLING = ("--slurm-init-seconds-before-status-checks", "1", "--max-status-checks-per-second", "2",
-                "--latency-wait", "10")
 
 pytestmark = [
     pytest.mark.slow,
@@ -38,17 +33,7 @@ pytestmark = [
 
 
 def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, SBATCH_ACCOUNT=ACCOUNT, SBATCH_PARTITION=PARTITION)
-    cmd = [str(SNAKEMAKE), "all", *args, "--profile", str(ROOT / "slurm"), *FAST_POLLING, "--configfile", *CONFIGS]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=7000)
-
-
-def sacct(run_uuid: str) -> list[dict[str, str]]:
-    """Every SLURM job of one Snakemake run (its jobs share the run id as job name)."""
-    fields = ["JobID", "State", "Elapsed", "Comment"]
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "--name", run_uuid, "-S", "now-1days", "-o", ",".join(fields)],
-                         capture_output=True, text=True, check=True).stdout
-    return [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
+    return run_snakemake(cwd, "all", *args, "--profile", str(ROOT / "slurm"), "--configfile", *CONFIGS, timeout=7000)
 
 
 def planned(log: str) -> Counter:
@@ -89,7 +74,7 @@ def rehearsal(tmp_path_factory):
     (wd / "snakemake.log").write_text(log)
     assert proc.returncode == 0, log[-6000:]
     run_uuid = re.search(r"SLURM run ID: (\S+)", log).group(1)
-    jobs = sacct(run_uuid)
+    jobs = sacct(run_uuid, ["JobID", "State", "Elapsed", "Comment"])
     results = wd / yaml.safe_load((ROOT / CONFIGS[1]).read_text())["results"]
     print(f"\nrehearsal through SLURM: {planned(log).total()} jobs, {len(jobs)} SLURM jobs, {elapsed:.0f} s "
           f"({elapsed / 60:.1f} min); log: {wd / 'snakemake.log'}")

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -23,12 +22,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from local_slurm import ACCOUNT, PARTITION, run_snakemake, sacct
+
+SACCT_FIELDS = ["JobID", "State", "ReqMem", "Timelimit", "ReqCPUS", "AllocTRES", "Account", "Partition", "Comment"]
 
 ROOT = Path(__file__).resolve().parents[2]
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 PROFILE = ROOT / "slurm"
 TINY = ROOT / "tests" / "data" / "workflow_tiny.yaml"
-ACCOUNT, PARTITION = "oar_test", "debug"  # what slurm/local_cluster.sh creates
 
 # Per kind of job, memory and time limits no other kind has, so that each SLURM job's request can be
 # traced back to the config. prepare_model asks for the cluster's GPU (a GRES with no device behind it)
@@ -57,8 +57,6 @@ TRAINER = {"max_steps": 4, "save_steps": 1}
 #   `_cores` scoped per group makes a group job one CPU that runs its members one after another, so
 #   it asks for the kind's --mem and the sum of its members' --time (it also caps every job's threads
 #   at 1, the tiny config's value anyway).
-FAST_POLLING = ("--slurm-init-seconds-before-status-checks", "1", "--max-status-checks-per-second", "2",
-                "--latency-wait", "10")
 GROUPING = ("--groups", "evaluate=evaluate", "score_heldout=score", "accuracy=analysis", "credit=analysis",
             "cost_summary=analysis", "recall_analysis=analysis", "fidelity_analysis=analysis",
             "table=plot", "figure=plot",
@@ -74,19 +72,7 @@ pytestmark = [
 
 
 def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, SBATCH_ACCOUNT=ACCOUNT, SBATCH_PARTITION=PARTITION)
-    cmd = [str(SNAKEMAKE), *args, "--profile", str(PROFILE), *FAST_POLLING, *GROUPING,
-           "--configfile", "tiny.yaml"]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1700)
-
-
-def sacct(run_uuid: str) -> list[dict[str, str]]:
-    """Every SLURM job of one Snakemake run (its jobs share the run id as job name)."""
-    fields = ["JobID", "State", "ReqMem", "Timelimit", "ReqCPUS", "AllocTRES", "Account", "Partition",
-              "Comment"]
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "--name", run_uuid, "-S", "now-1days",
-                          "-o", ",".join(fields)], capture_output=True, text=True, check=True).stdout
-    return [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
+    return run_snakemake(cwd, *args, "--profile", str(PROFILE), *GROUPING, "--configfile", "tiny.yaml", timeout=1700)
 
 
 def squeue() -> list[tuple[str, str, str]]:
@@ -201,7 +187,7 @@ def slurm_run(tmp_path_factory):
     print(f"\ntiny `all` through SLURM: {elapsed:.0f} s; log: {wd / 'snakemake.log'}")
     log = proc.stdout + proc.stderr
     run_uuid = re.search(r"SLURM run ID: (\S+)", log).group(1)
-    return wd, log, sacct(run_uuid), cancellation
+    return wd, log, sacct(run_uuid, SACCT_FIELDS), cancellation
 
 
 def planned_jobs(log: str) -> Counter:
