@@ -69,8 +69,10 @@ def resolved() -> dict:
 def test_every_rule_of_the_paper_dag_is_planned(plans):
     paper, rehearsal = plans
     paper_rules, rehearsal_rules = Counter(r for r, _ in paper), Counter(r for r, _ in rehearsal)
-    assert set(rehearsal_rules) == set(paper_rules)
-    assert len(paper_rules) == 17  # prepare_model ... html_report, all
+    # fetch_model only downloads hub weights into the cache (a local rule on the login node); the
+    # rehearsal's models are built on the spot, so it is the one paper rule that cannot run here
+    assert set(rehearsal_rules) == set(paper_rules) - {"fetch_model"}
+    assert len(paper_rules) == 18  # fetch_model, prepare_model ... html_report, all
     # fewer jobs: one seed, a 2 x 2 grid
     assert rehearsal_rules.total() < paper_rules.total() / 3
     print(f"\npaper: {paper_rules.total()} jobs; rehearsal: {rehearsal_rules.total()} jobs")
