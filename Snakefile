@@ -1,6 +1,6 @@
 # OAR reproduction workflow: prepare model and data -> train (GRPO, OAR-P, OAR-G, ablations,
 # controls; seeds) -> evaluate -> analyse (accuracy, credit, cost, causal recall, fidelity) ->
-# tables, figures, report. See README.md ("The workflow") and config/schema.yaml.
+# tables, figures, report. See docs/workflow.md and docs/configuration.md (generated from config/schema.yaml).
 #
 #   snakemake --cores 2 all                      # embedded default (config/config.yaml), CPU
 #   snakemake --profile slurm all                # the paper (config/paper.yaml) on SLURM (docs/slurm.md)
