@@ -465,6 +465,17 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
         callbacks=[MetricsFile(metrics_path)],
     )
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    # transformers stops "at step 0" with a warning when one step's batch needs more problems than the
+    # training set has; a run that trained fewer steps than asked must not look finished
+    steps, wanted = trainer.state.global_step, config.max_steps
+    if steps < wanted:
+        raise SettingsError(
+            f"run {settings['run_id']}: trained {steps} of trainer.max_steps {wanted} steps: the training set "
+            f"({len(dataset)} problems, train_limit {settings['train_limit']}) ran out before one step's batch "
+            f"(trainer.per_device_train_batch_size {config.per_device_train_batch_size} x "
+            f"trainer.gradient_accumulation_steps {config.gradient_accumulation_steps} completions per process, "
+            f"{config.num_generations} per problem); use more problems or a smaller batch"
+        )
 
     final = out / "model"
     staging = out / ".model.partial"

@@ -40,6 +40,18 @@ def test_only_the_newest_checkpoints_are_kept(tiny_model_dir, tmp_path, limit):
     assert (tmp_path / "run" / "checkpoints" / "checkpoint-3" / "trainer_state.json").is_file()
 
 
+def test_a_training_set_smaller_than_one_step_stops_the_run_instead_of_training_nothing(tiny_model_dir, tmp_path):
+    # 2 problems x 4 completions cannot fill one step of 32 x 2 completions: transformers would stop "at
+    # step 0" and the run would finish with the base model's weights
+    trainer = {"max_steps": 2, "num_generations": 4, "per_device_train_batch_size": 32,
+               "gradient_accumulation_steps": 2, "max_completion_length": 8}
+    settings = {"run_id": "r", "method": "grpo", "model": str(tiny_model_dir),
+                "train_file": str(write_problems(tmp_path, n=2)), "trainer": trainer}
+    with pytest.raises(SettingsError, match=r"trained 0 of trainer.max_steps 2 steps.*2 problems.*per_device_train_batch_size 32"):
+        train_run(settings, tmp_path / "run")
+    assert not (tmp_path / "run" / "model").exists()
+
+
 def test_a_prompt_longer_than_the_vllm_context_stops_the_run(tiny_model_dir, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     records = load_problems(write_problems(tmp_path, long_problem="1 + 1 = 2. " * 40), None)
