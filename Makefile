@@ -88,13 +88,13 @@ test-slurm: setup
 
 # `make rehearse`: the paper's DAG on CPU (config/rehearsal.yaml over config/paper.yaml: tiny models under
 # the paper's names, the 7B stand-in as 2 processes) through the SLURM profile on the one-node cluster,
-# checked by tests/slurm/test_rehearsal.py (docs/rehearsal.md: an hour on 2 cores).
+# checked by tests/slurm/test_rehearsal_on_slurm.py (docs/rehearsal.md: an hour on 2 cores).
 .PHONY: rehearse
 rehearse: setup
 	@rc=0; slurm/local_cluster.sh up || rc=$$?; \
 	if [ $$rc -eq 77 ]; then echo "make rehearse: SKIPPED (no SLURM cluster here, see above)"; exit 0; fi; \
 	[ $$rc -eq 0 ] || exit $$rc; \
-	OAR_REHEARSAL=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm/test_rehearsal.py
+	OAR_REHEARSAL=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm/test_rehearsal_on_slurm.py
 
 # `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
 define HELP_TEXT

@@ -1,7 +1,7 @@
 """The CPU rehearsal of the paper's DAG (config/rehearsal.yaml over config/paper.yaml, `make rehearse`)
 without running it: its dry run plans every rule, group, model, benchmark, table and figure of the
 paper's, and what it swaps in runs on a CPU without the hubs. The run itself, through SLURM, is
-tests/slurm/test_rehearsal.py."""
+tests/slurm/test_rehearsal_on_slurm.py."""
 
 from __future__ import annotations
 
