@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run run-ablations test explain test-slurm install-profile
+.PHONY: setup run run-ablations run-smollm2 test explain test-slurm install-profile
 setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
@@ -20,13 +20,17 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/snakemake --cores 2 all
 
-# The default plus its ablations (config/ablations.yaml, merged over it); the main runs already in
-# results/ are reused.
+# The default plus its length sweep and ablations (config/ablations.yaml, merged over it); the main runs
+# already in results/ are reused.
 run-ablations: setup
 	$(BIN)/snakemake --cores 2 all --configfile config/config.yaml config/ablations.yaml
 
+# The SmolLM2-135M experiment (config/smollm2.yaml) in its own results folder.
+run-smollm2: setup
+	$(BIN)/snakemake --cores 2 all --configfile config/smollm2.yaml --config results=results-smollm2
+
 explain: setup
-	$(BIN)/python -m oar.explain
+	$(BIN)/python -m oar.analysis.explain
 
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -101,12 +105,13 @@ define HELP_TEXT
 Usage: make <target>
 
 Try it
-  run              set up .venv, then run the whole workflow on the embedded default (CPU, ~75 min on 2 cores)
-  run-ablations    the default plus its ablations (config/ablations.yaml); reuses the runs already in results/
+  run              set up .venv, then run the credit-assignment testbed, the embedded default (CPU, 2 cores)
+  run-ablations    the testbed's length sweep and ablations (config/ablations.yaml); reuses the runs of `run`
+  run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
 
 Test
-  test             the pytest suite (CPU, ~15 min on 2 cores)
+  test             the pytest suite (CPU, ~27 min on 2 cores)
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
@@ -129,7 +134,7 @@ help:
 
 # The configuration page is generated from the schema; tests/test_config_docs.py fails when it is stale.
 docs: setup
-	$(BIN)/python -m oar.config_docs
+	$(BIN)/python -m oar.experiment.config_docs
 
 # `snakemake --profile slurm` finds slurm/ from the repository root; this makes it found from anywhere.
 PROFILE_DIR := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm

@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from oar.data import read_records
-    from oar.generation import TransformersGenerator
+    from oar.data.datasets import read_records
+    from oar.evaluation.generation import TransformersGenerator
     from oar.prompting import build_prompts
 
     if args.threads:

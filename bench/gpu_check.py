@@ -14,7 +14,7 @@ memory is its own. The vLLM evaluation row is timed when vLLM is importable.
 
 The preflight before the paper run (docs/memory.md): on one GPU node, it prints each method's step
 time, the ratios OAR-G/GRPO and OAR-P/GRPO beside the paper's 1.4x and 4.2x, and each method's
-measured peak memory beside oar.memory_plan's prediction for the same settings. The real shapes run
+measured peak memory beside oar.experiment.memory_plan's prediction for the same settings. The real shapes run
 on CUDA only: without a CUDA device it stops with an error rather than running on the CPU.
 Prints a Markdown table (and writes it with ``--out``).
 """
@@ -52,7 +52,7 @@ def build_model_folder(shape: str, out: Path, max_positions: int) -> Path:
     """A Qwen2 model folder of ``shape`` with random weights (bf16 on disk) and a padded tiny tokenizer."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from oar.tiny import build_tiny_tokenizer
+    from oar.models.tiny import build_tiny_tokenizer
 
     if (out / "config.json").exists():
         return out
@@ -103,9 +103,9 @@ def hash_parity_reward(completions, **kwargs) -> list[float]:
 
 
 def train_one(settings: dict, out_dir: Path, response_tokens: int) -> None:
-    """``oar.training``'s trainer and metrics file, with forced response lengths and the parity reward."""
-    from oar.trainer import OARTrainer
-    from oar.training import MetricsFile, build_config, load_problems, resolve_settings, training_dataset
+    """``oar.training.run``'s trainer and metrics file, with forced response lengths and the parity reward."""
+    from oar.training.grpo_trainer import OARTrainer
+    from oar.training.run import MetricsFile, build_config, load_problems, resolve_settings, training_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     settings = resolve_settings(settings)
@@ -148,7 +148,7 @@ def time_method(args, method: str, model: Path, problems: Path, dtype: str) -> d
 
 
 def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
-    from oar.generation import make_generator
+    from oar.evaluation.generation import make_generator
     from oar.prompting import build_prompt
 
     problems = [json.loads(line)["problem"] for line in (args.work / "problems.jsonl").read_text().splitlines()]
@@ -168,10 +168,10 @@ def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
 
 
 def predicted_peaks_mib(args, model: Path, dtype: str) -> dict[str, float]:
-    """oar.memory_plan's per-method peak (the largest of its phases) for this check's settings."""
+    """oar.experiment.memory_plan's per-method peak (the largest of its phases) for this check's settings."""
     from transformers import AutoConfig
 
-    from oar import memory_plan
+    from oar.experiment import memory_plan
 
     shape = memory_plan.shape_of(AutoConfig.from_pretrained(model))
     settings = {"model_dtype": dtype, "oar": {"chunk_tokens": 512},
@@ -249,7 +249,7 @@ def main() -> None:
                      f"{r['step_time_s']:.3g} | {ratio:.2f} | {PAPER_RATIO[method]:.1f} | "
                      f"{r['completion_length']:.0f} | "
                      f"{r['frac_scored']:.2f} | {r['peak_memory_mb']:.0f} | {predicted[method]:.0f} |")
-    lines.append("\npaper: the paper's step time over GRPO's. predicted: oar.memory_plan's peak for these "
+    lines.append("\npaper: the paper's step time over GRPO's. predicted: oar.experiment.memory_plan's peak for these "
                  "settings (one process, no vLLM, without its CUDA-context reserve), to compare with the peak on "
                  "CUDA (the allocator's peak); on CPU the peak is the process's resident memory, libraries "
                  "included, and not comparable.")

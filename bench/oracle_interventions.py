@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oar.analysis import oracle_sanity, read_jsonl
-from oar.importance import build_probes
-from oar.oracle import INTERVENTIONS, causal_tokens
+from oar.analysis.oracle import INTERVENTIONS, causal_tokens
+from oar.analysis.results import oracle_sanity, read_jsonl
+from oar.method.importance import build_probes
 
 
 def main(argv=None):

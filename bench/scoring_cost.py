@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from oar.importance import ScorerConfig, build_probes, divergence, forward_equivalents, outcome_from_logits, score
-from oar.models import load_packaged, package_dir
+from oar.method.importance import ScorerConfig, build_probes, divergence, forward_equivalents, outcome_from_logits, score
+from oar.models.sources import load_packaged, package_dir
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 

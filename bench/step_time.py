@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from oar.data import build_dataset, write_records
-from oar.models import prepare_model
-from oar.trainer import METHODS
-from oar.training import train_run
+from oar.data.datasets import build_dataset, write_records
+from oar.models.sources import prepare_model
+from oar.training.grpo_trainer import METHODS
+from oar.training.run import train_run
 
 PARTS = ("time_generate_s", "time_score_s", "time_update_s", "step_time_s")
 

@@ -9,7 +9,7 @@ mixed groups, the share of completions that finished within the budget and their
         --max-new-tokens 160 --out results/bench/task_candidates.md
 
 Candidates: the easiest GSM8K train problems (one calculation in the reference solution, shortest
-question first), MATH train level 1, and the generated problems of ``oar.synthetic`` (bare expressions,
+question first), MATH train level 1, and the generated problems of ``oar.data.synthetic`` (bare expressions,
 one- and two-operation word problems); ``--temperatures`` measures each at several sampling temperatures.
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from oar import synthetic
-from oar.data import iter_jsonl, load_dataset_records, packaged_path
-from oar.generation import TransformersGenerator
+from oar.data import synthetic
+from oar.data.datasets import iter_jsonl, load_dataset_records, packaged_path
+from oar.evaluation.generation import TransformersGenerator
 from oar.grading import grade
 from oar.prompting import build_prompts
 

@@ -1,1 +1,16 @@
-"""OAR: outcome-grounded advantage reshaping for GRPO."""
+"""OAR: outcome-grounded advantage reshaping for GRPO.
+
+Layout, lowest layer first; a module imports only from its own subpackage or a lower layer
+(``tests/test_layout.py`` checks it), and no module imports Snakemake:
+
+- ``oar.grading`` (the verifier: answer extraction and equivalence), ``oar.prompting`` (the prompt template)
+- ``oar.method``: the paper's algorithm, free of training and IO machinery: token scorers and probes
+  (``importance``), the bi-level gate (``gate``), the analysis metrics (``metrics``)
+- ``oar.data`` (dataset records, generated problems, shipped benchmarks) and ``oar.models`` (model
+  sources, the tiny test model); neither imports the other
+- ``oar.evaluation``: sampling (``generation``) and benchmark evaluation (``benchmark``)
+- ``oar.training``: the TRL GRPO subclass (``grpo_trainer``), one run from its settings (``run``) and
+  their helpers for several processes and memory
+- ``oar.analysis``: results, oracle, tables, figures, ``python -m oar.analysis.explain``
+- ``oar.experiment``: the run registry (``runs``), the configuration docs and the memory plan
+"""

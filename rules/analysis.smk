@@ -159,6 +159,7 @@ rule score_heldout:
 rule recall_analysis:
     input:
         oracle=rules.oracle.output.oracle,
+        responses=rules.heldout_responses.output.responses,
         scores=[score_file(s, RECALL["probe"]) for s in RECALL["scorers"]],
     output:
         json=f"{R}/analysis/causal_recall.json",
@@ -173,6 +174,7 @@ rule recall_analysis:
         **rule_resources("analysis"),
     params:
         kind="recall",
+        ground_truth=REG.has_ground_truth(),
         scorers=RECALL["scorers"],
         probe=RECALL["probe"],
         fraction=RECALL["fraction"],
@@ -204,5 +206,31 @@ rule fidelity_analysis:
         scorers=FIDELITY["scorers"],
         probes=FIDELITY["probes"],
         fraction=FIDELITY["fraction"],
+    script:
+        "../workflow_scripts/analyze.py"
+
+
+rule paired_analysis:
+    input:
+        accuracy=f"{R}/analysis/accuracy/main.csv",
+        curves=f"{R}/analysis/credit/main.csv",
+    output:
+        outcomes=f"{R}/analysis/paired/outcomes.csv",
+        differences=f"{R}/analysis/paired/differences.csv",
+    log:
+        f"{R}/logs/analysis/paired.log",
+    benchmark:
+        f"{R}/benchmarks/analysis/paired.tsv"
+    conda:
+        "../envs/oar.yaml"
+    threads: rule_threads("analysis")
+    resources:
+        **rule_resources("analysis"),
+    params:
+        kind="paired",
+        baseline=REG.paired["baseline"],
+        benchmark=REG.paired["benchmark"],
+        reward_threshold=REG.paired["reward_threshold"],
+        window=REG.paired["window"],
     script:
         "../workflow_scripts/analyze.py"

@@ -1,5 +1,5 @@
 # The Snakemake side of the run registry. The logic (config -> run ids, resolved settings, evaluations,
-# tables, figures, resources, command-line options) is oar.registry, tested without Snakemake; this
+# tables, figures, resources, command-line options) is oar.experiment.runs, tested without Snakemake; this
 # file only builds one Registry from the validated config and turns it into the names the rules use:
 # input functions of wildcards, resources of wildcards and shell options.
 
@@ -12,7 +12,7 @@ from snakemake.exceptions import WorkflowError
 
 # the oar package of this source tree, also where Snakemake runs from an environment without it
 sys.path.insert(0, workflow.basedir)
-from oar.registry import (
+from oar.experiment.runs import (
     GROUP_TABLES,
     ConfigError,
     Registry,
@@ -41,6 +41,7 @@ SCRIPTS = os.path.join(workflow.basedir, "workflow_scripts")
 
 model_names = REG.model_names
 model_dir = REG.model_dir
+pretrain_settings = REG.pretrain_settings
 data_file = REG.data_file
 score_file = REG.score_file
 analysis_model = REG.analysis_model
@@ -65,7 +66,7 @@ def _model_from_wildcards(wildcards):
 
 
 def rule_resources(kind):
-    """Resources of the jobs of one kind, from oar.registry.Registry.scheduler_resources. The same on
+    """Resources of the jobs of one kind, from oar.experiment.runs.Registry.scheduler_resources. The same on
     every attempt, since a retry resumes a job after a time limit, preemption or node failure (more
     memory would not help it and must not outgrow the node)."""
     keys = list(REG.scheduler_resources(kind))
@@ -123,6 +124,7 @@ def table_inputs(wildcards):
         "causal_recall": {"recall": rules.recall_analysis.output.json},
         "fidelity": {"fidelity": rules.fidelity_analysis.output.json},
         "cost": {"cost": rules.cost_summary.output.csv},
+        "paired_differences": {"differences": rules.paired_analysis.output.differences},
     }[name]
 
 
@@ -148,6 +150,12 @@ def figure_inputs(wildcards):
         "grid_heatmap": {"accuracy": f"{R}/analysis/accuracy/grid.csv"},
         "recall_bars": {"recall": rules.recall_analysis.output.json},
         "cost_bars": {"cost": rules.cost_summary.output.csv},
+        "main_comparison": {
+            "curves": f"{R}/analysis/credit/main.csv",
+            "outcomes": rules.paired_analysis.output.outcomes,
+            "differences": rules.paired_analysis.output.differences,
+        },
+        "length_sweep": {"outcomes": rules.paired_analysis.output.outcomes},
         "token_heatmap": {
             "responses": rules.heldout_responses.output.responses,
             "scores": [

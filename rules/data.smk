@@ -36,6 +36,8 @@ rule prepare_model:
     params:
         source=lambda wc: config["models"][wc.model]["source"],
         seed=lambda wc: config["models"][wc.model]["seed"],
+        pretrain=lambda wc: pretrain_settings(wc.model),
+        threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/prepare_model.py"
 

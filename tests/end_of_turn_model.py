@@ -2,7 +2,7 @@
 ``.venv-vllm`` alike; no hub).
 
 Qwen2.5 base tokenizers carry a ChatML template that ends turns with ``<|im_end|>``, but their eos (the
-tokenizer's and ``generation_config.json``'s) is ``<|endoftext|>``. ``oar.tiny``'s tokenizer has both
+tokenizer's and ``generation_config.json``'s) is ``<|endoftext|>``. ``oar.models.tiny``'s tokenizer has both
 tokens; here eos is moved to ``<|endoftext|>``. A random model would rarely write ``<|im_end|>``, so
 the head is untied and three output rows (``<|im_end|>`` and two ordinary tokens) are set to one large
 common direction of the prompt's hidden states plus a little noise each: those three tokens then take
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from oar.models.tiny import build_tiny_model
 from oar.prompting import build_prompt, encode_prompts
-from oar.tiny import build_tiny_model
 
 PROBLEM = "What is 3 + 4? Tom has 3 apples and buys 4 more."
 END_OF_TURN, EOS = "<|im_end|>", "<|endoftext|>"

@@ -1,4 +1,4 @@
-"""oar.analysis, oar.tables and oar.figures on small synthetic files."""
+"""oar.analysis.results, oar.analysis.tables and oar.analysis.figures on small synthetic files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from oar import analysis, figures, tables
+from oar.analysis import figures, results, tables
 
 BENCH = ["gsm8k_test", "math500"]
 
@@ -48,19 +48,19 @@ def acc(tmp_path):
               "m/oar_p-seed0": (0.6, 0.6), "m/oar_p-seed1": (0.6, 0.6)}
     summaries = {(run, b): write_summary(tmp_path / run / b / "summary.json", v) for run, vs in values.items()
                  for b, v in zip(BENCH, vs)}
-    return analysis.accuracy_frame(RUNS, summaries)
+    return results.accuracy_frame(RUNS, summaries)
 
 
 def test_seed_interval():
-    mean, low, high = analysis.seed_interval([0.3, 0.5])
+    mean, low, high = results.seed_interval([0.3, 0.5])
     assert mean == pytest.approx(0.4)
     # t(0.975, 1) = 12.706; sd = 0.1414; half = 12.706 * 0.1414 / sqrt(2) = 1.2706
     assert high - mean == pytest.approx(1.2706, abs=1e-3) and mean - low == pytest.approx(high - mean)
-    assert math.isnan(analysis.seed_interval([0.3])[1])
+    assert math.isnan(results.seed_interval([0.3])[1])
 
 
 def test_aggregate_accuracy_uses_seeds_or_the_bootstrap(acc):
-    agg = analysis.aggregate_accuracy(acc, BENCH)
+    agg = results.aggregate_accuracy(acc, BENCH)
     grpo = agg[(agg["method"] == "grpo") & (agg["benchmark"] == "gsm8k_test")].iloc[0]
     assert grpo["mean"] == pytest.approx(0.4) and grpo["n_seeds"] == 2 and grpo["interval"] == "seeds"
     base = agg[(agg["method"] == "base") & (agg["benchmark"] == "math500")].iloc[0]
@@ -92,7 +92,7 @@ def test_tables_mark_runs_that_trained_nothing(acc, tmp_path):
     moved = {"tensors": 3, "tensors_changed": 3, "rel_l2_delta": 1e-3}
     weights = {r: moved for r in runs}
     weights["m/grpo-seed1"] = {"tensors": 3, "tensors_changed": 0, "rel_l2_delta": 0.0}  # weights = base
-    summary = analysis.credit_summary(analysis.training_curves(runs, metrics), weights).set_index("run")
+    summary = results.credit_summary(results.training_curves(runs, metrics), weights).set_index("run")
     assert summary.loc["m/oar_p-seed1", "steps_with_advantage"] == 0 and not summary.loc["m/oar_p-seed1", "trained"]
     assert summary.loc["m/grpo-seed1", "steps_with_advantage"] == 4  # no frac_active: reward_std > 0 counts
     assert not summary.loc["m/grpo-seed1", "trained"] and summary.loc["m/grpo-seed0", "trained"]
@@ -115,12 +115,12 @@ def test_credit_and_cost(tmp_path):
     # a run killed mid-write leaves a torn last line, which is dropped
     with open(metrics["m/grpo-seed1"], "a") as f:
         f.write('{"step": 4, "rew')
-    curves = analysis.training_curves(runs, metrics)
+    curves = results.training_curves(runs, metrics)
     assert len(curves) == 12 and set(curves["method"]) == {"grpo", "oar_p"}
-    summary = analysis.credit_summary(curves)
+    summary = results.credit_summary(curves)
     oar = summary[summary["run"] == "m/oar_p-seed0"].iloc[0]
     assert oar["ess_ratio_mean"] == 0.5 and oar["steps"] == 3 and oar["reward_final"] == pytest.approx(0.3)
-    cost = analysis.cost_summary(curves)
+    cost = results.cost_summary(curves)
     assert cost.set_index("method").loc["oar_p", "ratio_to_grpo"] == pytest.approx(4.0)
     frame, md = tables.cost_table(cost)
     assert "compare across methods" not in md  # nothing known about how the jobs ran: no claim
@@ -135,8 +135,8 @@ def test_cost_takes_the_largest_rank_peak_of_a_multi_process_run(tmp_path):
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     lines[1].update(peak_memory_mb=150, peak_memory_max_mb=180, score_peak_memory_mb=10, score_peak_memory_max_mb=30)
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    curves = analysis.training_curves({"m/grpo-seed0": RUNS["m/grpo-seed0"]}, {"m/grpo-seed0": path})
-    cost = analysis.cost_summary(curves).iloc[0]
+    curves = results.training_curves({"m/grpo-seed0": RUNS["m/grpo-seed0"]}, {"m/grpo-seed0": path})
+    cost = results.cost_summary(curves).iloc[0]
     assert cost["peak_memory_mb"] == 180 and cost["score_peak_memory_mb"] == 30
 
 
@@ -144,7 +144,7 @@ def test_read_metrics_rejects_a_bad_middle_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match="metrics.jsonl:2"):
-        analysis.read_metrics(path)
+        results.read_metrics(path)
 
 
 def test_causal_recall_and_fidelity():
@@ -157,7 +157,7 @@ def test_causal_recall_and_fidelity():
         "oar_p": [{"index": 0, "scores": [0] * 9 + [5]}, {"index": 1, "scores": [1] * 10},
                   {"index": 2, "scores": [3, 2] + [0] * 18}],
     }
-    result = analysis.causal_recall(oracle, scores)
+    result = results.causal_recall(oracle, scores)
     assert result["empty_oracle"] == 1
     assert result["summary"]["oar_p"]["mean"] == 1.0
     # position: response 0 hits (k = 1, last token), response 2 misses (k = 2, last two tokens)
@@ -172,7 +172,7 @@ def test_causal_recall_and_fidelity():
     assert "| OAR-P | 1.000 [1.000, 1.000] |" in md and "| earliest tokens first | 0.500" in md
     assert "3 of 40" not in md and "7.5% of 40 reasoning positions" in md
 
-    fid = analysis.proxy_fidelity(scores["oar_p"], {"position": scores["position"]})
+    fid = results.proxy_fidelity(scores["oar_p"], {"position": scores["position"]})
     s = fid["summary"]["position"]
     assert s["spearman"]["n_undefined"] == 1  # response 1: constant OAR-P scores
     assert s["topk_overlap"]["n"] == 3
@@ -182,16 +182,16 @@ def test_oracle_sanity_sees_an_oracle_that_marks_early_tokens():
     # every response: the first half of the positions flip, the second half do not
     oracle = [{"index": i, "reasoning_len": 10, "causal": list(range(5)), "correct": i % 2 == 0,
                "intervention": "pad"} for i in range(4)]
-    sanity = analysis.oracle_sanity(oracle)
+    sanity = results.oracle_sanity(oracle)
     assert sanity["flip_rate"] == 0.5 and sanity["position_spearman"] < -0.8
     assert (sanity["responses_correct"], sanity["responses_incorrect"], sanity["intervention"]) == (2, 2, "pad")
-    recall = analysis.causal_recall(oracle, {})
+    recall = results.causal_recall(oracle, {})
     assert recall["baselines"]["earliest_first"]["mean"] == 1.0 and recall["baselines"]["latest_first"]["mean"] == 0.0
 
 
 def test_recall_checks_lengths():
     with pytest.raises(ValueError, match="reasoning tokens"):
-        analysis.causal_recall([{"index": 0, "reasoning_len": 3, "causal": [1]}],
+        results.causal_recall([{"index": 0, "reasoning_len": 3, "causal": [1]}],
                                {"x": [{"index": 0, "scores": [1, 2]}]})
 
 
@@ -200,16 +200,16 @@ def test_grid_table_and_figures(tmp_path, acc):
                                       "seed": 0} for t in (0.2, 0.6) for b in (1.0, 2.0)}
     summaries = {(r, bench): write_summary(tmp_path / "g" / r / bench / "summary.json", meta["tau"] + meta["beta"] / 10)
                  for r, meta in grid_runs.items() for bench in BENCH}
-    grid = analysis.accuracy_frame(grid_runs, summaries)
+    grid = results.accuracy_frame(grid_runs, summaries)
     frame, md = tables.grid_table(grid, BENCH)
     assert len(frame) == 4 and "| 0.6 | 70.0 | 80.0 |" in md
 
     out = tmp_path / "fig"
     figures.grid_heatmap(grid, BENCH, [out / "grid.png", out / "grid.pdf"])
     runs = {r: m for r, m in RUNS.items() if r != "m/base"}
-    curves = analysis.training_curves(runs, {r: write_metrics(tmp_path / r / "metrics.jsonl", 3) for r in runs})
+    curves = results.training_curves(runs, {r: write_metrics(tmp_path / r / "metrics.jsonl", 3) for r in runs})
     figures.training_curves(curves, [out / "curves.png", out / "curves.pdf"])
-    figures.cost_bars(analysis.cost_summary(curves), [out / "cost.png"])
+    figures.cost_bars(results.cost_summary(curves), [out / "cost.png"])
     figures.recall_bars({"summary": {"oar_p": {"mean": 0.5, "sem": 0.1, "n": 3}, "random": {"mean": 0.1, "sem": None, "n": 3}},
                          "chance": {"mean": 0.1}}, [out / "recall.png"])
     figures.token_heatmap(["a", "b", "\n"], {"oar_p": [0, 1, 2], "entropy": [1, 1, 1]}, [out / "tok.png"],

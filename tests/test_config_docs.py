@@ -6,7 +6,7 @@ import copy
 
 import yaml
 
-from oar import config_docs
+from oar.experiment import config_docs
 
 
 def schema() -> dict:

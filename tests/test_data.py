@@ -1,4 +1,4 @@
-"""oar.data and workflow_scripts/prepare_data.py on small real files, for every source."""
+"""oar.data.datasets and workflow_scripts/prepare_data.py on small real files, for every source."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oar.data import (
+from oar.data.datasets import (
     DATASETS,
     DataError,
     FieldMap,
@@ -124,7 +124,7 @@ def test_level_filter_limit_and_seeded_shuffle():
 def test_shipped_benchmarks(name, rows):
     """AIME 2024/2025 and AMC 2023 come with the package: no path, no network, and the default source."""
     loaded = load_dataset_records(name)
-    assert loaded.locations == [f"shipped:oar/benchmarks/{name}.jsonl"]
+    assert loaded.locations == [f"shipped:oar/data/benchmarks/{name}.jsonl"]
     assert load_dataset_records(name, "shipped").records == loaded.records
     # the same file read as a local path gives the same records
     assert load_dataset_records(name, "local", path=shipped_path(name)).records == loaded.records
@@ -144,7 +144,7 @@ def test_shipped_benchmarks_match_their_readme():
     import hashlib
     import re
 
-    readme = (REPO / "oar" / "benchmarks" / "README.md").read_text()
+    readme = (REPO / "oar" / "data" / "benchmarks" / "README.md").read_text()
     table = re.findall(r"^\| `(\w+)\.jsonl` \| (\d+) \| [^|]+ \| `([0-9a-f]+)\.\.\.` \|", readme, flags=re.M)
     assert sorted(name for name, _, _ in table) == sorted(n for n, s in DATASETS.items() if s.shipped)
     for name, rows, sha_prefix in table:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oar.evaluation import (
+from oar.evaluation.benchmark import (
     CONFIG_FILE,
     SAMPLES_FILE,
     EvalConfigMismatch,
@@ -20,7 +20,7 @@ from oar.evaluation import (
     run_generation,
     summarize,
 )
-from oar.generation import GenerationOutput, TransformersGenerator, make_generator
+from oar.evaluation.generation import GenerationOutput, TransformersGenerator, make_generator
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ micro-batches, then train; nothing hangs and every score equals the single-proce
 ``fully_shard`` is applied to the tiny model the way accelerate's ``fsdp2_prepare_model`` does it
 (each decoder layer; the tied embedding, final norm and lm_head as one group that stays gathered after
 forward; then the root), since accelerate turns FSDP on only on accelerators. Scoring goes through
-``oar.collective.gathered_for_scoring`` and ``oar.importance.score``, the trainer's own path.
+``oar.training.collective.gathered_for_scoring`` and ``oar.method.importance.score``, the trainer's own path.
 Without the gathering, the first training step after unequal scoring fails (gloo: a timed-out recv).
 """
 
@@ -34,7 +34,7 @@ METHODS = ("oar_p", "oar_g")
 
 
 def rank_probes(rank, tokenizer):
-    from oar.importance import build_probes
+    from oar.method.importance import build_probes
 
     responses, active = RANK_ROWS[rank]
     prompt = tokenizer("Question: how many apples are left? Answer:", add_special_tokens=False)["input_ids"]
@@ -48,8 +48,8 @@ def rank_batch(rank, vocab_size):
 
 
 def score_rows(model, probes, active):
-    from oar.collective import gathered_for_scoring
-    from oar.importance import ScorerConfig, score
+    from oar.method.importance import ScorerConfig, score
+    from oar.training.collective import gathered_for_scoring
 
     config = ScorerConfig(probe="as_mean", chunk_tokens=CHUNK_TOKENS, seed=7)
     with gathered_for_scoring(model):
@@ -63,7 +63,7 @@ def worker(rank, mode, out_dir, init_file):
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=20))
-    from oar.tiny import build_tiny_model
+    from oar.models.tiny import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=0)
     if mode == "fsdp":
@@ -105,7 +105,7 @@ def worker(rank, mode, out_dir, init_file):
 def reference():
     """Single process: each rank's rows scored alone, and the step on both ranks' batches (mean loss,
     which is what FSDP's and DDP's gradient averaging compute)."""
-    from oar.tiny import build_tiny_model
+    from oar.models.tiny import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)

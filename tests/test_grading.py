@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from oar.data import shipped_path
+from oar.data.datasets import shipped_path
 from oar.grading import AnswerSpan, Grade, answers_match, extract_answer, extract_reference, grade
 
 # sympy needs minutes to evaluate this power (about 90 s measured), so it exercises the timeout.

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from oar.importance import (
+from oar.method.importance import (
     CONCLUDE_TEXT,
     SCORERS,
     Probe,
@@ -16,7 +16,7 @@ from oar.importance import (
     probes_from_padded,
     score,
 )
-from oar.tiny import build_tiny_model
+from oar.models.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

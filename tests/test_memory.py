@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from oar.memory import PeakMemory, _reset_rss_high_water
+from oar.training.memory import PeakMemory, _reset_rss_high_water
 
 MIB = 2**20
 
@@ -23,10 +23,10 @@ def test_phase_peak_sees_only_its_own_phase():
 
 
 def test_phase_peak_is_nan_when_the_counter_cannot_be_reset(monkeypatch):
-    import oar.memory
+    import oar.training.memory
 
-    monkeypatch.setattr(oar.memory.torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(oar.memory, "_reset_rss_high_water", lambda: False)
+    monkeypatch.setattr(oar.training.memory.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(oar.training.memory, "_reset_rss_high_water", lambda: False)
     tracker = PeakMemory()
     with tracker.phase() as peak:
         pass

@@ -1,4 +1,4 @@
-"""Analysis metrics (oar.metrics), checked against hand-computed values and brute-force definitions."""
+"""Analysis metrics (oar.method.metrics), checked against hand-computed values and brute-force definitions."""
 
 import itertools
 import math
@@ -8,7 +8,7 @@ import pytest
 import scipy.stats
 import torch
 
-from oar.metrics import (
+from oar.method.metrics import (
     AccuracySummary,
     default_k,
     ess_ratio,

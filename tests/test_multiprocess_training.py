@@ -31,7 +31,7 @@ PER_PROCESS_BATCH = 4
 RECORDING_WRAPPER = """
 import hashlib, json, os, runpy, signal, sys, zlib
 import transformers
-from oar import trainer, training
+from oar.training import grpo_trainer, run
 
 record_dir, kill_after = sys.argv[1], int(sys.argv[2])
 sys.argv = sys.argv[3:]  # train.py and its arguments, as if it had been launched directly
@@ -40,9 +40,9 @@ def parity_reward(fallback_last_number=True):
     def parity(completions, **kwargs):
         return [float(zlib.crc32(c[-1]["content"].encode()) % 2) for c in completions]
     return parity
-training.correctness_reward = parity_reward
+run.correctness_reward = parity_reward
 
-score = trainer.OARTrainer._token_weights
+score = grpo_trainer.OARTrainer._token_weights
 def recording(self, output):
     weights, counts = score(self, output)
     ids = output["completion_ids"].tolist()
@@ -51,7 +51,7 @@ def recording(self, output):
     with open(os.path.join(record_dir, f"rank{self.accelerator.process_index}.jsonl"), "a") as handle:
         handle.write(json.dumps(line) + "\\n")
     return weights, counts
-trainer.OARTrainer._token_weights = recording
+grpo_trainer.OARTrainer._token_weights = recording
 
 save = transformers.Trainer._save_checkpoint
 def save_then_die(self, *args, **kwargs):

@@ -1,12 +1,12 @@
-"""oar.oracle: pad substitution + greedy re-decoding + answer change, on a scripted model and the tiny one."""
+"""oar.analysis.oracle: pad substitution + greedy re-decoding + answer change, on a scripted model and the tiny one."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from oar.importance import build_probes
-from oar.oracle import causal_tokens, greedy_continuations, same_answer
+from oar.analysis.oracle import causal_tokens, greedy_continuations, same_answer
+from oar.method.importance import build_probes
 
 CAUSAL = {2, 5}
 
@@ -113,7 +113,7 @@ def test_greedy_continuations_cut_at_eos_and_budget(tiny_model):
 
 
 def test_interventions_build_the_right_prefixes_and_the_null_one_flips_nothing(tiny_model):
-    from oar.oracle import INTERVENTIONS, alternative_tokens, intervened, space_token_id
+    from oar.analysis.oracle import INTERVENTIONS, alternative_tokens, intervened, space_token_id
 
     model, tokenizer = tiny_model
     response = [10, 11, 12, 13, 14]

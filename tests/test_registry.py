@@ -1,4 +1,4 @@
-"""oar.registry without Snakemake's DAG: run ids, deduplication of identical settings, the runs each
+"""oar.experiment.runs without Snakemake's DAG: run ids, deduplication of identical settings, the runs each
 table asks for, evaluation options, resources, command-line options and config errors naming the key.
 
 The config is filled in with the schema's defaults by snakemake.utils.validate, as the Snakefile does.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oar.registry import ConfigError, Registry, cli, deep_merge, is_base, model_of, write_settings
+from oar.experiment.runs import ConfigError, Registry, cli, deep_merge, is_base, model_of, write_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
@@ -229,27 +229,49 @@ def test_vllm_options_reach_vllm_evaluations_only():
     assert options[options.index("--gpu-memory-utilization") + 1] == "0.8"
 
 
-def test_embedded_default_is_an_experiment_that_can_learn():
-    """Issue 8's floor for config/config.yaml: every run trains >= 10 steps on the generated task, the
-    OAR arms score only rows with an advantage, the main methods have two seeds, and the held-out split of
-    the training task is evaluated (with GSM8K and MATH500 at a budget where trained answers finish).
-    The ablations are config/ablations.yaml, an overlay: off in the default, one seed each with it."""
+def test_embedded_default_is_the_testbed_with_paired_seeds():
+    """config/config.yaml is the credit-assignment testbed: a chain-task policy pretrained in the workflow,
+    GRPO / OAR-P / OAR-G with five paired seeds on it, the OAR arms scoring only rows with an advantage,
+    the held-out chain split evaluated and parsed for its decisive tokens. config/ablations.yaml adds the
+    length sweep (three filler levels) and the ablations with three seeds each, reusing the main runs."""
     default = load("config.yaml")
     reg = registry(default)
     cfg = reg.config
-    trainer = cfg["training"]["trainer"]
-    assert cfg["training"]["dataset"] == "arith_train" and cfg["training"]["oar"]["score_all"] is False
-    assert trainer["num_generations"] >= 8 and trainer["learning_rate"] > 1e-6
-    assert set(reg.runs) == set(reg.groups["main"])  # the learning part only
-    assert len({reg.runs[r]["seed"] for r in reg.groups["main"]}) >= 2
+    assert cfg["training"]["dataset"] == "chain_train" and cfg["training"]["oar"]["score_all"] is False
+    assert [spec["source"] for spec in cfg["models"].values()] == ["chain"]
+    assert set(reg.runs) == set(reg.groups["main"])  # the main comparison only
     assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "oar_p", "oar_g"}
-    assert reg.group_benchmarks("main")[0] == "arith_test"
-    for benchmark in ("gsm8k_test", "math500"):
-        assert reg.eval_settings("smollm2", benchmark)["max_new_tokens"] >= 256
-    assert cfg["analysis"]["heldout"]["dataset"] == "arith_test" and cfg["analysis"]["heldout"]["max_responses"] >= 10
+    assert len({reg.runs[r]["seed"] for r in reg.groups["main"]}) >= 5
+    assert reg.group_benchmarks("main") == ["chain_test"] and reg.has_ground_truth() and reg.has_paired()
+    assert "paired_differences" in reg.tables and "main_comparison" in reg.figures
 
     full = registry(deep_merge(default, load("ablations.yaml")))
+    fillers = sorted(full.config["models"][m]["pretrain"]["filler"] for m in full.paired_models())
+    assert len(fillers) >= 3 and len(set(fillers)) == len(fillers) and "length_sweep" in full.figures
     for group in ("gating", "grid", "probes", "controls"):
-        assert full.groups[group] and full.group_benchmarks(group) == ["arith_test"]
-    assert all(s["trainer"]["max_steps"] >= 10 and not s["oar"]["score_all"] for s in full.runs.values())
+        assert full.groups[group]
+        assert len({full.runs[r]["seed"] for r in full.groups[group]}) >= 3
+    grid = {(full.runs[r]["oar"]["tau"], full.runs[r]["oar"]["beta"]) for r in full.groups["grid"]}
+    assert len({t for t, _ in grid}) >= 3 and len({b for _, b in grid}) >= 3
     assert {r: full.runs[r] for r in reg.runs} == reg.runs  # the main runs are the same runs
+
+
+def test_the_smollm2_experiment_keeps_its_config():
+    reg = registry(load("smollm2.yaml"))
+    assert reg.config["models"]["smollm2"]["source"] == "packaged" and reg.config["training"]["dataset"] == "arith_train"
+    full = registry(deep_merge(load("smollm2.yaml"), load("smollm2-ablations.yaml")))
+    assert all(full.groups[g] for g in ("gating", "grid", "probes", "controls"))
+
+
+def test_pretrain_settings_need_source_chain_and_default_to_the_training_sampling():
+    cfg = load("config.yaml")
+    reg = registry(cfg)
+    import json
+
+    settings = json.loads(reg.pretrain_settings("chain_f1"))
+    assert settings["check_temperature"] == cfg["training"]["trainer"]["temperature"]
+    assert settings["check_group"] == cfg["training"]["trainer"]["num_generations"]
+    bad = copy.deepcopy(load(FIXTURE))
+    bad["models"]["smollm2"]["pretrain"] = {"filler": 1}
+    with pytest.raises(ConfigError, match="models.smollm2.pretrain"):
+        registry(bad)

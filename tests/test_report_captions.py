@@ -60,7 +60,7 @@ def test_figure_captions_follow_the_config():
 
 
 @pytest.mark.parametrize("name", ["main_table", "ablation_gating", "ablation_grid", "ablation_probe", "controls",
-                                  "causal_recall", "fidelity", "cost"])
+                                  "causal_recall", "fidelity", "cost", "paired_differences"])
 def test_every_table_caption_renders_without_docutils_warnings(name):
     html = render("table.rst", resolved(ROOT / "config" / "paper.yaml"), name)
     assert f"Table {name}." not in html and len(html) > 100
@@ -70,9 +70,9 @@ def test_landing_page_describes_the_run():
     config = resolved(ROOT / "config" / "config.yaml")
     html = render("workflow.rst", config)
     assert "OAR reproduction: what this run was" in html
-    assert "10 steps on arith_train;" in html
-    assert "group size G = 8" in html and "learning rate 2e-05" in html
-    assert "main table: GRPO, OAR-P, OAR-G, seeds 0, 1." in html
+    assert "40 steps on chain_train;" in html and "pretrained in the workflow on the chain task" in html
+    assert "group size G = 8" in html and "learning rate 0.0001" in html
+    assert "main table: GRPO, OAR-P, OAR-G, seeds 0, 1, 2, 3, 4." in html
     assert "gating ablation: not run." in html
     assert "How to read this report" in html
     paper = render("workflow.rst", resolved(ROOT / "config" / "paper.yaml"))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oar.registry import Registry
-from oar.training import build_config, resolve_settings, train_run
+from oar.experiment.runs import Registry
+from oar.training.run import build_config, resolve_settings, train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"

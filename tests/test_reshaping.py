@@ -3,7 +3,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oar.reshaping import gate, token_advantages
+from oar.method.gate import gate, token_advantages
 
 
 def reference_gate(scores: list[float], tau: float, beta: float, floor: float = 0.1,

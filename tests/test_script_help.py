@@ -65,7 +65,7 @@ def test_help_is_complete_and_imports_nothing_heavy(script):
 
 
 def test_oracle_script_lists_the_oracle_interventions():
-    from oar.oracle import INTERVENTIONS
+    from oar.analysis.oracle import INTERVENTIONS
 
     text = help_of(ROOT / "workflow_scripts" / "oracle_tokens.py")["out"]
     assert "{" + ",".join(INTERVENTIONS) + "}" in text.replace("\n", "").replace(" ", "")

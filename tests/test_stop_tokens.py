@@ -11,11 +11,11 @@ from datasets import Dataset
 from end_of_turn_model import END_OF_TURN, EOS, PROBLEM, build_end_of_turn_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oar.generation import TransformersGenerator, end_of_turn_token_id, eos_token_ids
+from oar.evaluation.generation import TransformersGenerator, end_of_turn_token_id, eos_token_ids
+from oar.models.tiny import build_tiny_tokenizer
 from oar.prompting import build_prompt, encode_prompts, prompt_messages
-from oar.trainer import OARTrainer
-from oar.tiny import build_tiny_tokenizer
-from oar.training import build_config, resolve_settings, stop_at_end_of_turn
+from oar.training.grpo_trainer import OARTrainer
+from oar.training.run import build_config, resolve_settings, stop_at_end_of_turn
 
 N, MAX_NEW = 8, 24
 

@@ -1,11 +1,11 @@
-"""oar.synthetic: the generated word problems and their 'generated' data source."""
+"""oar.data.synthetic: the generated word problems and their 'generated' data source."""
 
 import re
 
 import pytest
 
-from oar import synthetic
-from oar.data import DataError, build_dataset, load_dataset_records, packaged_path
+from oar.data import synthetic
+from oar.data.datasets import DataError, build_dataset, load_dataset_records, packaged_path
 
 # The answer of each template from the numbers in its text, in order of appearance.
 RECOMPUTE = {

@@ -15,9 +15,9 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from oar.importance import probes_from_padded
-from oar.trainer import METHODS, OARConfig, OARTrainer
-from oar.training import SettingsError, resolve_settings
+from oar.method.importance import probes_from_padded
+from oar.training.grpo_trainer import METHODS, OARConfig, OARTrainer
+from oar.training.run import SettingsError, resolve_settings
 
 REPO = Path(__file__).resolve().parents[1]
 FLAT_PROBLEMS = {"p1", "p3"}  # problems whose every completion gets the same reward (A = 0)
@@ -265,7 +265,7 @@ def test_weights_delta_tells_a_trained_model_from_its_base(tiny_model_dir, tmp_p
     import torch
     from transformers import AutoModelForCausalLM
 
-    from oar.training import weights_delta
+    from oar.training.run import weights_delta
 
     same = weights_delta(tiny_model_dir, tiny_model_dir)
     assert same["tensors"] > 0 and same["tensors_changed"] == 0 and same["rel_l2_delta"] == 0.0
@@ -287,7 +287,7 @@ STEP_KEYS = ("reward", "reward_std", "entropy", "completion_length", "loss", "es
 def test_resume_falls_back_past_a_checkpoint_cut_off_mid_write(tiny_model_dir, tmp_path):
     """trainer_state.json is written in place: a kill can leave it half-written. The rerun must resume from
     the newest checkpoint that reads back and finish exactly as an uninterrupted run."""
-    from oar.training import weights_delta
+    from oar.training.run import weights_delta
 
     settings = write_run_inputs(tmp_path, tiny_model_dir, "oar_g", max_steps=5, save_steps=2)
     # PYTHONPATH: this checkout's oar, whichever checkout the environment's editable install points to.
@@ -325,7 +325,7 @@ def test_a_checkpoint_reads_back_only_when_every_file_resume_loads_does(tmp_path
     """Real files in the Trainer's formats, cut or missing one at a time."""
     from safetensors.torch import save_file
 
-    from oar.training import checkpoint_problem, readable_checkpoints
+    from oar.training.run import checkpoint_problem, readable_checkpoints
 
     def write_checkpoint(step, ranks):
         folder = tmp_path / "checkpoints" / f"checkpoint-{step}"

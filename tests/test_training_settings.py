@@ -9,8 +9,8 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from oar.generation import VLLMGenerator
-from oar.training import (SettingsError, check_context_length, load_problems, resolve_settings, train_run,
+from oar.evaluation.generation import VLLMGenerator
+from oar.training.run import (SettingsError, check_context_length, load_problems, resolve_settings, train_run,
                           training_dataset)
 
 NO_VLLM = importlib.util.find_spec("vllm") is None

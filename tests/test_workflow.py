@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oar.registry import deep_merge
+from oar.experiment.runs import deep_merge
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -97,10 +97,10 @@ def test_no_default_profile():
 def test_schema_matches_library():
     """The schema's enums and trainer keys are the library's (a drift would reject valid configs or let
     invalid ones through to a job)."""
-    from oar.data import DATASETS
-    from oar.importance import PROBES, SCORERS
-    from oar.trainer import METHODS
-    from oar.training import DEFAULT_SETTINGS
+    from oar.data.datasets import DATASETS
+    from oar.method.importance import PROBES, SCORERS
+    from oar.training.grpo_trainer import METHODS
+    from oar.training.run import DEFAULT_SETTINGS
 
     defs = load(SCHEMA)["$defs"]
     assert set(defs["method"]["enum"]) == set(METHODS)
@@ -178,8 +178,9 @@ def test_paper_dry_run_lists_the_expected_jobs(tmp_path):
         "cost_summary": 1,
         "recall_analysis": 1,
         "fidelity_analysis": 1,
-        "table": 8,
-        "figure": 5,
+        "paired_analysis": 1,  # three seeds of each main method, paired
+        "table": 9,  # the eight of the paper and paired_differences
+        "figure": 6,  # the five and main_comparison (length_sweep needs the same model at several lengths)
         "html_report": 1,
         "all": 1,
     }
@@ -199,7 +200,7 @@ def test_default_registry_trains_the_main_runs_only(tmp_path):
     counts, jobs = dry_run("all", tmp_path)
     runs = trained(jobs)
     assert runs == expected_runs(load(DEFAULT))
-    assert counts["train"] == len(runs) == 6  # GRPO, OAR-P, OAR-G x 2 seeds
+    assert counts["train"] == len(runs) == 15  # GRPO, OAR-P, OAR-G x 5 paired seeds
     assert not ABLATION_TABLES & tables(jobs)
 
 
@@ -208,9 +209,10 @@ def test_ablations_overlay_adds_runs_beside_the_main_ones(tmp_path):
     runs = trained(jobs)
     cfg = with_ablations()
     assert cfg["training"] == load(DEFAULT)["training"]  # the overlay does not change how runs train
-    assert runs == expected_runs(cfg) and len(runs) == 11
+    assert runs == expected_runs(cfg)
     assert expected_runs(load(DEFAULT)) < runs  # the main runs are the same run ids, reused from results/
-    assert sum(r.endswith("/grpo-seed0") for r in runs) == 1
+    models = {r.split("/")[0] for r in runs}
+    assert len(models) == 3 and all(f"{m}/grpo-seed0" in runs for m in models)  # one GRPO run per seed and model
     assert ABLATION_TABLES <= tables(jobs)
 
 
@@ -230,7 +232,7 @@ def test_ablation_target_trains_only_its_runs(tmp_path, target, groups):
     assert trained(jobs) == wanted
     assert len(wanted) < len(expected_runs(cfg))
     evaluated = {w["run"] for rule, w in jobs if rule == "evaluate"}
-    assert evaluated == wanted | {"smollm2/base"}
+    assert evaluated == wanted | {f"{r.split('/')[0]}/base" for r in wanted}
     assert not {"oracle", "score_heldout", "heldout_responses"} & set(counts)
 
 

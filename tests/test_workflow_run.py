@@ -110,11 +110,12 @@ def test_a_plotting_code_change_reruns_only_plotting(workflow):
     assert set(rules) <= {"figure", "html_report", "all"}, rules
 
 
-def test_embedded_config_prepares_the_shipped_benchmarks_offline(tmp_path):
-    """AIME 2024/2025 and AMC 2023 from the copies shipped in oar/benchmarks: no path, no hub."""
+def test_smollm2_config_prepares_the_shipped_benchmarks_offline(tmp_path):
+    """AIME 2024/2025 and AMC 2023 from the copies shipped in oar/data/benchmarks: no path, no hub."""
     files = [f"results/data/{name}.jsonl" for name in ("aime24", "aime25", "amc23")]
     proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
-                           "--cores", "2", *files], capture_output=True, text=True, timeout=600)
+                           "--cores", "2", *files, "--configfile", str(ROOT / "config" / "smollm2.yaml")],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     rows = {f: len((tmp_path / f).read_text().splitlines()) for f in files}
     assert list(rows.values()) == [30, 30, 40]

@@ -33,7 +33,7 @@ def model_script_parser(description: str | None, fallback: str) -> argparse.Argu
     """A parser with the options every held-out script takes: the model folder, the answer-span
     fallback switch and the torch thread count."""
     p = script_parser(description, fallback)
-    p.add_argument("--model", required=True, help="model folder (from prepare_model.py or python -m oar.models)")
+    p.add_argument("--model", required=True, help="model folder (from prepare_model.py or python -m oar.models.sources)")
     p.add_argument("--no-fallback-last-number", action="store_true",
                    help="a response without \\boxed{} has no answer (by default its last number is the answer)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")

@@ -1,4 +1,4 @@
-"""Analysis jobs of the workflow (Snakemake ``script:`` only; the science is in ``oar.analysis``).
+"""Analysis jobs of the workflow (Snakemake ``script:`` only; the science is in ``oar.analysis.results``).
 
 ``params.kind`` selects the job:
 
@@ -6,7 +6,10 @@
 - ``credit``: ``metrics.jsonl`` and ``weights_delta.json`` of a group's runs -> training curves (long CSV)
   and a per-run summary (with whether each run trained at all);
 - ``cost``: training curves -> median step time per method and its ratio to GRPO;
-- ``recall``: oracle causal tokens + held-out scores -> causal-token recall per scorer (JSON);
+- ``recall``: oracle causal tokens + held-out scores -> causal-token recall per scorer (JSON); on the
+  chain task also against the decisive tokens parsed from each response, with the oracle's agreement;
+- ``paired``: the main group's accuracy and training curves -> per-seed outcomes and each method's
+  paired differences from the baseline (CSV);
 - ``fidelity``: held-out scores -> Spearman and top-10% overlap of each scorer with OAR-P (JSON).
 """
 
@@ -20,9 +23,9 @@ from _common import atomic_open, atomic_write_json, snakemake_only  # noqa: E402
 
 # Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
 # here, before the heavy imports below.
-smk = snakemake_only(globals(), "analyze.py", "the functions are in oar.analysis") if __name__ == "__main__" else None
+smk = snakemake_only(globals(), "analyze.py", "the functions are in oar.analysis.results") if __name__ == "__main__" else None
 
-from oar import analysis  # noqa: E402
+from oar.analysis import results  # noqa: E402
 
 
 def _clean(obj):
@@ -52,7 +55,7 @@ def accuracy(smk):
     for path in smk.input.summaries:
         run = _run_of(path, 2)
         summaries[(run, Path(path).parent.name)] = path
-    frame = analysis.accuracy_frame(smk.params.runs, summaries)
+    frame = results.accuracy_frame(smk.params.runs, summaries)
     _write_csv(frame, smk.output.csv)
     print(f"{len(frame)} (run, benchmark) rows -> {smk.output.csv}")
 
@@ -62,28 +65,35 @@ def credit(smk):
 
     metrics = {_run_of(p, 1): p for p in smk.input.metrics}
     weights = {_run_of(p, 1): json.loads(Path(p).read_text()) for p in smk.input.weights}
-    curves = analysis.training_curves(smk.params.runs, metrics)
+    curves = results.training_curves(smk.params.runs, metrics)
     _write_csv(curves, smk.output.curves)
-    _write_csv(analysis.credit_summary(curves, weights), smk.output.summary)
+    _write_csv(results.credit_summary(curves, weights), smk.output.summary)
     print(f"{len(curves)} logged steps of {len(metrics)} runs -> {smk.output.curves}")
 
 
 def cost(smk):
     import pandas as pd
 
-    frame = analysis.cost_summary(pd.read_csv(smk.input.curves))
+    frame = results.cost_summary(pd.read_csv(smk.input.curves))
     _write_csv(frame, smk.output.csv)
     print(frame.to_string(index=False))
 
 
 def recall(smk):
-    oracle = analysis.read_jsonl(smk.input.oracle)
-    scores = {s: analysis.read_jsonl(p) for s, p in zip(smk.params.scorers, smk.input.scores)}
-    result = analysis.causal_recall(oracle, scores, smk.params.fraction)
+    oracle = results.read_jsonl(smk.input.oracle)
+    scores = {s: results.read_jsonl(p) for s, p in zip(smk.params.scorers, smk.input.scores)}
+    result = results.causal_recall(oracle, scores, smk.params.fraction)
     result["probe"] = smk.params.probe
+    if smk.params.ground_truth:
+        # the chain task: every scorer and the oracle against the decisive tokens parsed from each response
+        truth = results.ground_truth_tokens(results.read_jsonl(smk.input.responses))
+        result["ground_truth"] = results.causal_recall(truth, scores, smk.params.fraction)
+        result["ground_truth"]["oracle_agreement"] = results.oracle_agreement(oracle, truth)
     atomic_write_json(smk.output.json, _clean(result))
     for name, s in result["summary"].items():
         print(f"{name:10s} recall@10% = {s['mean']:.3f} (n = {s['n']})")
+    for name, s in result.get("ground_truth", {}).get("summary", {}).items():
+        print(f"{name:10s} recall@10% against the parsed decisive tokens = {s['mean']:.3f} (n = {s['n']})")
 
 
 def fidelity(smk):
@@ -91,8 +101,8 @@ def fidelity(smk):
     files = iter(smk.input.scores)
     by_probe = {}
     for probe in smk.params.probes:
-        rows = {name: analysis.read_jsonl(next(files)) for name in names}
-        result = analysis.proxy_fidelity(rows[smk.params.reference], {n: rows[n] for n in smk.params.scorers},
+        rows = {name: results.read_jsonl(next(files)) for name in names}
+        result = results.proxy_fidelity(rows[smk.params.reference], {n: rows[n] for n in smk.params.scorers},
                                          smk.params.fraction)
         result["wall_s"] = {n: sum(r.get("wall_s", 0.0) for r in rows[n]) for n in names}
         by_probe[probe] = result
@@ -100,7 +110,19 @@ def fidelity(smk):
     print(f"fidelity of {', '.join(smk.params.scorers)} against {smk.params.reference} -> {smk.output.json}")
 
 
-JOBS = {"accuracy": accuracy, "credit": credit, "cost": cost, "recall": recall, "fidelity": fidelity}
+def paired(smk):
+    import pandas as pd
+
+    p = smk.params
+    outcomes = results.per_seed_outcomes(pd.read_csv(smk.input.accuracy), pd.read_csv(smk.input.curves),
+                                          p.benchmark, p.reward_threshold, p.window)
+    differences = results.paired_differences(outcomes, p.baseline)
+    _write_csv(outcomes, smk.output.outcomes)
+    _write_csv(differences, smk.output.differences)
+    print(differences.to_string(index=False))
+
+
+JOBS = {"paired": paired, "accuracy": accuracy, "credit": credit, "cost": cost, "recall": recall, "fidelity": fidelity}
 
 if __name__ == "__main__":
     JOBS[smk.params.kind](smk)

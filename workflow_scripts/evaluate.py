@@ -32,16 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _script_io import atomic_write_json, checksum, provenance, run_cli, script_parser, sha256_file  # noqa: E402
 
-from oar.data import MEAN_OF_16, DataError, eval_defaults, read_records  # noqa: E402
-from oar.evaluation import SUMMARY_FILE, EvalConfigMismatch, EvalSettings, run_generation, summarize  # noqa: E402
-from oar.generation import BACKENDS, make_generator  # noqa: E402
+from oar.data.datasets import MEAN_OF_16, DataError, eval_defaults, read_records  # noqa: E402
+from oar.evaluation.benchmark import SUMMARY_FILE, EvalConfigMismatch, EvalSettings, run_generation, summarize  # noqa: E402
+from oar.evaluation.generation import BACKENDS, make_generator  # noqa: E402
 
 FLAGS = ("no_fallback_last_number", "quiet", "enforce_eager")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = script_parser(__doc__, "Evaluate one model folder on one prepared benchmark.")
-    p.add_argument("--model", required=True, help="model folder (from oar.models)")
+    p.add_argument("--model", required=True, help="model folder (from oar.models.sources)")
     p.add_argument("--benchmark-file", required=True, help="prepared benchmark, results/data/<name>.jsonl")
     p.add_argument("--benchmark", help="benchmark name for the sampling defaults (default: the file name)")
     p.add_argument("--out-dir", help="evaluation folder (default: the folder of --summary)")

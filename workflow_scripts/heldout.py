@@ -49,10 +49,10 @@ def main(argv=None):
     args = parse_args(argv)
     import torch
 
-    from oar.data import read_records
-    from oar.generation import eos_token_ids
+    from oar.data.datasets import read_records
+    from oar.evaluation.generation import eos_token_ids
     from oar.grading import grade
-    from oar.importance import build_probes
+    from oar.method.importance import build_probes
     from oar.prompting import build_prompt, encode_prompts
 
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-r"""Oracle causal tokens of every held-out response (``oar.oracle``): an intervention + greedy re-decoding.
+r"""Oracle causal tokens of every held-out response (``oar.analysis.oracle``): an intervention + greedy re-decoding.
 
 Shell::
 
@@ -17,14 +17,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_model, model_script_parser, read_jsonl, run_cli, write_jsonl  # noqa: E402
 
-# oar.oracle.INTERVENTIONS, spelled out so that --help answers without importing torch (a test keeps
+# oar.analysis.oracle.INTERVENTIONS, spelled out so that --help answers without importing torch (a test keeps
 # the two equal).
 INTERVENTIONS = ("pad", "space", "alternative", "delete", "none")
 
 FLAGS = ("no_fallback_last_number",)
 
 
-DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.oracle``): an intervention + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.analysis.oracle``): an intervention + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
 
 
 def parse_args(argv):
@@ -38,14 +38,14 @@ def parse_args(argv):
     p.add_argument("--reference", default="response", choices=("response", "clean"),
                    help="compare with the response's own answer, or with a greedy re-decode of the clean prefix")
     p.add_argument("--intervention", default="space", choices=INTERVENTIONS,
-                   help="what replaces each reasoning token before re-decoding (oar.oracle.INTERVENTIONS)")
+                   help="what replaces each reasoning token before re-decoding (oar.analysis.oracle.INTERVENTIONS)")
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    from oar.importance import build_probes
-    from oar.oracle import causal_tokens
+    from oar.analysis.oracle import causal_tokens
+    from oar.method.importance import build_probes
 
     started = time.perf_counter()
     fallback = not args.no_fallback_last_number

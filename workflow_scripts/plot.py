@@ -1,5 +1,5 @@
 """Draw one figure (PNG + PDF) from cached analysis files (Snakemake ``script:``; the figures themselves
-are drawn by ``oar.figures``). The figure is the ``name`` wildcard."""
+are drawn by ``oar.analysis.figures``). The figure is the ``name`` wildcard."""
 
 import json
 import sys
@@ -11,17 +11,17 @@ from _common import read_jsonl, snakemake_only  # noqa: E402
 
 # Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
 # here, before the heavy imports below.
-smk = snakemake_only(globals(), "plot.py", "the figures are drawn by oar.figures") if __name__ == "__main__" else None
+smk = snakemake_only(globals(), "plot.py", "the figures are drawn by oar.analysis.figures") if __name__ == "__main__" else None
 
 import pandas as pd  # noqa: E402
 
-from oar import figures  # noqa: E402
+from oar.analysis import figures  # noqa: E402
 
 
 def token_heatmap(smk, paths):
     import torch
 
-    from oar.reshaping import gate
+    from oar.method.gate import gate
 
     p = smk.params
     responses = read_jsonl(smk.input.responses)
@@ -56,6 +56,11 @@ def draw(smk):
         figures.recall_bars(json.loads(Path(smk.input.recall).read_text()), paths)
     elif name == "cost_bars":
         figures.cost_bars(pd.read_csv(smk.input.cost), paths)
+    elif name == "main_comparison":
+        figures.main_comparison(pd.read_csv(smk.input.curves), pd.read_csv(smk.input.outcomes), paths,
+                                benchmark=smk.params.paired_benchmark)
+    elif name == "length_sweep":
+        figures.length_sweep(pd.read_csv(smk.input.outcomes), paths, labels=smk.params.model_labels)
     elif name == "token_heatmap":
         token_heatmap(smk, paths)
     else:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _script_io import atomic_open, atomic_write_json, provenance, run_cli, script_parser, sha256_file  # noqa: E402
 
-from oar.data import DATASETS, SOURCES, DataError, build_dataset, read_records, write_records  # noqa: E402
+from oar.data.datasets import DATASETS, SOURCES, DataError, build_dataset, read_records, write_records  # noqa: E402
 
 FLAGS = ("skip_bad_rows",)
 
@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = script_parser(__doc__, "Prepare one training set or benchmark.")
     p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
     p.add_argument("--source", choices=SOURCES,
-                   help="default: shipped for aime24, aime25 and amc23 (copies in oar/benchmarks), else packaged")
+                   help="default: shipped for aime24, aime25 and amc23 (copies in oar/data/benchmarks), else packaged")
     p.add_argument("--path", help="file for source 'local' (.jsonl or .parquet)")
     p.add_argument("--fields", help="field mapping, e.g. problem=question,answer=answer,id=idx"
                                     " (answer=solution:boxed, answer=answer:hash for other formats)")

@@ -29,7 +29,10 @@ def parse_args(argv):
     p.add_argument("--source", required=True, help="'packaged', 'tiny', a model folder or a hub id")
     p.add_argument("--model", required=True, help="model folder to write")
     p.add_argument("--summary", required=True, help="summary JSON to write")
-    p.add_argument("--seed", type=int, default=0, help="initialisation seed of source 'tiny'")
+    p.add_argument("--seed", type=int, default=0, help="initialisation (and pretraining) seed of sources 'tiny' and 'chain'")
+    p.add_argument("--pretrain", default=None,
+                   help="source 'chain': pretraining settings as JSON (models.<name>.pretrain), e.g. '{\"filler\": 1}'")
+    p.add_argument("--threads", type=int, default=None, help="torch threads")
     # Snakemake passes the option without a value for sources that need no download
     p.add_argument("--fetched", nargs="*", default=[],
                    help="fetch_model's summary of a hub source (its weights are in the HF cache)")
@@ -38,10 +41,21 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from oar.models import prepare_model
+    from oar.models.sources import prepare_model
 
     started = time.perf_counter()
-    path = prepare_model(args.source, args.model, seed=args.seed)
+    import json
+
+    if args.pretrain and args.source != "chain":
+        raise ValueError(f"--pretrain is for source 'chain', not {args.source!r}")
+    if args.source == "chain":
+        from oar.training.pretrain import write_testbed_model
+
+        key = f"models.{Path(args.model).name}.pretrain"
+        path = write_testbed_model(json.loads(args.pretrain or "{}"), args.model, seed=args.seed,
+                                   threads=args.threads, key=key)
+    else:
+        path = prepare_model(args.source, args.model, seed=args.seed)
     from transformers import AutoConfig
 
     cfg = AutoConfig.from_pretrained(path)
@@ -53,6 +67,8 @@ def main(argv=None):
         "num_hidden_layers": getattr(cfg, "num_hidden_layers", None),
         "hidden_size": getattr(cfg, "hidden_size", None),
         "wall_s": time.perf_counter() - started,
+        # source 'chain': settings, loss curve and the measured sampled pass rate of the pretrained model
+        "pretrain": json.loads((path / "pretrain.json").read_text()) if (path / "pretrain.json").exists() else None,
         "checksums": checksum(path),
         # on a cluster this job reads hub sources from the cache only (the Snakefile sets these)
         "hub": {k: os.environ.get(k) for k in ("HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")},

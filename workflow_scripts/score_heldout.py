@@ -7,7 +7,7 @@ Shell::
         --scores results/analysis/heldout/scores/oar_p-as_mean.jsonl
 
 One JSON line per response: ``index``, ``scores`` (one per reasoning token, from
-``oar.importance.score``), whether the outcome fell back to LT-Logits, and the scoring time.
+``oar.method.importance.score``), whether the outcome fell back to LT-Logits, and the scoring time.
 """
 
 import sys
@@ -29,7 +29,7 @@ def parse_args(argv):
     p.add_argument("--responses", required=True, help="held-out responses (JSONL from heldout.py)")
     p.add_argument("--scores", required=True, help="output JSONL")
     p.add_argument("--scorer", required=True,
-                   help="oar_p, oar_g, grad_norm, entropy, position or random (oar.importance)")
+                   help="oar_p, oar_g, grad_norm, entropy, position or random (oar.method.importance)")
     p.add_argument("--probe", default="as_mean", help="outcome probe: lt_logits, as_mean or as_joint")
     p.add_argument("--noise-sigma", type=float, default=1e-3, help="OAR-G's Gaussian noise on the embeddings")
     p.add_argument("--chunk-tokens", type=int, default=512, help="token budget of one scoring forward")
@@ -39,7 +39,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from oar.importance import ScorerConfig, build_probes, score
+    from oar.method.importance import ScorerConfig, build_probes, score
 
     rows = read_jsonl(args.responses)
     model, tokenizer = load_model(args.model, threads=args.threads)

@@ -1,5 +1,5 @@
 """Write one table (CSV + Markdown) from cached analysis files (Snakemake ``script:``; the tables
-themselves are built by ``oar.tables``). The table is the ``name`` wildcard."""
+themselves are built by ``oar.analysis.tables``). The table is the ``name`` wildcard."""
 
 import json
 import sys
@@ -11,11 +11,11 @@ from _common import snakemake_only  # noqa: E402
 
 # Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
 # here, before the heavy imports below.
-smk = snakemake_only(globals(), "tables.py", "the tables are built by oar.tables") if __name__ == "__main__" else None
+smk = snakemake_only(globals(), "tables.py", "the tables are built by oar.analysis.tables") if __name__ == "__main__" else None
 
 import pandas as pd  # noqa: E402
 
-from oar import tables  # noqa: E402
+from oar.analysis import tables  # noqa: E402
 
 
 def _credit(smk):
@@ -44,6 +44,8 @@ def build(smk):
         return tables.recall_table(json.loads(Path(smk.input.recall).read_text()))
     if name == "fidelity":
         return tables.fidelity_table(json.loads(Path(smk.input.fidelity).read_text()))
+    if name == "paired_differences":
+        return tables.paired_table(pd.read_csv(smk.input.differences), p.reward_threshold)
     if name == "cost":
         return tables.cost_table(pd.read_csv(smk.input.cost), p.train_threads)
     raise ValueError(f"unknown table {name!r}")

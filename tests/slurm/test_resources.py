@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from oar.registry import ConfigError, Registry
+from oar.experiment.runs import ConfigError, Registry
 
 submit_string = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
 from snakemake.profiles import ProfileConfigFileParser  # noqa: E402

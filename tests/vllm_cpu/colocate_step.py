@@ -4,7 +4,7 @@ test runs this as a script:
 
     python tests/vllm_cpu/colocate_step.py METHOD MODEL_DIR OUT_DIR
 
-Step 2's generation makes TRL sync the weights of step 1's update (through ``oar.vllm_cpu`` on CPU).
+Step 2's generation makes TRL sync the weights of step 1's update (through ``oar.training.vllm_cpu`` on CPU).
 After training the engine still holds step 1's weights; its log-probabilities of fixed sequences are
 compared with the trained model's before and after the same sync is called once more (they must differ
 before, or the comparison would prove nothing, and agree after), then those of sampled completions.
@@ -25,10 +25,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm import SamplingParams
 
-from oar.trainer import OARTrainer
-from oar.training import (MetricsFile, build_config, load_problems, resolve_settings, stop_at_end_of_turn,
+from oar.training.grpo_trainer import OARTrainer
+from oar.training.run import (MetricsFile, build_config, load_problems, resolve_settings, stop_at_end_of_turn,
                           training_dataset)
-from oar.vllm_cpu import sync_weights_through_reload
+from oar.training.vllm_cpu import sync_weights_through_reload
 
 
 def parity_reward(completions, **kwargs) -> list[float]:

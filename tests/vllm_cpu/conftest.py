@@ -32,7 +32,7 @@ def problems() -> list[str]:
 @pytest.fixture(scope="session")
 def vllm_model_dir(tmp_path_factory) -> Path:
     """The tiny random model with head_dim 32 (vLLM's CPU attention rejects the default 16), saved as a folder."""
-    from oar.tiny import build_tiny_model
+    from oar.models.tiny import build_tiny_model
 
     model, tokenizer = build_tiny_model(head_dim=32)
     tokenizer.clean_up_tokenization_spaces = False

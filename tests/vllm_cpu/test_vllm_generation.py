@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from oar.generation import TransformersGenerator, VLLMGenerator  # noqa: E402
+from oar.evaluation.generation import TransformersGenerator, VLLMGenerator  # noqa: E402
 from oar.prompting import build_prompt  # noqa: E402
 
 MAX_NEW_TOKENS = 24

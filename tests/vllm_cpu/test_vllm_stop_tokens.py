@@ -12,7 +12,7 @@ pytest.importorskip("vllm")
 from end_of_turn_model import END_OF_TURN, EOS, PROBLEM, build_end_of_turn_model  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 
-from oar.generation import VLLMGenerator  # noqa: E402
+from oar.evaluation.generation import VLLMGenerator  # noqa: E402
 from oar.prompting import build_prompt, encode_prompts  # noqa: E402
 
 N, MAX_NEW = 8, 24

@@ -14,6 +14,7 @@ directly (``tests/test_registry.py``).
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shlex
 from collections.abc import Iterable, Mapping
@@ -115,6 +116,9 @@ class Registry:
         self.benchmarks = list(config["evaluation"]["benchmarks"])
         analysis = config["analysis"]
         self.recall, self.fidelity, self.heatmap = analysis["recall"], analysis["fidelity"], analysis["heatmap"]
+        self.paired = dict(analysis["paired"])
+        if self.paired["benchmark"] is None:
+            self.paired["benchmark"] = self.group_benchmarks("main")[0]
         # cost and training curves compare GRPO, OAR and the controls when the controls are trained
         self.cost_group = "controls" if self.groups["controls"] else "main"
         self.tables = self._enabled_tables()
@@ -132,15 +136,30 @@ class Registry:
         """The fetch_model summary a model's preparation waits for: one for a hub id, none otherwise
         (packaged, tiny and a local folder need no network)."""
         source = self.config["models"][name]["source"]
-        if source in ("packaged", "tiny") or os.path.isdir(source):
+        if source in ("packaged", "tiny", "chain") or os.path.isdir(source):
             return []
         return [f"{self.results}/models/{name}.fetched.json"]
+
+    def pretrain_settings(self, name: str) -> str | None:
+        """JSON of a ``chain`` model's pretraining settings (None for other sources). Its check samples
+        like training does: the model's trainer temperature and group size unless set."""
+        spec = self.config["models"][name]
+        if spec["source"] != "chain":
+            return None
+        trainer = self.trainer_settings(name)
+        settings = {"check_temperature": trainer["temperature"], "check_group": trainer["num_generations"],
+                    **(spec.get("pretrain") or {})}
+        return json.dumps(settings, sort_keys=True)
 
     def data_file(self, name: str) -> str:
         return f"{self.results}/data/{name}.jsonl"
 
     def score_file(self, scorer: str, probe: str) -> str:
         return f"{self.results}/analysis/heldout/scores/{scorer}-{probe}.jsonl"
+
+    def has_ground_truth(self) -> bool:
+        """Whether the held-out responses can be parsed for their decisive tokens (the chain task)."""
+        return self.config["analysis"]["heldout"]["dataset"].startswith("chain_")
 
     def analysis_model(self) -> str:
         return self.config["analysis"]["model"] or self.model_names()[0]
@@ -178,6 +197,8 @@ class Registry:
                     raise ConfigError(f"runs.{group}.benchmarks", f"{b!r} is not in evaluation.benchmarks")
         oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
         for name in config["models"]:
+            if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
+                raise ConfigError(f"models.{name}.pretrain", "pretraining settings need source 'chain'")
             unknown = set(config["models"][name]["oar"]) - oar_keys
             if unknown:
                 raise ConfigError(f"models.{name}.oar", f"unknown keys {sorted(unknown)} (use {sorted(oar_keys)})")
@@ -285,7 +306,7 @@ class Registry:
             ids: list[str] = []
             for s in settings:
                 if s["run_id"] in runs and runs[s["run_id"]] != s:
-                    raise RuntimeError(f"run id {s['run_id']} names two different settings (a bug in oar.registry)")
+                    raise RuntimeError(f"run id {s['run_id']} names two different settings (a bug in oar.experiment.runs)")
                 runs[s["run_id"]] = s
                 if s["run_id"] not in ids:
                     ids.append(s["run_id"])
@@ -346,8 +367,35 @@ class Registry:
 
     # ------------------------------------------------------------------- tables and figures
 
+    def has_paired(self) -> bool:
+        """Whether runs.main pairs other methods with the baseline over 2 or more seeds."""
+        main = [self.runs[r] for r in self.groups["main"]]
+        seeds = {s["seed"] for s in main if s["method"] == self.paired["baseline"]}
+        return len(seeds) >= 2 and any(s["method"] != self.paired["baseline"] for s in main)
+
+    def model_labels(self) -> dict[str, str]:
+        """Axis labels of models: a chain model's filler setting, else its name."""
+        out = {}
+        for name, spec in self.config["models"].items():
+            pretrain = spec.get("pretrain") or {}
+            out[name] = f"{name}\nfiller {pretrain.get('filler', 0)}" if spec["source"] == "chain" else name
+        return out
+
+    def is_length_sweep(self) -> bool:
+        """runs.main holds two or more chain-task policies that differ in their filler setting (the same
+        task at several response lengths), not different models."""
+        models = self.paired_models()
+        specs = [self.config["models"][m] for m in models]
+        fillers = {(spec.get("pretrain") or {}).get("filler", 0) for spec in specs}
+        return len(models) >= 2 and all(spec["source"] == "chain" for spec in specs) and len(fillers) == len(models)
+
+    def paired_models(self) -> list[str]:
+        return sorted({model_of(r) for r in self.groups["main"]}, key=self.model_names().index)
+
     def _enabled_tables(self) -> list[str]:
         names = [n for n, g in GROUP_TABLES.items() if self.groups[g]]
+        if self.has_paired():
+            names.append("paired_differences")
         names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
         if self.fidelity["scorers"] and self.fidelity["probes"]:
             names.append("fidelity")
@@ -355,6 +403,10 @@ class Registry:
 
     def _enabled_figures(self) -> list[str]:
         names = ["training_curves", "cost_bars"]
+        if self.has_paired():
+            names.append("main_comparison")
+            if self.is_length_sweep():
+                names.append("length_sweep")
         if self.groups["grid"]:
             names.append("grid_heatmap")
         if self.recall["scorers"]:
@@ -456,7 +508,7 @@ class Registry:
         spec = self.config["data"][dataset]
         return dict(
             dataset=dataset,
-            source=spec.get("source"),  # None: the dataset's default (oar.data.default_source)
+            source=spec.get("source"),  # None: the dataset's default (oar.data.datasets.default_source)
             path=spec.get("path"),
             fields=spec.get("fields"),
             hub_id=spec.get("hub_id"),

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from oar.generation import GenerationOutput, Generator
+from oar.evaluation.generation import GenerationOutput, Generator
 from oar.prompting import build_prompts
 
 SAMPLES_FILE = "samples.jsonl"
@@ -240,7 +240,7 @@ def run_generation(
 def summarize(samples: Mapping[str, Sequence[Mapping[str, Any]]], n: int, n_boot: int = 1000,
               seed: int = 0) -> dict[str, Any]:
     """Summary of graded samples (problem id -> n samples): accuracy, pass@k, answer and cost counts."""
-    from oar.metrics import mean_accuracy, pass_at_k
+    from oar.method.metrics import mean_accuracy, pass_at_k
 
     if not samples:
         raise ValueError("no samples to summarise")

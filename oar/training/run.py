@@ -27,10 +27,10 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-from oar.generation import eos_token_ids
-from oar.importance import PROBES
+from oar.evaluation.generation import eos_token_ids
+from oar.method.importance import PROBES
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
-from oar.trainer import METHODS, OARConfig, OARTrainer, correctness_reward
+from oar.training.grpo_trainer import METHODS, OARConfig, OARTrainer, correctness_reward
 
 # Defaults of one run's settings; a settings file may leave any of them out, and nothing else.
 DEFAULT_SETTINGS: dict[str, Any] = {
@@ -94,7 +94,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 
 # TRL log keys -> metrics.jsonl keys (the contract the analysis rules read). Under several processes the
 # OAR statistics are over every rank's rows; times and memory are means over ranks, and the *_max keys
-# the slowest rank's time and the largest rank's peak (oar.trainer.OARTrainer._log_step_statistics).
+# the slowest rank's time and the largest rank's peak (oar.training.grpo_trainer.OARTrainer._log_step_statistics).
 METRIC_KEYS = {
     "reward": "reward",
     "reward_std": "reward_std",
@@ -169,7 +169,7 @@ def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_problems(path: str | os.PathLike, limit: int | None) -> list[dict[str, str]]:
-    """Records ``{id, problem, answer, source}`` of a prepared JSONL file (``oar.data``'s format)."""
+    """Records ``{id, problem, answer, source}`` of a prepared JSONL file (``oar.data.datasets``'s format)."""
     records = []
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
@@ -247,7 +247,7 @@ def check_context_length(dataset: Dataset, tokenizer, settings: Mapping[str, Any
 
 
 def stop_at_end_of_turn(model, tokenizer) -> list[int]:
-    """Make training's generation stop where evaluation's does (:func:`oar.generation.eos_token_ids`).
+    """Make training's generation stop where evaluation's does (:func:`oar.evaluation.generation.eos_token_ids`).
 
     TRL 1.16 ends a completion at the tokenizer's eos and the model's ``generation_config.eos_token_id``
     (``GRPOTrainer.eos_token_ids``: ``generate``'s stop list, the completion mask and the clipped-ratio

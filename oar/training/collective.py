@@ -1,6 +1,6 @@
 """Scoring under several processes: every rank issues the same collectives, whatever its data.
 
-The scorers in ``oar.importance`` run a data-dependent number of passes: rows with A != 0, OAR-P
+The scorers in ``oar.method.importance`` run a data-dependent number of passes: rows with A != 0, OAR-P
 chunks per probe, OAR-G micro-batches. That is harmless on one process and under DDP, and fatal under
 FSDP2 unless the weights are gathered first:
 

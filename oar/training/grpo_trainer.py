@@ -1,8 +1,8 @@
 """GRPO with outcome-grounded token advantages: a narrow subclass of TRL's ``GRPOTrainer``.
 
 GRPO gives every token of response i the advantage A_i. ``OARTrainer`` scores the reasoning tokens of
-each response with a scorer from ``oar.importance``, gates the scores into weights with
-``oar.reshaping.gate`` and hands TRL token advantages ``A_{i,t} = w_{i,t} * A_i`` [B, T]. Nothing else of
+each response with a scorer from ``oar.method.importance``, gates the scores into weights with
+``oar.method.gate.gate`` and hands TRL token advantages ``A_{i,t} = w_{i,t} * A_i`` [B, T]. Nothing else of
 GRPO changes (sampling, rewards, loss, optimiser). Two facts of TRL 1.16 make this one override:
 
 - ``_compute_loss`` accepts advantages of shape [B, T] ("to support subclasses");
@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from oar.collective import gathered_for_scoring
 from oar.grading import grade
-from oar.importance import PROBES, SCORERS, ScorerConfig, probes_from_padded, score
-from oar.memory import PeakMemory
-from oar.metrics import ess_ratio, top_mass
-from oar.rank_metrics import over_ranks, ratio
-from oar.reshaping import gate
-from oar.vllm_cpu import install_cpu_weight_sync
+from oar.method.gate import gate
+from oar.method.importance import PROBES, SCORERS, ScorerConfig, probes_from_padded, score
+from oar.method.metrics import ess_ratio, top_mass
+from oar.training.collective import gathered_for_scoring
+from oar.training.memory import PeakMemory
+from oar.training.rank_metrics import over_ranks, ratio
+from oar.training.vllm_cpu import install_cpu_weight_sync
 
 METHODS = ("grpo", *sorted(SCORERS))
 
@@ -89,7 +89,7 @@ class OARTrainer(GRPOTrainer):
         if not isinstance(self.args, OARConfig):
             raise TypeError("OARTrainer needs an OARConfig")
         self._memory = PeakMemory()
-        # vLLM's CPU backend cannot take TRL's per-tensor weight sync; see oar.vllm_cpu for why and the fix.
+        # vLLM's CPU backend cannot take TRL's per-tensor weight sync; see oar.training.vllm_cpu for why and the fix.
         install_cpu_weight_sync(self)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -128,7 +128,7 @@ class OARTrainer(GRPOTrainer):
 
     def _log_step_statistics(self, counts: dict[str, float], generate_s: float, score_s: float, peak_mb: float,
                              score_peak_mb: float) -> None:
-        """Append this generation batch's statistics over every rank's rows (``oar.rank_metrics``).
+        """Append this generation batch's statistics over every rank's rows (``oar.training.rank_metrics``).
 
         Fractions and credit statistics are means over all ranks' rows; fallbacks are counts over all
         ranks' rows; times and memory are means over ranks, with the slowest rank's time and the
@@ -155,7 +155,7 @@ class OARTrainer(GRPOTrainer):
 
     def _token_weights(self, output) -> tuple[torch.Tensor | None, dict[str, float]]:
         """Weights [B, T] (None for GRPO) and this rank's credit counts: sums over its rows, with the
-        number of rows each was summed over (``oar.rank_metrics`` adds them over ranks)."""
+        number of rows each was summed over (``oar.training.rank_metrics`` adds them over ranks)."""
         args = self.args
         advantages = output["advantages"]
         completion_mask = output["completion_mask"].bool()
@@ -183,7 +183,7 @@ class OARTrainer(GRPOTrainer):
             )
             model = self.accelerator.unwrap_model(self.model)
             needs_scores = torch.ones_like(active) if args.oar_score_all else active
-            # Under FSDP2 the ranks run different numbers of scoring passes: see oar.collective.
+            # Under FSDP2 the ranks run different numbers of scoring passes: see oar.training.collective.
             with gathered_for_scoring(model):
                 scores = score(args.oar_method, model, probes, config, active=needs_scores.cpu(),
                                width=completion_mask.shape[1])

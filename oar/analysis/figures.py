@@ -1,6 +1,6 @@
 """The workflow's figures: data in, PNG and PDF files out (matplotlib, Agg backend).
 
-Each function takes plain frames or dicts (as written by ``oar.analysis``) and output paths, draws one
+Each function takes plain frames or dicts (as written by ``oar.analysis.results``) and output paths, draws one
 figure, and saves it to every path given (the format follows the suffix), each to a temporary name that
 is renamed when complete.
 """
@@ -226,4 +226,76 @@ def token_heatmap(tokens: Sequence[str], scores: Mapping[str, Sequence[float]], 
         cax = fig.add_axes((first.x0, 0.25 / height, last.x1 - first.x0, 0.12 / height))
         fig.colorbar(image, cax=cax, orientation="horizontal",
                      label="importance: log(1 + s) scaled to [0, 1] per scorer (dark = high)")
+    save(fig, paths)
+
+
+def _interval(values) -> tuple[float, float, float]:
+    from oar.analysis.results import seed_interval
+
+    return seed_interval(list(values))
+
+
+def main_comparison(curves: pd.DataFrame, outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike],
+                    benchmark: str = "held-out") -> None:
+    """Per model, two panels: the training reward against the step (mean over seeds, 95% band), and the
+    final held-out accuracy of every seed with the mean and its 95% interval, one column per method."""
+    models = list(dict.fromkeys(outcomes["model"]))
+    fig, axes = plt.subplots(len(models), 2, figsize=(10, 3.8 * len(models)), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.6, 1]})
+    for mi, model in enumerate(models):
+        ax = axes[mi, 0]
+        data = curves[curves["model"] == model]
+        for method in _order(data["method"].unique()):
+            g = data[data["method"] == method].pivot_table(index="step", columns="seed", values="reward")
+            stats = [_interval(row.dropna()) for _, row in g.iterrows()]
+            mean = [m for m, _, _ in stats]
+            color = COLORS.get(method)
+            ax.plot(g.index, mean, label=f"{METHOD_NAMES.get(method, method)} ({g.shape[1]} seeds)", color=color)
+            ax.fill_between(g.index, [lo for _, lo, _ in stats], [hi for _, _, hi in stats], alpha=0.15, color=color)
+        ax.set_title(f"training reward ({model})", fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("mean reward (95% band over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, frameon=False)
+        ax = axes[mi, 1]
+        o = outcomes[outcomes["model"] == model]
+        methods = _order(o["method"].unique())
+        for x, method in enumerate(methods):
+            v = o[o["method"] == method]["final_accuracy"] * 100
+            mean, low, high = _interval(v)
+            color = COLORS.get(method)
+            ax.scatter([x] * len(v), v, color=color, alpha=0.5, s=14)
+            ax.errorbar([x + 0.18], [mean], yerr=[[mean - low], [high - mean]], fmt="o", color=color, capsize=4)
+        ax.set_xticks(range(len(methods)), [METHOD_NAMES.get(m, m) for m in methods])
+        ax.set_xlim(-0.5, len(methods) - 0.5)
+        ax.set_title(f"{benchmark} accuracy after training ({model})", fontsize=10)
+        ax.set_ylabel("accuracy, % (dots: seeds; bar: 95% CI)")
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    save(fig, paths)
+
+
+def length_sweep(outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike], labels: Mapping[str, str] | None = None) -> None:
+    """Final accuracy and steps to the reward threshold against the response length setting (one x
+    position per model of the sweep), one line per method, 95% intervals over seeds."""
+    models = list(dict.fromkeys(outcomes["model"]))
+    labels = labels or {}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, key, title in ((axes[0], "final_accuracy", "held-out accuracy after training, %"),
+                           (axes[1], "steps_to_threshold", "steps to the reward threshold")):
+        scale = 100 if key == "final_accuracy" else 1
+        methods = _order(outcomes["method"].unique())
+        for k, method in enumerate(methods):
+            stats = [_interval(outcomes[(outcomes["model"] == m) & (outcomes["method"] == method)][key] * scale)
+                     for m in models]
+            xs = [i + (k - (len(methods) - 1) / 2) * 0.06 for i in range(len(models))]
+            mean = [s[0] for s in stats]
+            err = [[s[0] - s[1] for s in stats], [s[2] - s[0] for s in stats]]
+            ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=METHOD_NAMES.get(method, method),
+                        color=COLORS.get(method))
+        ax.set_xticks(range(len(models)), [labels.get(m, m) for m in models])
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, frameon=False)
+    fig.tight_layout()
     save(fig, paths)

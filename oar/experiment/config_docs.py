@@ -2,7 +2,7 @@
 
 The schema is the one place where a config key is described, typed, bounded and given its default;
 this module turns it into a page a person reads: how config files combine, then one table per
-top-level section. ``make docs`` (``python -m oar.config_docs``) rewrites the page, and
+top-level section. ``make docs`` (``python -m oar.experiment.config_docs``) rewrites the page, and
 tests/test_config_docs.py fails when the committed page differs from what the schema gives.
 """
 
@@ -15,12 +15,12 @@ from typing import Any, Iterator
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "config" / "schema.yaml"
 PAGE = ROOT / "docs" / "configuration.md"
 
 PREAMBLE = """\
-<!-- Generated from config/schema.yaml by `make docs` (python -m oar.config_docs): edit the schema, not this page. -->
+<!-- Generated from config/schema.yaml by `make docs` (python -m oar.experiment.config_docs): edit the schema, not this page. -->
 # Configuration
 
 Every key the workflow reads, with its type, allowed values, default and meaning. The Snakefile
@@ -170,7 +170,7 @@ def render(schema: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m oar.config_docs",
+        prog="python -m oar.experiment.config_docs",
         description="Write the configuration page (Markdown) generated from the workflow's config schema.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

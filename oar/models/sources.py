@@ -5,6 +5,10 @@ A *source* is one of
   (works offline; the embedded default model);
 - ``"tiny"``: a tiny randomly initialised Llama with a small byte-level BPE tokenizer trained on the
   spot (tests and CI smoke runs; its outputs mean nothing);
+- ``"chain"``: the credit-assignment testbed's policy, a small Llama pretrained from scratch on the chain
+  task by ``oar.training.pretrain`` (settings ``models.<name>.pretrain``), which saves it with
+  :func:`save_model_folder`; its folder also holds ``pretrain.json`` (settings, loss curve, the
+  measured sampled pass rate);
 - a local model folder (anything ``from_pretrained`` reads);
 - a hub id such as ``Qwen/Qwen2.5-Math-1.5B`` (needs a reachable hub or a warm HF cache).
 
@@ -16,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -97,27 +103,38 @@ def _set_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> 
 
 
 def prepare_model(source: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:
-    """Write ``source`` as a model folder at ``out_dir`` (atomically: a folder that exists is complete)."""
-    out = Path(out_dir)
+    """Write ``source`` as a model folder at ``out_dir`` (atomically: a folder that exists is complete).
+    Source ``chain`` is trained, not loaded: ``oar.training.pretrain.write_testbed_model``."""
+    if source == "chain":
+        raise ValueError("source 'chain' is pretrained by oar.training.pretrain.write_testbed_model")
     if source == "packaged":
         model, tokenizer = load_packaged()
     elif source == "tiny":
-        from oar.tiny import build_tiny_model
+        from oar.models.tiny import build_tiny_model
 
         model, tokenizer = build_tiny_model(seed=seed)
     else:
         if not Path(source).is_dir() and "/" not in source:
             raise ValueError(
-                f"model source {source!r} is neither 'packaged', 'tiny', an existing folder nor a hub id"
+                f"model source {source!r} is neither 'packaged', 'tiny', 'chain', an existing folder nor a hub id"
             )
         model, tokenizer = load_pretrained(source)
-    _set_padding(model, tokenizer)
+    return save_model_folder(model, tokenizer, out_dir)
 
+
+def save_model_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | os.PathLike,
+                      extra_json: dict[str, Any] | None = None) -> Path:
+    """Save ``model`` and ``tokenizer`` (padding on the left, a pad token) as a model folder, plus one JSON
+    file per ``extra_json`` item, atomically: a staging folder renamed into place once complete."""
+    out = Path(out_dir)
+    _set_padding(model, tokenizer)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        for name, content in (extra_json or {}).items():
+            (staging / name).write_text(json.dumps(content, indent=1) + "\n")
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)

@@ -12,7 +12,7 @@ What a GPU holds at the peak of each phase of one training step, per process (on
   ``zero_grad``), under FSDP the full unsharded compute-dtype weights (scoring gathers them once per
   call on every rank), and the scorer's activations. OAR-P runs no-grad forwards with a KV cache: the
   clean probe's cache, then chunks of ``copies`` suffixes whose caches are materialised at full
-  length by ``DynamicCache.update`` (``torch.cat``); the chunk schedule is ``oar.importance``'s own.
+  length by ``DynamicCache.update`` (``torch.cat``); the chunk schedule is ``oar.method.importance``'s own.
   OAR-G runs a forward with grad on the input embeddings (eval mode: no gradient checkpointing) of a
   micro-batch of probes (``chunk_tokens``, at least one probe) and its backward.
 - **update**: weights, gradients, AdamW state (sharded over the GPUs under FSDP full shard), the
@@ -28,7 +28,7 @@ live activation memory (torch's ``MemTracker``) and the tensors saved for backwa
 ``fsdp2_prepare_model`` upcasts trainable parameters to float32 whenever mixed precision is on, so
 under FSDP the master weights are float32 whatever ``model_dtype`` says.
 
-    python -m oar.memory_plan --config config/paper.yaml     # Markdown table, one row per phase
+    python -m oar.experiment.memory_plan --config config/paper.yaml     # Markdown table, one row per phase
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def measure(model, phase: str, tokens: int, autocast: bool, checkpointing: bool 
     """Run one phase's computation on ``tokens`` tokens (batch of one) and measure its memory.
 
     phase: ``forward`` (no-grad, as OAR-P and vLLM's profiling run), ``oar_g`` (eval mode, gradient of
-    an outcome with respect to the input embeddings, as ``oar.importance._embedding_gradients``) or
+    an outcome with respect to the input embeddings, as ``oar.method.importance._embedding_gradients``) or
     ``update`` (train mode, TRL's fused-LM-head log-probabilities and their backward). Works on real
     tensors and under a ``FakeTensorMode`` (shapes only: the same sizes, no compute).
     """
@@ -320,8 +320,8 @@ def _bytes(dtype: str) -> int:
 
 
 def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int) -> tuple[int, int]:
-    """(cached tokens materialised, tokens run) of OAR-P's largest chunk, from oar.importance's schedule."""
-    from oar.importance import Probe, _oar_p_chunks
+    """(cached tokens materialised, tokens run) of OAR-P's largest chunk, from oar.method.importance's schedule."""
+    from oar.method.importance import Probe, _oar_p_chunks
 
     reasoning = probe_tokens - prompt_tokens - CONCLUDE_AND_ANSWER_TOKENS
     probe = Probe(prompt_ids=(0,) * prompt_tokens, response_ids=(0,) * reasoning, reasoning_len=reasoning,
@@ -423,7 +423,7 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
 
 def plan_config(config: Mapping, prompt_tokens: int = 512, gpu_gb: float = GPU_GB) -> list[Phase]:
     """Every phase of every model of a validated workflow config (its schema defaults filled in)."""
-    from oar.registry import Registry
+    from oar.experiment.runs import Registry
 
     registry = Registry(config, config["training"]["trainer"].keys() | _trainer_keys())
     out = []
@@ -439,16 +439,29 @@ def plan_config(config: Mapping, prompt_tokens: int = 512, gpu_gb: float = GPU_G
 
 
 def _trainer_keys() -> set[str]:
-    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "schema.yaml").read_text())
+    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "schema.yaml").read_text())
     return set(schema["$defs"]["trainer"]["properties"])
 
 
 def load_config(path: str | Path) -> dict:
-    """A workflow config with the schema's defaults filled in (as the Snakefile validates it)."""
-    from snakemake.utils import validate
+    """A workflow config validated against config/schema.yaml with the schema's defaults filled in, as the
+    Snakefile's ``snakemake.utils.validate`` does (the same jsonschema validator and default rule; oar
+    never imports Snakemake). A bad config raises ``jsonschema.ValidationError`` naming the key."""
+    import jsonschema
 
+    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "schema.yaml").read_text())
+    check_properties = jsonschema.Draft202012Validator.VALIDATORS["properties"]
+
+    def fill_defaults(validator, properties, instance, subschema):
+        if validator.is_type(instance, "object"):
+            for key, prop in properties.items():
+                if "default" in prop:
+                    instance.setdefault(key, prop["default"])
+        yield from check_properties(validator, properties, instance, subschema)
+
+    filling = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": fill_defaults})
     config = yaml.safe_load(Path(path).read_text())
-    validate(config, str(Path(__file__).resolve().parents[1] / "config" / "schema.yaml"))
+    filling(schema).validate(config)
     return config
 
 

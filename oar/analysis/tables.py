@@ -1,7 +1,7 @@
 """The workflow's tables: pandas frames in, a CSV frame and a Markdown text out.
 
 Accuracies are shown in percent. A cell reads ``mean [low, high]`` with the 95% interval of
-:func:`oar.analysis.aggregate_accuracy` (over seeds with two or more seeds, else the bootstrap over
+:func:`oar.analysis.results.aggregate_accuracy` (over seeds with two or more seeds, else the bootstrap over
 problems of the single evaluation); the CSV keeps the interval and what it rests on in separate
 columns. :func:`write_table` writes both files atomically.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from oar.analysis import aggregate_accuracy
+from oar.analysis.results import aggregate_accuracy
 
 METHOD_NAMES = {
     "base": "Base model",
@@ -277,7 +277,29 @@ def recall_table(recall: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
             f"Spearman of oracle membership with relative position {fmt_num(oracle.get('position_spearman'), 2)} "
             "(near -1: the oracle mostly marks early tokens, which any early change derails; then "
             "'earliest tokens first' wins and recall says little about the scorers).\n")
-    return frame, "## Causal-token recall\n\n" + md + note
+    text = "## Causal-token recall\n\n" + md + note
+    truth = recall.get("ground_truth")
+    if truth:
+        lines = [(scorer, METHOD_NAMES.get(scorer, scorer), s) for scorer, s in truth["summary"].items()]
+        lines += [(name, BASELINE_NAMES[name], s) for name, s in (truth.get("baselines") or {}).items()]
+        lines.append(("chance", BASELINE_NAMES["chance"], truth.get("chance") or {}))
+        rows = [{"scorer": key, "label": label, "reference": "ground_truth", "recall_mean": s.get("mean"),
+                 "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"), "recall_std": s.get("std"), "n": s.get("n")}
+                for key, label, s in lines]
+        frame = pd.concat([frame.assign(reference="oracle"), pd.DataFrame(rows)], ignore_index=True)
+        agree = truth.get("oracle_agreement") or {}
+        text += ("\n### Against the parsed decisive tokens (chain task)\n\n"
+                 "The decisive tokens of each response are each step's relation (`=` or `~`) and the digits of its "
+                 "result, found by parsing it (oar.data.chains): the only places where a sampled token decides "
+                 "the answer.\n\n"
+                 + markdown_table(["Scorer", "recall@10% [95% interval]", "std", "n"],
+                                  [[label, fmt_interval(s), fmt_num(s.get("std"), 3), s.get("n")]
+                                   for _, label, s in lines])
+                 + f"\n\nThe intervention oracle against the same ground truth: precision "
+                 f"{fmt_interval(agree.get('precision') or {})}, recall {fmt_interval(agree.get('recall') or {})}, "
+                 f"Jaccard {fmt_interval(agree.get('jaccard') or {})} (means over {agree.get('responses', '?')} "
+                 "responses, 95% t-intervals).\n")
+    return frame, text
 
 
 def fidelity_table(fidelity: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
@@ -331,6 +353,43 @@ def cost_table(cost: pd.DataFrame, train_threads: int | None = None) -> tuple[pd
                  "CUDA allocator peak on GPU, resident set on CPU; the scoring peak is the peak within the "
                  "importance-scoring phase alone.\n")
     return cost.reset_index(drop=True), "".join(parts)
+
+
+def paired_table(differences: pd.DataFrame, threshold: float | None = None) -> tuple[pd.DataFrame, str]:
+    """Each method minus the baseline over paired seeds, per model: final accuracy and reward AUC in
+    points, steps to the reward threshold in steps; ``mean [95% interval]``, seeds, wins, and whether
+    the interval excludes 0."""
+    from oar.analysis.results import PAIRED_METRICS
+
+    d = differences.copy()
+    d["label"] = [METHOD_NAMES.get(m, m) for m in d["method"]]
+    parts = ["## Paired differences from the baseline\n"]
+    rows_out = []
+    for model, g in d.groupby("model", sort=False):
+        base = METHOD_NAMES.get(g["baseline"].iloc[0], g["baseline"].iloc[0])
+        rows = []
+        for (method, label), m in g.groupby(["method", "label"], sort=False):
+            cells = [label]
+            for metric in PAIRED_METRICS:
+                r = m[m["metric"] == metric].iloc[0]
+                scale, digits = (1.0, 1) if metric == "steps_to_threshold" else (100.0, 1)
+                cell = fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"], scale=scale, digits=digits)
+                cells.append(cell + (" *" if r["decided"] else ""))
+                rows_out.append(r.to_dict())
+            first = m.iloc[0]
+            cells += [int(first["n_seeds"]), " / ".join(str(int(m[m["metric"] == k]["wins"].iloc[0]))
+                                                       for k in PAIRED_METRICS)]
+            rows.append(cells)
+        parts.append(f"\n### {model}: each method minus {base}\n\n" + markdown_table(
+            ["Method", "final accuracy (points)", "reward AUC (points)", "steps to threshold", "seeds",
+             "wins (acc / AUC / steps)"], rows))
+    parts.append("\n\nMean difference over seeds with its 95% t-interval; the same seed means the same training "
+                 "prompts and first rollouts for every method. `*`: the interval excludes 0 (a decided "
+                 "difference). Final accuracy: held-out accuracy after training. Reward AUC: mean training "
+                 "reward over all steps. Steps to threshold: first step whose trailing mean reward reaches "
+                 + (f"{threshold:g}" if threshold is not None else "the threshold")
+                 + " (negative = faster; a run that never reaches it counts as its last step + 1).\n")
+    return pd.DataFrame(rows_out), "".join(parts)
 
 
 def write_table(frame: pd.DataFrame, markdown: str, csv_path: str | os.PathLike, md_path: str | os.PathLike) -> None:

@@ -4,8 +4,8 @@ Generates a greedy response to one GSM8K test problem with the packaged SmolLM2-
 model folder), grades it, builds its outcome probe from the response's own token ids, scores it with
 OAR-P, OAR-G and entropy, and prints one line per reasoning token with the OAR-P gate's weights.
 
-    python -m oar.explain                       # packaged model, first GSM8K test problem
-    python -m oar.explain --model results/models/qwen --problem-index 7 --scorers oar_p oar_g grad_norm
+    python -m oar.analysis.explain                       # packaged model, first GSM8K test problem
+    python -m oar.analysis.explain --model results/models/qwen --problem-index 7 --scorers oar_p oar_g grad_norm
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import time
 
 import torch
 
-from oar.data import load_dataset_records
+from oar.data.datasets import load_dataset_records
 from oar.grading import grade
-from oar.importance import SCORERS, ScorerConfig, build_probes, score
-from oar.models import load_packaged, load_pretrained
+from oar.method.gate import gate
+from oar.method.importance import SCORERS, ScorerConfig, build_probes, score
+from oar.models.sources import load_packaged, load_pretrained
 from oar.prompting import build_prompt, encode_prompts
-from oar.reshaping import gate
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,1 @@
+"""Results of finished runs: accuracy and credit summaries, the causal oracle, tables, figures and explanations."""

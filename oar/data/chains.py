@@ -1,0 +1,165 @@
+r"""The credit-assignment testbed's task: chains of k arithmetic steps with a known set of decisive tokens.
+
+A problem names a start value and k operations; its solution writes one equation per step, each
+starting from the previous result, and ends in the outcome probe's own template::
+
+    Start with 7. Add 5, then multiply by 2, then subtract 3. What is the result?
+
+    7 + 5 = 12. 12 * 2 = 24. 24 - 3 = 21. Therefore, the final answer is \boxed{21}.
+
+Two knobs shape the solutions a model is pretrained on (:func:`solution`):
+
+- ``filler``: after every step, ``filler`` remarks drawn from :data:`REMARKS` (no digits, no effect on the
+  answer), so the response grows while the number of decisive tokens stays the same;
+- ``error_rate``: each step is, with this probability, a sloppy estimate written with ``~`` instead of
+  ``=`` and a result off by 1-3 (``12 * 2 ~ 25.``); the chain goes on from the written value. A model
+  pretrained on such solutions learns exact arithmetic after ``=`` and errs by choosing ``~``: a choice
+  at one token per step that decides the answer, and that RL can learn to avoid.
+
+Because the grammar is fixed, the decisive tokens of any response can be found by parsing it
+(:func:`decisive_spans`): each step's relation (``=`` or ``~``) and the digits of its result, the only
+places where a sampled token decides the answer. Copies of a result into the next equation and the
+operands copied from the problem are forced by the text before them, and the remarks cannot change the
+answer.
+
+Generation is deterministic: problem ``i`` of a split depends only on ``(split, i)``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+MAX_VALUE = 20  # every correct intermediate result stays in 0..20: facts a small model learns in minutes
+MAX_FILLER = 3
+MAX_STEPS = 6
+
+REMARKS = (
+    "Let me check that.",
+    "That looks right.",
+    "Now the next operation.",
+    "Keep going.",
+    "So far so good.",
+    "Careful here.",
+    "This step is done.",
+    "Moving on.",
+)
+FINAL = "Therefore, the final answer is \\boxed{{{answer}}}."
+
+_WORDS = {"+": "add", "-": "subtract", "*": "multiply by"}
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    start: int
+    ops: tuple[tuple[str, int], ...]  # (operator, operand) per step
+
+    @property
+    def values(self) -> list[int]:
+        """The correct result of every step."""
+        out, value = [], self.start
+        for op, operand in self.ops:
+            value = apply(value, op, operand)
+            out.append(value)
+        return out
+
+    @property
+    def answer(self) -> int:
+        return self.values[-1]
+
+    @property
+    def text(self) -> str:
+        steps = [f"{_WORDS[op]} {operand}" for op, operand in self.ops]
+        said = ", then ".join(steps)
+        return f"Start with {self.start}. {said[0].upper()}{said[1:]}. What is the result?"
+
+
+def apply(value: int, op: str, operand: int) -> int:
+    return value + operand if op == "+" else value - operand if op == "-" else value * operand
+
+
+def _check(name: str, value: int, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in {low}..{high}, got {value!r}")
+
+
+def problem(split: str, index: int, steps: int = 3) -> ChainProblem:
+    """Problem ``index`` of ``split``: a start of 2-9 and ``steps`` operations that keep every result in
+    0..:data:`MAX_VALUE` (add/subtract 1-9, multiply by 2 or 3)."""
+    _check("steps", steps, 1, MAX_STEPS)
+    rng = random.Random(f"oar-chains/{split}/{steps}/{index}")
+    value = rng.randint(2, 9)
+    start, ops = value, []
+    for _ in range(steps):
+        choices = [("+", rng.randint(1, 9)), ("-", rng.randint(1, 9)), ("*", rng.choice((2, 3)))]
+        legal = [(op, x) for op, x in choices if 0 <= apply(value, op, x) <= MAX_VALUE]
+        op, operand = rng.choice(legal)
+        value = apply(value, op, operand)
+        ops.append((op, operand))
+    return ChainProblem(start, tuple(ops))
+
+
+def split(name: str, count: int, steps: int = 3, exclude: frozenset[str] = frozenset()) -> list[ChainProblem]:
+    """``count`` distinct problems of split ``name`` whose text is not in ``exclude`` (e.g. the test split
+    when drawing pretraining or RL problems)."""
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    out: list[ChainProblem] = []
+    seen = set(exclude)
+    index = 0
+    while len(out) < count:
+        p = problem(name, index, steps)
+        index += 1
+        if p.text not in seen:
+            seen.add(p.text)
+            out.append(p)
+        if index > 50 * count + 1000:
+            raise ValueError(f"split {name!r}: only {len(out)} distinct problems of {steps} steps, {count} asked")
+    return out
+
+
+def solution(p: ChainProblem, rng: random.Random, filler: int = 0, error_rate: float = 0.0) -> tuple[str, bool]:
+    """A solution of ``p`` in the task's grammar, and whether its answer is correct.
+
+    With probability ``error_rate`` a step is a sloppy estimate: ``~`` and a result off by 1-3 (kept >= 0);
+    later steps start from the written value, so one estimate makes a consistent chain to a wrong answer
+    (its later results may leave 0..MAX_VALUE or go below 0)."""
+    _check("filler", filler, 0, MAX_FILLER)
+    if not 0.0 <= error_rate < 1.0:
+        raise ValueError(f"error_rate must be in [0, 1), got {error_rate!r}")
+    parts, value = [], p.start
+    for op, operand in p.ops:
+        result, relation = apply(value, op, operand), "="
+        if rng.random() < error_rate:
+            wrong = [result + d for d in (1, 2, 3)] + [result - d for d in (1, 2, 3) if result - d >= 0]
+            result, relation = rng.choice(wrong), "~"
+        parts.append(f"{value} {op} {operand} {relation} {result}.")
+        parts.extend(rng.choice(REMARKS) for _ in range(filler))
+        value = result
+    parts.append(FINAL.format(answer=value))
+    return " ".join(parts), value == p.answer
+
+
+_EQUATION = re.compile(r"(-?\d+) ([-+*]) (\d+) ([=~]) (-?\d+)\.")
+
+
+def decisive_spans(reasoning: str) -> list[tuple[int, int]]:
+    """Character spans of the relation (``=`` or ``~``) and of the result of every equation in
+    ``reasoning`` (the text before the answer template), in order: the decisive tokens of a response are
+    the tokens overlapping these spans."""
+    return [span for m in _EQUATION.finditer(reasoning) for span in (m.span(4), m.span(5))]
+
+
+def results(reasoning: str) -> list[int]:
+    """The written result of every equation, in order."""
+    return [int(m.group(5)) for m in _EQUATION.finditer(reasoning)]
+
+
+def corpus_for_tokenizer() -> list[str]:
+    """Texts the testbed's BPE vocabulary is trained on: every word of the grammar, remarks and problem
+    statements (numbers are single digits under the pre-tokenizer, so a few problems cover them)."""
+    rng = random.Random("oar-chains/tokenizer")
+    texts = [problem("tokenizer", i, s).text for s in (1, 3, 6) for i in range(30)]
+    texts += [solution(problem("tokenizer", i, 3), rng, filler=2, error_rate=0.5)[0] for i in range(30)]
+    return texts + ["user", "assistant"]

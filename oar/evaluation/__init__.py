@@ -1,0 +1,1 @@
+"""Sampling responses (transformers or vLLM) and grading them on the benchmarks."""

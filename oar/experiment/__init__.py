@@ -1,0 +1,1 @@
+"""The experiment as a whole: the run registry behind the workflow, the configuration docs and the memory plan."""

@@ -1,0 +1,107 @@
+"""The layout of oar/: imports go one way, down the layers, and nothing in oar/ imports Snakemake.
+
+Lowest layer first: grading, prompting -> method -> data, models -> evaluation -> training -> analysis ->
+experiment. A module imports only from its own unit (a subpackage, or the top-level module itself) or
+from a lower layer; two units of one layer (data and models) do not import each other. Every import
+statement counts, the ones inside functions too, read from the source (nothing is imported here).
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+OAR = Path(__file__).resolve().parents[1] / "oar"
+LAYERS = [("grading", "prompting"), ("method",), ("data", "models"), ("evaluation",), ("training",), ("analysis",),
+          ("experiment",)]
+LAYER_OF = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(OAR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(OAR.rglob("*.py"))}
+
+
+def unit(module: str) -> str | None:
+    """The layer unit of a dotted name under oar (``oar.method.gate`` -> ``method``); None for ``oar`` itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def imported(module: str, source: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, dotted name) of everything the source imports, at any depth; ``from a import b`` gives
+    ``a.b`` (b may be a module), relative imports resolved against ``module``."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[:len(package) - node.level + 1]
+                base = ".".join(package + ([base] if base else []))
+            out += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return out
+
+
+def layer_violations(module: str, source: str, is_package: bool = False) -> list[str]:
+    """'line: name (why)' for each import of ``module`` that goes up a layer or across to a sibling unit."""
+    own = unit(module)
+    found = []
+    for line, name in imported(module, source, is_package):
+        if name.split(".")[0] != "oar" or own is None:
+            continue
+        other = unit(name)
+        if other is None or other == own or other not in LAYER_OF:
+            continue  # `import oar`, its own unit, or `from oar import X` of an unknown X (reported elsewhere)
+        if LAYER_OF[other] >= LAYER_OF[own]:
+            where = "a higher layer" if LAYER_OF[other] > LAYER_OF[own] else "another unit of its own layer"
+            found.append(f"{line}: imports {name} ({where}: {other} over {own})")
+    return found
+
+
+def test_every_module_belongs_to_a_layer():
+    loose = [str(p.relative_to(OAR.parent)) for name, p in modules().items()
+             if name != "oar" and unit(name) not in LAYER_OF]
+    assert not loose, (f"modules outside every layer: {loose}; put each into a subpackage of "
+                       f"{sorted(LAYER_OF)} or add its unit to LAYERS in tests/test_layout.py")
+
+
+def test_imports_go_down_the_layers():
+    found = [f"{path.relative_to(OAR.parent)}:{v}" for name, path in modules().items()
+             for v in layer_violations(name, path.read_text(), path.name == "__init__.py")]
+    assert not found, "imports against the layering (" + " -> ".join("/".join(u) for u in LAYERS) + "):\n" + \
+        "\n".join(found)
+
+
+def test_no_module_imports_snakemake():
+    found = [f"{path.relative_to(OAR.parent)}:{line}: imports {name}" for mod, path in modules().items()
+             for line, name in imported(mod, path.read_text(), path.name == "__init__.py")
+             if name.split(".")[0] == "snakemake"]
+    assert not found, "oar/ must not import Snakemake (workflow_scripts/ is the glue):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("package", sorted({unit(m) for m in modules() if unit(m) in LAYER_OF
+                                           and (OAR / unit(m)).is_dir()}))
+def test_subpackage_init_holds_only_its_docstring(package):
+    """No re-exports: importing ``oar.method`` loads nothing else, so a subpackage cannot start a cycle."""
+    body = ast.parse((OAR / package / "__init__.py").read_text()).body
+    assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), \
+        f"oar/{package}/__init__.py should hold only a docstring"
+
+
+@pytest.mark.parametrize("module, source, expected", [
+    ("oar.method.gate", "def f():\n    from oar.experiment.runs import Registry\n", ["2: imports oar.experiment.runs.Registry"]),
+    ("oar.data.datasets", "from oar import training\n", ["1: imports oar.training"]),
+    ("oar.data.datasets", "import oar.models.tiny\n", ["1: imports oar.models.tiny"]),
+    ("oar.method.gate", "from ..training import run\n", ["1: imports oar.training.run"]),
+    ("oar.models.sources", "from . import tiny\nfrom oar.method import gate\nfrom oar.grading import grade\n", []),
+    ("oar.experiment.runs", "import oar\nfrom oar.analysis import tables\nimport torch\n", []),
+])
+def test_the_check_finds_upward_imports(module, source, expected):
+    assert [v.split(" (")[0] for v in layer_violations(module, source)] == expected

@@ -1,0 +1,62 @@
+"""Paired-seed statistics of the main comparison (oar.analysis.results): per-seed outcomes from accuracy and
+training curves, each method minus the baseline with a 95% interval, and the table built from them."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from oar.analysis.results import paired_differences, per_seed_outcomes, steps_to_threshold
+from oar.analysis.tables import paired_table
+
+
+def test_steps_to_threshold_uses_the_trailing_mean():
+    assert steps_to_threshold([0.1, 0.9, 0.1, 0.9, 0.9, 0.9], 0.6, window=3) == 4.0
+    assert steps_to_threshold([0.7], 0.6, window=5) == 1.0
+    assert math.isnan(steps_to_threshold([0.1, 0.2], 0.6))
+
+
+def _frames(effect: float, seeds=range(5)):
+    acc, curves = [], []
+    for seed in seeds:
+        for method, shift in (("grpo", 0.0), ("oar_g", effect)):
+            run = f"m/{method}-seed{seed}"
+            acc.append({"run": run, "model": "m", "method": method, "seed": seed, "benchmark": "chain_test",
+                        "pass@1": 0.4 + 0.01 * seed + shift})
+            for step in range(1, 11):
+                curves.append({"run": run, "model": "m", "method": method, "seed": seed, "step": step,
+                               "reward": min(1.0, 0.3 + 0.05 * step + shift + 0.01 * seed)})
+    return pd.DataFrame(acc), pd.DataFrame(curves)
+
+
+def test_a_constant_paired_effect_is_decided_with_a_zero_width_interval():
+    acc, curves = _frames(0.1)
+    outcomes = per_seed_outcomes(acc, curves, "chain_test", threshold=0.6, window=1)
+    d = paired_differences(outcomes).set_index("metric")
+    assert d.at["final_accuracy", "diff_mean"] == pytest.approx(0.1)
+    assert d.at["final_accuracy", "ci_low"] == pytest.approx(0.1) and d.at["final_accuracy", "decided"]
+    assert d.at["reward_auc", "diff_mean"] == pytest.approx(0.1)
+    assert d.at["steps_to_threshold", "diff_mean"] == pytest.approx(-2.0)  # 0.6 reached 2 steps earlier
+    assert d.at["final_accuracy", "wins"] == 5 and d.at["final_accuracy", "n_seeds"] == 5
+    frame, md = paired_table(d.reset_index(), 0.6)
+    assert "OAR-G" in md and "10.0 [10.0, 10.0] *" in md and "-2.0 [-2.0, -2.0] *" in md
+
+
+def test_noise_around_zero_is_not_decided():
+    acc, curves = _frames(0.0)
+    acc.loc[acc["method"] == "oar_g", "pass@1"] += [0.03, -0.02, 0.01, -0.03, 0.02]
+    d = paired_differences(per_seed_outcomes(acc, curves, "chain_test", 0.6)).set_index("metric")
+    assert d.at["final_accuracy", "ci_low"] < 0 < d.at["final_accuracy", "ci_high"]
+    assert not d.at["final_accuracy", "decided"]
+
+
+def test_only_seeds_both_methods_ran_are_paired_and_a_run_without_accuracy_is_an_error():
+    acc, curves = _frames(0.1)
+    drop = (acc["method"] == "grpo") & (acc["seed"] == 4)
+    acc2, curves2 = acc[~drop], curves[~((curves["method"] == "grpo") & (curves["seed"] == 4))]
+    d = paired_differences(per_seed_outcomes(acc2, curves2, "chain_test", 0.6))
+    assert set(d["n_seeds"]) == {4}
+    with pytest.raises(ValueError, match="no chain_test accuracy"):
+        per_seed_outcomes(acc2, curves, "chain_test", 0.6)
