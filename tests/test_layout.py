@@ -105,3 +105,19 @@ def test_subpackage_init_holds_only_its_docstring(package):
 ])
 def test_the_check_finds_upward_imports(module, source, expected):
     assert [v.split(" (")[0] for v in layer_violations(module, source)] == expected
+
+
+def test_no_source_file_is_git_ignored():
+    """A fresh clone holds every source file: an ignore pattern meant for downloaded models once matched
+    ``oar/models/`` and left its ``__init__.py`` out of a commit."""
+    import shutil
+    import subprocess
+
+    root = OAR.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    sources = [str(p.relative_to(root)) for d in ("oar", "workflow_scripts", "rules", "tests", "bench", "config")
+               for p in (root / d).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], input="\n".join(sources),
+                             cwd=root, capture_output=True, text=True).stdout.split()
+    assert not ignored, f"git ignores these source files: {ignored}"
