@@ -154,8 +154,12 @@ def figure_inputs(wildcards):
             "curves": f"{R}/analysis/credit/main.csv",
             "outcomes": rules.paired_analysis.output.outcomes,
             "differences": rules.paired_analysis.output.differences,
+            "accuracy": rules.paired_analysis.input.accuracy,
         },
-        "length_sweep": {"outcomes": rules.paired_analysis.output.outcomes},
+        "length_sweep": {
+            "outcomes": rules.paired_analysis.output.outcomes,
+            "accuracy": rules.paired_analysis.input.accuracy,
+        },
         "token_heatmap": {
             "responses": rules.heldout_responses.output.responses,
             "scores": [

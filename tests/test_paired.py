@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from oar.analysis.results import paired_differences, per_seed_outcomes, steps_to_threshold
+from oar.analysis.results import base_accuracy, paired_differences, per_seed_outcomes, steps_to_threshold
 from oar.analysis.tables import paired_table
 
 
@@ -60,3 +60,13 @@ def test_only_seeds_both_methods_ran_are_paired_and_a_run_without_accuracy_is_an
     assert set(d["n_seeds"]) == {4}
     with pytest.raises(ValueError, match="no chain_test accuracy"):
         per_seed_outcomes(acc2, curves, "chain_test", 0.6)
+
+
+def test_base_accuracy_reads_the_untrained_rows_of_one_benchmark():
+    acc = pd.DataFrame([
+        {"model": "a", "method": "base", "benchmark": "chain_test", "pass@1": 0.3},
+        {"model": "a", "method": "base", "benchmark": "other", "pass@1": 0.9},
+        {"model": "a", "method": "grpo", "benchmark": "chain_test", "pass@1": 0.5},
+        {"model": "b", "method": "base", "benchmark": "chain_test", "pass@1": 0.2},
+    ])
+    assert base_accuracy(acc, "chain_test") == {"a": 0.3, "b": 0.2}

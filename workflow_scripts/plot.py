@@ -15,7 +15,7 @@ smk = snakemake_only(globals(), "plot.py", "the figures are drawn by oar.analysi
 
 import pandas as pd  # noqa: E402
 
-from oar.analysis import figures  # noqa: E402
+from oar.analysis import figures, results  # noqa: E402
 
 
 def token_heatmap(smk, paths):
@@ -57,10 +57,12 @@ def draw(smk):
     elif name == "cost_bars":
         figures.cost_bars(pd.read_csv(smk.input.cost), paths)
     elif name == "main_comparison":
+        base = results.base_accuracy(pd.read_csv(smk.input.accuracy), smk.params.paired_benchmark)
         figures.main_comparison(pd.read_csv(smk.input.curves), pd.read_csv(smk.input.outcomes), paths,
-                                benchmark=smk.params.paired_benchmark)
+                                benchmark=smk.params.paired_benchmark, base=base)
     elif name == "length_sweep":
-        figures.length_sweep(pd.read_csv(smk.input.outcomes), paths, labels=smk.params.model_labels)
+        base = results.base_accuracy(pd.read_csv(smk.input.accuracy), smk.params.paired_benchmark)
+        figures.length_sweep(pd.read_csv(smk.input.outcomes), paths, labels=smk.params.model_labels, base=base)
     elif name == "token_heatmap":
         token_heatmap(smk, paths)
     else:

@@ -236,9 +236,10 @@ def _interval(values) -> tuple[float, float, float]:
 
 
 def main_comparison(curves: pd.DataFrame, outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike],
-                    benchmark: str = "held-out") -> None:
+                    benchmark: str = "held-out", base: Mapping[str, float] | None = None) -> None:
     """Per model, two panels: the training reward against the step (mean over seeds, 95% band), and the
-    final held-out accuracy of every seed with the mean and its 95% interval, one column per method."""
+    final held-out accuracy of every seed with the mean and its 95% interval, one column per method.
+    ``base`` (model -> accuracy, 0-1) draws the untrained policy's accuracy as a dashed line."""
     models = list(dict.fromkeys(outcomes["model"]))
     fig, axes = plt.subplots(len(models), 2, figsize=(10, 3.8 * len(models)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.6, 1]})
@@ -266,6 +267,10 @@ def main_comparison(curves: pd.DataFrame, outcomes: pd.DataFrame, paths: Sequenc
             color = COLORS.get(method)
             ax.scatter([x] * len(v), v, color=color, alpha=0.5, s=14)
             ax.errorbar([x + 0.18], [mean], yerr=[[mean - low], [high - mean]], fmt="o", color=color, capsize=4)
+        if base and model in base:
+            ax.axhline(base[model] * 100, color="grey", linestyle="--", linewidth=1)
+            ax.annotate("base policy", (len(methods) - 0.5, base[model] * 100), fontsize=8, color="grey",
+                        ha="right", va="bottom")
         ax.set_xticks(range(len(methods)), [METHOD_NAMES.get(m, m) for m in methods])
         ax.set_xlim(-0.5, len(methods) - 0.5)
         ax.set_title(f"{benchmark} accuracy after training ({model})", fontsize=10)
@@ -275,9 +280,11 @@ def main_comparison(curves: pd.DataFrame, outcomes: pd.DataFrame, paths: Sequenc
     save(fig, paths)
 
 
-def length_sweep(outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike], labels: Mapping[str, str] | None = None) -> None:
+def length_sweep(outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike], labels: Mapping[str, str] | None = None,
+                 base: Mapping[str, float] | None = None) -> None:
     """Final accuracy and steps to the reward threshold against the response length setting (one x
-    position per model of the sweep), one line per method, 95% intervals over seeds."""
+    position per model of the sweep), one line per method, 95% intervals over seeds; ``base`` (model ->
+    accuracy, 0-1) adds the untrained policies' accuracy as a dashed line."""
     models = list(dict.fromkeys(outcomes["model"]))
     labels = labels or {}
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -293,6 +300,9 @@ def length_sweep(outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike], lab
             err = [[s[0] - s[1] for s in stats], [s[2] - s[0] for s in stats]]
             ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=METHOD_NAMES.get(method, method),
                         color=COLORS.get(method))
+        if key == "final_accuracy" and base and all(m in base for m in models):
+            ax.plot(range(len(models)), [base[m] * 100 for m in models], linestyle="--", marker="x",
+                    color="grey", label="base policy")
         ax.set_xticks(range(len(models)), [labels.get(m, m) for m in models])
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)

@@ -146,6 +146,12 @@ def steps_to_threshold(rewards: Sequence[float], threshold: float, window: int =
     return math.nan
 
 
+def base_accuracy(acc: pd.DataFrame, benchmark: str) -> dict[str, float]:
+    """Model -> the untrained policy's accuracy on ``benchmark`` (the rows of method ``base``)."""
+    rows = acc[(acc["method"] == "base") & (acc["benchmark"] == benchmark)]
+    return {str(m): float(v) for m, v in zip(rows["model"], rows["pass@1"])}
+
+
 def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, threshold: float,
                       window: int = 5) -> pd.DataFrame:
     """One row per run of a group: model, method, seed and each of :data:`PAIRED_METRICS`. A run that
