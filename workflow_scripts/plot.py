@@ -18,6 +18,11 @@ import pandas as pd  # noqa: E402
 from oar.analysis import figures, results  # noqa: E402
 
 
+def _base_accuracy(smk) -> dict[str, float]:
+    """Model -> the untrained policy's accuracy on the paired comparison's benchmark."""
+    return results.base_accuracy(pd.read_csv(smk.input.accuracy), smk.params.paired_benchmark)
+
+
 def token_heatmap(smk, paths):
     import torch
 
@@ -57,12 +62,11 @@ def draw(smk):
     elif name == "cost_bars":
         figures.cost_bars(pd.read_csv(smk.input.cost), paths)
     elif name == "main_comparison":
-        base = results.base_accuracy(pd.read_csv(smk.input.accuracy), smk.params.paired_benchmark)
         figures.main_comparison(pd.read_csv(smk.input.curves), pd.read_csv(smk.input.outcomes), paths,
-                                benchmark=smk.params.paired_benchmark, base=base)
+                                benchmark=smk.params.paired_benchmark, base=_base_accuracy(smk))
     elif name == "length_sweep":
-        base = results.base_accuracy(pd.read_csv(smk.input.accuracy), smk.params.paired_benchmark)
-        figures.length_sweep(pd.read_csv(smk.input.outcomes), paths, labels=smk.params.model_labels, base=base)
+        figures.length_sweep(pd.read_csv(smk.input.outcomes), paths, labels=smk.params.model_labels,
+                             base=_base_accuracy(smk))
     elif name == "token_heatmap":
         token_heatmap(smk, paths)
     else:
