@@ -217,3 +217,35 @@ def test_grid_table_and_figures(tmp_path, acc):
     for name in ("grid.png", "grid.pdf", "curves.png", "curves.pdf", "cost.png", "recall.png", "tok.png"):
         assert (out / name).stat().st_size > 1000
     assert not list(out.glob(".*"))  # no temporary file left behind
+
+
+def test_paired_accuracy_differences_pair_seeds_with_grpo(acc):
+    diffs = results.paired_accuracy_differences(acc, BENCH).set_index("method")
+    # per-seed averages: GRPO 0.4, 0.6; OAR-P 0.6, 0.6 -> differences 0.2 and 0.0
+    row = diffs.loc["oar_p"]
+    assert row["n_seeds"] == 2 and row["wins"] == 1 and row["diff_mean"] == pytest.approx(0.1)
+    assert row["ci_high"] - row["diff_mean"] == pytest.approx(1.2706, abs=1e-3)
+    assert "grpo" not in diffs.index and "base" not in diffs.index
+    # a seed GRPO did not run is not paired
+    one_seed = acc[acc["run"] != "m/grpo-seed1"]
+    assert results.paired_accuracy_differences(one_seed, BENCH).set_index("method").loc["oar_p", "n_seeds"] == 1
+
+
+def test_tables_show_the_paired_difference_from_grpo(acc):
+    frame, md = tables.accuracy_table(acc, BENCH, "Controls")
+    assert "minus GRPO, paired |" in md and "| 10.0 [-117.1, 137.1] (2; 1) |" in md
+    assert frame.set_index("method").loc["oar_p", "minus_grpo_mean"] == pytest.approx(10.0)
+    assert "same prompts and first rollouts" in md
+
+
+def test_grid_table_adds_a_paired_matrix_when_grpo_ran(tmp_path, acc):
+    grid_runs = {f"m/oar_g-{t}-{b}-seed{s}": {"model": "m", "method": "oar_g", "tau": t, "beta": b,
+                                                "probe": "as_mean", "seed": s}
+                 for t in (0.2, 0.6) for b in (1.0, 2.0) for s in (0, 1)}
+    summaries = {(r, bench): write_summary(tmp_path / "g" / r / bench / "summary.json", 0.5 + 0.1 * meta["seed"] + meta["tau"] / 10)
+                 for r, meta in grid_runs.items() for bench in BENCH}
+    grid = pd.concat([acc, results.accuracy_frame(grid_runs, summaries)])
+    frame, md = tables.grid_table(grid, BENCH)
+    # GRPO's per-seed averages 0.4 and 0.6; tau 0.6 cells 0.56 and 0.66: +16 and +6 points
+    assert "Minus GRPO, paired:" in md and "| 0.6 | 11.0 [-52.5, 74.5] (2; 2) |" in md
+    assert set(frame["minus_grpo_seeds"]) == {2}

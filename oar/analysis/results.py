@@ -130,6 +130,44 @@ def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataF
 
 # ------------------------------------------------------------------------------- paired seeds
 
+
+def paired_accuracy_differences(acc: pd.DataFrame, benchmarks: Sequence[str], baseline: str = "grpo") -> pd.DataFrame:
+    """Per trained variant (model, method, tau, beta, probe) other than ``baseline``: its accuracy
+    averaged over ``benchmarks`` minus the baseline's on the same model, over the seeds both ran (the
+    same seed means the same prompts and first rollouts), as a fraction: mean with its 95% t-interval,
+    the seed count and the seeds it won. A run missing a benchmark has no average and no pair."""
+    columns = ["model", "method", "tau", "beta", "probe", "n_seeds", "diff_mean", "ci_low", "ci_high", "wins"]
+    if acc.empty:
+        return pd.DataFrame(columns=columns)
+    acc = acc[acc["benchmark"].isin(benchmarks) & (acc["method"] != "base")]
+    per_run: dict[str, tuple[tuple, Any, float]] = {}
+    for run, g in acc.groupby("run", sort=False):
+        if set(g["benchmark"]) == set(benchmarks):
+            first = g.iloc[0].to_dict()
+            per_run[run] = (variant_key(first), first["seed"], float(g["pass@1"].mean()))
+    by_variant: dict[tuple, dict[Any, float]] = {}
+    for key, seed, value in per_run.values():
+        by_variant.setdefault(key, {})[seed] = value
+    references: dict[Any, dict[Any, float]] = {}
+    for key, values in by_variant.items():
+        if key[1] == baseline:
+            if key[0] in references:
+                raise ValueError(f"model {key[0]!r}: several {baseline!r} variants to pair with")
+            references[key[0]] = values
+    out = []
+    for key, values in by_variant.items():
+        model, method = key[0], key[1]
+        reference = references.get(model)
+        if method == baseline or reference is None:
+            continue
+        seeds = sorted(set(values) & set(reference))
+        d = [values[s] - reference[s] for s in seeds]
+        mean, low, high = seed_interval(d)
+        out.append({**dict(zip(("model", "method", "tau", "beta", "probe"), key)), "n_seeds": len(seeds),
+                    "diff_mean": mean, "ci_low": low, "ci_high": high, "wins": sum(x > 0 for x in d)})
+    return pd.DataFrame(out, columns=columns)
+
+
 PAIRED_METRICS = {
     "final_accuracy": "held-out accuracy after training",
     "reward_auc": "mean training reward over all steps (area under the reward curve)",

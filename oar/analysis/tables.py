@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from oar.analysis.results import aggregate_accuracy
+from oar.analysis.results import aggregate_accuracy, paired_accuracy_differences
 
 METHOD_NAMES = {
     "base": "Base model",
@@ -212,13 +212,46 @@ def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, met
     if keep is not None:
         wide = wide[[bool(keep(r)) for r in wide.to_dict("records")]]
     extra: tuple = ()
+    wide, paired = _join_paired(wide, acc, benchmarks)
+    if paired:
+        extra = (("minus_grpo", "minus GRPO, paired", None),)
     if credit is not None and not credit.empty:
         wide = _join_credit(wide, credit, [c for c, _, _ in CREDIT_COLUMNS])
         wide = mark_untrained(wide, credit)
-        extra = (("steps_with_advantage", "steps A≠0", None), *CREDIT_COLUMNS)
+        extra = (*extra, ("steps_with_advantage", "steps A≠0", None), *CREDIT_COLUMNS)
     wide = wide.reset_index(drop=True)
     markdown = _accuracy_markdown(wide, benchmarks, title, extra)
-    return wide, markdown + ("\n" + UNTRAINED_NOTE if extra else "")
+    notes = (PAIRED_NOTE if paired else "") + (UNTRAINED_NOTE if credit is not None and not credit.empty else "")
+    return wide, markdown + ("\n" + notes if notes else "")
+
+
+PAIRED_NOTE = ("minus GRPO, paired: the variant's average accuracy minus GRPO's on the same model, in points, over "
+               "the seeds both ran (the same seed is the same prompts and first rollouts), mean [95% t-interval] "
+               "(seeds; seeds won); `*`: the interval excludes 0.\n")
+
+
+def _join_paired(wide: pd.DataFrame, acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFrame, bool]:
+    """Per variant, its paired difference from GRPO (:func:`paired_accuracy_differences`) in points:
+    numeric columns for the CSV and a ``minus_grpo`` cell for the Markdown; False when there is none."""
+    diffs = paired_accuracy_differences(acc, benchmarks)
+    if diffs.empty or wide.empty:
+        return wide, False
+    found = {_variant_key(r): r for r in diffs.to_dict("records")}
+    wide = wide.copy()
+    rows = [found.get(_variant_key(r)) for r in wide.to_dict("records")]
+    for col in ("diff_mean", "ci_low", "ci_high"):
+        wide[f"minus_grpo_{col.replace('diff_', '')}"] = [r[col] * 100 if r else math.nan for r in rows]
+    wide["minus_grpo_seeds"] = [r["n_seeds"] if r else math.nan for r in rows]
+    wide["minus_grpo"] = [_paired_cell(r) for r in rows]
+    return wide, True
+
+
+def _paired_cell(r: Mapping[str, Any] | None) -> str:
+    if r is None:
+        return "–"
+    decided = not _isnan(r["ci_low"]) and (r["ci_low"] > 0 or r["ci_high"] < 0)
+    cell = fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]) + ("*" if decided else "")
+    return f"{cell} ({r['n_seeds']}; {r['wins']})"
 
 
 def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFrame, str]:
@@ -228,6 +261,9 @@ def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFra
     if wide.empty:
         return wide, "## tau x beta grid\n\nNo results.\n"
     wide = wide[wide["method"] != "grpo"].reset_index(drop=True)
+    paired = {(r["model"], r["method"], r["tau"], r["beta"]): r
+              for r in paired_accuracy_differences(acc, benchmarks).to_dict("records")}
+    wide, _ = _join_paired(wide, acc, benchmarks)
     parts = ["## tau x beta grid\n"]
     for (model, method), g in wide.groupby(["model", "method"], sort=False):
         taus = sorted(g["tau"].unique())
@@ -242,7 +278,12 @@ def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFra
                                     cell["average_ci_high"].iloc[0], scale=1.0) if len(cell) and "average" in cell else "–")
             rows.append(row)
         parts.append(f"\n### {model}, {METHOD_NAMES.get(method, method)}\n\n" + markdown_table(headers, rows))
+        if paired:
+            rows = [[f"{t:g}", *[_paired_cell(paired.get((model, method, t, b))) for b in betas]] for t in taus]
+            parts.append(f"\nMinus GRPO, paired:\n\n" + markdown_table(headers, rows))
     parts.append("\nAverage accuracy over the benchmarks in % (95% interval over seeds where there are >= 2).\n")
+    if paired:
+        parts.append(PAIRED_NOTE)
     return wide, "".join(parts)
 
 
