@@ -125,6 +125,10 @@ def table_inputs(wildcards):
         "fidelity": {"fidelity": rules.fidelity_analysis.output.json},
         "cost": {"cost": rules.cost_summary.output.csv},
         "paired_differences": {"differences": rules.paired_analysis.output.differences},
+        "length_sweep": {
+            "outcomes": rules.paired_analysis.output.outcomes,
+            "accuracy": rules.paired_analysis.input.accuracy,
+        },
     }[name]
 
 

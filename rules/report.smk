@@ -33,6 +33,7 @@ rule table:
         default_beta=config["training"]["oar"]["beta"],
         default_probe=config["training"]["oar"]["probe"],
         reward_threshold=REG.paired["reward_threshold"],
+        paired_benchmark=REG.paired["benchmark"],
     script:
         "../workflow_scripts/tables.py"
 
@@ -134,7 +135,7 @@ rule cost:
 
 rule paired_differences:
     input:
-        table_files("paired_differences"),
+        table_files("paired_differences", "length_sweep"),
         figure_files("main_comparison", "length_sweep"),
 
 

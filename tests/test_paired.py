@@ -70,3 +70,25 @@ def test_base_accuracy_reads_the_untrained_rows_of_one_benchmark():
         {"model": "b", "method": "base", "benchmark": "chain_test", "pass@1": 0.2},
     ])
     assert base_accuracy(acc, "chain_test") == {"a": 0.3, "b": 0.2}
+
+
+def test_length_sweep_table_reports_each_method_and_length():
+    from oar.analysis.tables import length_sweep_table
+
+    rows = []
+    for model, shift in (("chain_f0", 0.0), ("chain_f2", -0.1)):
+        for seed in range(3):
+            rows.append({"model": model, "method": "grpo", "seed": seed, "final_accuracy": 0.5 + shift + 0.01 * seed,
+                         "steps_to_threshold": 10 + seed, "reached": True, "steps": 20})
+            rows.append({"model": model, "method": "oar_g", "seed": seed, "final_accuracy": 0.55 + shift,
+                         "steps_to_threshold": 21.0, "reached": False, "steps": 20})
+    frame, md = length_sweep_table(pd.DataFrame(rows), 0.42, base={"chain_f0": 0.3, "chain_f2": 0.25},
+                                   lengths={"chain_f0": 40.2, "chain_f2": 66.0})
+    f = frame.set_index(["model", "method"])
+    assert f.loc[("chain_f2", "grpo"), "accuracy"] == pytest.approx(41.0)
+    assert f.loc[("chain_f0", "grpo"), "steps_to_threshold"] == pytest.approx(11.0)
+    assert f.loc[("chain_f0", "oar_g"), "reached"] == 0
+    assert "| chain_f0: accuracy, % | chain_f2: accuracy, % |" in md
+    assert "| Base model | 30.0 | 25.0 | – | – |" in md and "| response tokens (base policy) | 40 | 66 |" in md
+    assert "| OAR-G | 55.0 [55.0, 55.0] (3) | 45.0 [45.0, 45.0] (3) | 21.0 [21.0, 21.0] (0/3) |" in md
+    assert "reaches 0.42" in md

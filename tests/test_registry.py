@@ -248,6 +248,7 @@ def test_embedded_default_is_the_testbed_with_paired_seeds():
     full = registry(deep_merge(default, load("ablations.yaml")))
     fillers = sorted(full.config["models"][m]["pretrain"]["filler"] for m in full.paired_models())
     assert len(fillers) >= 3 and len(set(fillers)) == len(fillers) and "length_sweep" in full.figures
+    assert "length_sweep" in full.tables and "length_sweep" not in reg.tables
     for group in ("gating", "grid", "probes", "controls"):
         assert full.groups[group]
         assert len({full.runs[r]["seed"] for r in full.groups[group]}) >= 3

@@ -72,6 +72,11 @@ def test_paired_differences_pair_every_seed_per_model(workflow):
     assert md.startswith("## Paired differences") and "chain_a" in md and "OAR-G" in md
     for name in ("main_comparison", "length_sweep"):
         assert (results / "figures" / f"{name}.png").stat().st_size > 1000
+    sweep = pd.read_csv(results / "tables" / "length_sweep.csv").set_index(["model", "method"])
+    for (model, method), g in outcomes.groupby(["model", "method"]):
+        assert sweep.loc[(model, method), "accuracy"] == pytest.approx(100 * g["final_accuracy"].mean())
+        assert sweep.loc[(model, method), "reached"] == g["reached"].sum()
+    assert "| Base model |" in (results / "tables" / "length_sweep.md").read_text()
 
 
 def test_recall_is_scored_against_the_parsed_decisive_tokens(workflow):

@@ -15,7 +15,7 @@ smk = snakemake_only(globals(), "tables.py", "the tables are built by oar.analys
 
 import pandas as pd  # noqa: E402
 
-from oar.analysis import tables  # noqa: E402
+from oar.analysis import results, tables  # noqa: E402
 
 
 def _credit(smk):
@@ -46,6 +46,12 @@ def build(smk):
         return tables.fidelity_table(json.loads(Path(smk.input.fidelity).read_text()))
     if name == "paired_differences":
         return tables.paired_table(pd.read_csv(smk.input.differences), p.reward_threshold)
+    if name == "length_sweep":
+        acc = pd.read_csv(smk.input.accuracy)
+        base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]
+        return tables.length_sweep_table(pd.read_csv(smk.input.outcomes), p.reward_threshold,
+                                         base=results.base_accuracy(acc, p.paired_benchmark),
+                                         lengths=dict(zip(base["model"], base["mean_response_tokens"])))
     if name == "cost":
         return tables.cost_table(pd.read_csv(smk.input.cost), p.train_threads)
     raise ValueError(f"unknown table {name!r}")

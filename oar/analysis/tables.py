@@ -433,6 +433,60 @@ def paired_table(differences: pd.DataFrame, threshold: float | None = None) -> t
     return pd.DataFrame(rows_out), "".join(parts)
 
 
+def length_sweep_table(outcomes: pd.DataFrame, threshold: float | None = None,
+                       base: Mapping[str, float] | None = None,
+                       lengths: Mapping[str, float] | None = None) -> tuple[pd.DataFrame, str]:
+    """The length sweep: per method and policy (one per response length), final held-out accuracy (%)
+    and steps to the reward threshold, each ``mean [95% t-interval]`` over seeds, with how many seeds
+    reached the threshold. ``base`` (model -> accuracy, 0-1) adds the untrained policy's row and
+    ``lengths`` (model -> mean response tokens) a row of response lengths."""
+    from oar.analysis.results import seed_interval
+
+    models = list(dict.fromkeys(outcomes["model"]))
+    rows_out = []
+    for (model, method), g in outcomes.groupby(["model", "method"], sort=False):
+        acc = seed_interval(list(g["final_accuracy"] * 100))
+        steps = seed_interval(list(g["steps_to_threshold"]))
+        rows_out.append({"model": model, "method": method, "n_seeds": len(g),
+                         "accuracy": acc[0], "accuracy_ci_low": acc[1], "accuracy_ci_high": acc[2],
+                         "steps_to_threshold": steps[0], "steps_ci_low": steps[1], "steps_ci_high": steps[2],
+                         "reached": int(g["reached"].sum()), "steps": int(g["steps"].max())})
+    frame = pd.DataFrame(rows_out)
+    headers = ["Method", *[f"{m}: accuracy, %" for m in models], *[f"{m}: steps to threshold" for m in models]]
+    rows = []
+    if lengths:
+        rows.append(["response tokens (base policy)", *[fmt_num(lengths.get(m), 0) for m in models], *[""] * len(models)])
+    if base:
+        rows.append([METHOD_NAMES["base"], *[fmt_num(base.get(m), 1, 100.0) for m in models], *["–"] * len(models)])
+    for method in _order_methods(frame["method"].unique()):
+        cells = [METHOD_NAMES.get(method, method)]
+        acc_cells, step_cells = [], []
+        for m in models:
+            r = frame[(frame["model"] == m) & (frame["method"] == method)]
+            if r.empty:
+                acc_cells.append("–")
+                step_cells.append("–")
+                continue
+            r = r.iloc[0]
+            acc_cells.append(fmt_cell(r["accuracy"], r["accuracy_ci_low"], r["accuracy_ci_high"], scale=1.0)
+                             + f" ({r['n_seeds']})")
+            step_cells.append(fmt_cell(r["steps_to_threshold"], r["steps_ci_low"], r["steps_ci_high"], scale=1.0)
+                              + f" ({r['reached']}/{r['n_seeds']})")
+        rows.append(cells + acc_cells + step_cells)
+    what = f"{threshold:g}" if threshold is not None else "the threshold"
+    md = ("## Length sweep\n\n" + markdown_table(headers, rows)
+          + "\nOne policy per response length (the same task with more remarks that cannot change the answer). "
+            "Accuracy: held-out accuracy after training, mean [95% t-interval] over seeds (seeds). Steps to "
+            f"threshold: first step whose trailing mean reward reaches {what}, mean [95% t-interval] (seeds that "
+            "reached it / seeds; a run that never reaches it counts as its last step + 1). Each method minus "
+            "GRPO over paired seeds: the paired differences table.\n")
+    return frame, md
+
+
+def _order_methods(methods) -> list[str]:
+    return sorted(methods, key=lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER))
+
+
 def write_table(frame: pd.DataFrame, markdown: str, csv_path: str | os.PathLike, md_path: str | os.PathLike) -> None:
     """Write the CSV and the Markdown, each to a temporary name first and then renamed."""
     for path, write in ((csv_path, lambda f: frame.to_csv(f, index=False, float_format="%.6g")),

@@ -396,6 +396,8 @@ class Registry:
         names = [n for n, g in GROUP_TABLES.items() if self.groups[g]]
         if self.has_paired():
             names.append("paired_differences")
+            if self.is_length_sweep():
+                names.append("length_sweep")
         names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
         if self.fidelity["scorers"] and self.fidelity["probes"]:
             names.append("fidelity")
