@@ -73,7 +73,9 @@ def test_landing_page_describes_the_run():
     assert "OAR reproduction: what this run was" in html
     steps = config["training"]["trainer"]["max_steps"]
     assert f"{steps} steps on chain_train;" in html and "pretrained in the workflow on the chain task" in html
-    assert "group size G = 8" in html and "learning rate 0.0001" in html
+    trainer = config["training"]["trainer"]
+    assert f"group size G = {trainer['num_generations']}" in html
+    assert f"learning rate {trainer['learning_rate']:g}" in html
     assert "main table: GRPO, OAR-P, OAR-G, seeds 0, 1, 2, 3, 4." in html
     assert "gating ablation: not run." in html
     assert "How to read this report" in html
