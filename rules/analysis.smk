@@ -231,6 +231,7 @@ rule paired_analysis:
         baseline=REG.paired["baseline"],
         benchmark=REG.paired["benchmark"],
         reward_threshold=REG.paired["reward_threshold"],
+        reward_gain=REG.paired.get("reward_gain"),
         window=REG.paired["window"],
     script:
         "../workflow_scripts/analyze.py"

@@ -33,6 +33,7 @@ rule table:
         default_beta=config["training"]["oar"]["beta"],
         default_probe=config["training"]["oar"]["probe"],
         reward_threshold=REG.paired["reward_threshold"],
+        reward_gain=REG.paired.get("reward_gain"),
         paired_benchmark=REG.paired["benchmark"],
     script:
         "../workflow_scripts/tables.py"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from oar.analysis.results import base_accuracy, paired_differences, per_seed_outcomes, steps_to_threshold
-from oar.analysis.tables import paired_table
+from oar.analysis.tables import paired_table, threshold_rule
 
 
 def test_steps_to_threshold_uses_the_trailing_mean():
@@ -40,8 +40,10 @@ def test_a_constant_paired_effect_is_decided_with_a_zero_width_interval():
     assert d.at["reward_auc", "diff_mean"] == pytest.approx(0.1)
     assert d.at["steps_to_threshold", "diff_mean"] == pytest.approx(-2.0)  # 0.6 reached 2 steps earlier
     assert d.at["final_accuracy", "wins"] == 5 and d.at["final_accuracy", "n_seeds"] == 5
-    frame, md = paired_table(d.reset_index(), 0.6)
+    frame, md = paired_table(d.reset_index(), threshold_rule(0.6, None))
     assert "OAR-G" in md and "10.0 [10.0, 10.0] *" in md and "-2.0 [-2.0, -2.0] *" in md
+    assert "minus GRPO (reward threshold 0.600)" in md and "reaches 0.6 (negative" in md
+    assert "starting reward (mean first-step reward of its runs) + 0.08" in threshold_rule(None, 0.08)
 
 
 def test_noise_around_zero_is_not_decided():
@@ -82,7 +84,7 @@ def test_length_sweep_table_reports_each_method_and_length():
                          "steps_to_threshold": 10 + seed, "reached": True, "steps": 20})
             rows.append({"model": model, "method": "oar_g", "seed": seed, "final_accuracy": 0.55 + shift,
                          "steps_to_threshold": 21.0, "reached": False, "steps": 20})
-    frame, md = length_sweep_table(pd.DataFrame(rows), 0.42, base={"chain_f0": 0.3, "chain_f2": 0.25},
+    frame, md = length_sweep_table(pd.DataFrame(rows), "0.42", base={"chain_f0": 0.3, "chain_f2": 0.25},
                                    lengths={"chain_f0": 40.2, "chain_f2": 66.0})
     f = frame.set_index(["model", "method"])
     assert f.loc[("chain_f2", "grpo"), "accuracy"] == pytest.approx(41.0)
@@ -92,3 +94,30 @@ def test_length_sweep_table_reports_each_method_and_length():
     assert "| Base model | 30.0 | 25.0 | – | – |" in md and "| response tokens (base policy) | 40 | 66 |" in md
     assert "| OAR-G | 55.0 [55.0, 55.0] (3) | 45.0 [45.0, 45.0] (3) | 21.0 [21.0, 21.0] (0/3) |" in md
     assert "reaches 0.42" in md
+
+
+def test_a_relative_threshold_is_the_starting_reward_plus_the_gain():
+    from oar.analysis.results import reward_thresholds
+
+    rows = []
+    for model, start in (("short", 0.2), ("long", 0.4)):
+        for method in ("grpo", "oar_g"):
+            for seed in (0, 1):
+                # seed s starts at start + 0.02 s for both methods (same first rollouts), then rises 0.05 a step
+                rows += [{"run": f"{model}/{method}-{seed}", "model": model, "method": method, "seed": seed,
+                          "step": k, "reward": start + 0.02 * seed + 0.05 * (k - 1) * (1 if method == "grpo" else 0.5)}
+                         for k in range(1, 11)]
+    curves = pd.DataFrame(rows)
+    t = reward_thresholds(curves, None, 0.1)
+    assert t["short"] == pytest.approx(0.21 + 0.1) and t["long"] == pytest.approx(0.41 + 0.1)
+    assert reward_thresholds(curves, 0.6, None) == {"short": 0.6, "long": 0.6}
+    with pytest.raises(ValueError, match="exactly one"):
+        reward_thresholds(curves, 0.6, 0.1)
+    acc = pd.DataFrame([{"run": r, "benchmark": "chain_test", "pass@1": 0.5} for r in curves["run"].unique()])
+    out = per_seed_outcomes(acc, curves, "chain_test", None, window=1, gain=0.1)
+    # GRPO gains 0.05 a step: seed 0 of "short" (start 0.20) passes 0.31 at step 4; OAR-G (0.025 a step) at step 6
+    got = out.set_index("run")["steps_to_threshold"]
+    assert got["short/grpo-0"] == 4 and got["short/oar_g-0"] == 6 and set(out["threshold"].round(3)) == {0.31, 0.51}
+    d = paired_differences(out)
+    assert set(d["threshold"].round(3)) == {0.31, 0.51}
+

@@ -200,6 +200,7 @@ def _set(cfg: dict, path: str, value) -> dict:
     ("training.trainer.per_device_train_batch_size", 6, "training.trainer.per_device_train_batch_size"),
     ("models.smollm2.trainer", {"num_generations": 3}, "models.smollm2.trainer.per_device_train_batch_size"),
     ("analysis.fidelity.scorers", ["oar_p", "oar_g"], "analysis.fidelity.scorers"),
+    ("analysis.paired.reward_gain", 0.1, "analysis.paired.reward_gain"),  # beside the default reward_threshold
 ])
 def test_config_error_names_the_key(path, value, key):
     cfg = _set(load(FIXTURE), path, value)

@@ -45,11 +45,13 @@ def build(smk):
     if name == "fidelity":
         return tables.fidelity_table(json.loads(Path(smk.input.fidelity).read_text()))
     if name == "paired_differences":
-        return tables.paired_table(pd.read_csv(smk.input.differences), p.reward_threshold)
+        return tables.paired_table(pd.read_csv(smk.input.differences),
+                                   tables.threshold_rule(p.reward_threshold, p.reward_gain))
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]
-        return tables.length_sweep_table(pd.read_csv(smk.input.outcomes), p.reward_threshold,
+        return tables.length_sweep_table(pd.read_csv(smk.input.outcomes),
+                                         tables.threshold_rule(p.reward_threshold, p.reward_gain),
                                          base=results.base_accuracy(acc, p.paired_benchmark),
                                          lengths=dict(zip(base["model"], base["mean_response_tokens"])))
     if name == "cost":

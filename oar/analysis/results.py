@@ -190,21 +190,38 @@ def base_accuracy(acc: pd.DataFrame, benchmark: str) -> dict[str, float]:
     return {str(m): float(v) for m, v in zip(rows["model"], rows["pass@1"])}
 
 
-def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, threshold: float,
-                      window: int = 5) -> pd.DataFrame:
-    """One row per run of a group: model, method, seed and each of :data:`PAIRED_METRICS`. A run that
-    never reaches the threshold is censored at its last step + 1 (``reached`` False)."""
+def reward_thresholds(curves: pd.DataFrame, threshold: float | None, gain: float | None = None) -> dict[str, float]:
+    """Model -> the reward threshold of "steps to threshold": ``threshold`` for every model, or, with
+    ``gain``, the model's starting reward (mean reward at the first logged step over all its runs; the
+    same for every method, as a seed fixes the first rollouts) plus ``gain``. Exactly one is set."""
+    if (threshold is None) == (gain is None):
+        raise ValueError(f"set exactly one of reward_threshold and reward_gain, got {threshold} and {gain}")
+    models = list(dict.fromkeys(curves["model"]))
+    if gain is None:
+        return {m: float(threshold) for m in models}
+    first = curves[curves["step"] == curves.groupby("run")["step"].transform("min")]
+    start = first.groupby("model")["reward"].mean()
+    return {m: float(start[m]) + float(gain) for m in models}
+
+
+def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, threshold: float | None,
+                      window: int = 5, gain: float | None = None) -> pd.DataFrame:
+    """One row per run of a group: model, method, seed, the model's reward threshold
+    (:func:`reward_thresholds`) and each of :data:`PAIRED_METRICS`. A run that never reaches the
+    threshold is censored at its last step + 1 (``reached`` False)."""
     rows = []
     acc = acc[acc["benchmark"] == benchmark]
     final = {r: v for r, v in zip(acc["run"], acc["pass@1"])}
+    thresholds = reward_thresholds(curves, threshold, gain)
     for run, g in curves.groupby("run", sort=False):
         g = g.sort_values("step")
         rewards = list(g["reward"])
         if run not in final:
             raise ValueError(f"run {run!r} has training curves but no {benchmark} accuracy")
-        reached = steps_to_threshold(rewards, threshold, window)
-        rows.append({"run": run, "model": g["model"].iloc[0], "method": g["method"].iloc[0],
-                     "seed": int(g["seed"].iloc[0]), "final_accuracy": final[run],
+        model = g["model"].iloc[0]
+        reached = steps_to_threshold(rewards, thresholds[model], window)
+        rows.append({"run": run, "model": model, "method": g["method"].iloc[0],
+                     "seed": int(g["seed"].iloc[0]), "threshold": thresholds[model], "final_accuracy": final[run],
                      "reward_auc": float(np.nanmean(rewards)),
                      "steps_to_threshold": reached if not math.isnan(reached) else float(len(rewards) + 1),
                      "reached": not math.isnan(reached), "steps": len(rewards)})
@@ -231,6 +248,7 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo") -> pd.Dat
                 mean, low, high = seed_interval(d)
                 better = (lambda x: x < 0) if metric == "steps_to_threshold" else (lambda x: x > 0)
                 out.append({"model": model, "method": method, "baseline": baseline, "metric": metric,
+                            "threshold": float(m["threshold"].iloc[0]) if "threshold" in m else math.nan,
                             "n_seeds": len(seeds), "diff_mean": mean, "ci_low": low, "ci_high": high,
                             "wins": sum(better(x) for x in d), "method_mean": float(g.loc[seeds, metric].mean()),
                             "baseline_mean": float(base.loc[seeds, metric].mean()),

@@ -396,7 +396,20 @@ def cost_table(cost: pd.DataFrame, train_threads: int | None = None) -> tuple[pd
     return cost.reset_index(drop=True), "".join(parts)
 
 
-def paired_table(differences: pd.DataFrame, threshold: float | None = None) -> tuple[pd.DataFrame, str]:
+def threshold_rule(reward_threshold: float | None, reward_gain: float | None) -> str:
+    """How the reward threshold of "steps to threshold" was set, for a table's note."""
+    if reward_gain is not None:
+        return f"the model's starting reward (mean first-step reward of its runs) + {reward_gain:g}"
+    return f"{reward_threshold:g}" if reward_threshold is not None else "the threshold"
+
+
+def _threshold_of(frame: pd.DataFrame, model: str) -> str:
+    if "threshold" not in frame or frame[frame["model"] == model]["threshold"].isna().all():
+        return ""
+    return f" (reward threshold {frame[frame['model'] == model]['threshold'].iloc[0]:.3f})"
+
+
+def paired_table(differences: pd.DataFrame, rule: str | None = None) -> tuple[pd.DataFrame, str]:
     """Each method minus the baseline over paired seeds, per model: final accuracy and reward AUC in
     points, steps to the reward threshold in steps; ``mean [95% interval]``, seeds, wins, and whether
     the interval excludes 0."""
@@ -421,19 +434,19 @@ def paired_table(differences: pd.DataFrame, threshold: float | None = None) -> t
             cells += [int(first["n_seeds"]), " / ".join(str(int(m[m["metric"] == k]["wins"].iloc[0]))
                                                        for k in PAIRED_METRICS)]
             rows.append(cells)
-        parts.append(f"\n### {model}: each method minus {base}\n\n" + markdown_table(
+        parts.append(f"\n### {model}: each method minus {base}{_threshold_of(g, model)}\n\n" + markdown_table(
             ["Method", "final accuracy (points)", "reward AUC (points)", "steps to threshold", "seeds",
              "wins (acc / AUC / steps)"], rows))
     parts.append("\n\nMean difference over seeds with its 95% t-interval; the same seed means the same training "
                  "prompts and first rollouts for every method. `*`: the interval excludes 0 (a decided "
                  "difference). Final accuracy: held-out accuracy after training. Reward AUC: mean training "
                  "reward over all steps. Steps to threshold: first step whose trailing mean reward reaches "
-                 + (f"{threshold:g}" if threshold is not None else "the threshold")
+                 + (rule or "the threshold")
                  + " (negative = faster; a run that never reaches it counts as its last step + 1).\n")
     return pd.DataFrame(rows_out), "".join(parts)
 
 
-def length_sweep_table(outcomes: pd.DataFrame, threshold: float | None = None,
+def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
                        base: Mapping[str, float] | None = None,
                        lengths: Mapping[str, float] | None = None) -> tuple[pd.DataFrame, str]:
     """The length sweep: per method and policy (one per response length), final held-out accuracy (%)
@@ -458,6 +471,9 @@ def length_sweep_table(outcomes: pd.DataFrame, threshold: float | None = None,
         rows.append(["response tokens (base policy)", *[fmt_num(lengths.get(m), 0) for m in models], *[""] * len(models)])
     if base:
         rows.append([METHOD_NAMES["base"], *[fmt_num(base.get(m), 1, 100.0) for m in models], *["–"] * len(models)])
+    if "threshold" in outcomes:
+        thresholds = outcomes.groupby("model", sort=False)["threshold"].first()
+        rows.append(["reward threshold", *[""] * len(models), *[fmt_num(thresholds.get(m), 3) for m in models]])
     for method in _order_methods(frame["method"].unique()):
         cells = [METHOD_NAMES.get(method, method)]
         acc_cells, step_cells = [], []
@@ -473,7 +489,7 @@ def length_sweep_table(outcomes: pd.DataFrame, threshold: float | None = None,
             step_cells.append(fmt_cell(r["steps_to_threshold"], r["steps_ci_low"], r["steps_ci_high"], scale=1.0)
                               + f" ({r['reached']}/{r['n_seeds']})")
         rows.append(cells + acc_cells + step_cells)
-    what = f"{threshold:g}" if threshold is not None else "the threshold"
+    what = rule or "the threshold"
     md = ("## Length sweep\n\n" + markdown_table(headers, rows)
           + "\nOne policy per response length (the same task with more remarks that cannot change the answer). "
             "Accuracy: held-out accuracy after training, mean [95% t-interval] over seeds (seeds). Steps to "

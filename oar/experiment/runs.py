@@ -195,6 +195,11 @@ class Registry:
             for b in config["runs"][group].get("benchmarks") or []:
                 if b not in config["evaluation"]["benchmarks"]:
                     raise ConfigError(f"runs.{group}.benchmarks", f"{b!r} is not in evaluation.benchmarks")
+        paired = config["analysis"]["paired"]
+        if (paired["reward_threshold"] is None) == (paired.get("reward_gain") is None):
+            raise ConfigError("analysis.paired.reward_gain",
+                              "set exactly one of analysis.paired.reward_threshold and analysis.paired.reward_gain "
+                              f"(got {paired['reward_threshold']} and {paired.get('reward_gain')})")
         oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
         for name in config["models"]:
             if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
