@@ -120,4 +120,3 @@ def test_a_relative_threshold_is_the_starting_reward_plus_the_gain():
     assert got["short/grpo-0"] == 4 and got["short/oar_g-0"] == 6 and set(out["threshold"].round(3)) == {0.31, 0.51}
     d = paired_differences(out)
     assert set(d["threshold"].round(3)) == {0.31, 0.51}
-

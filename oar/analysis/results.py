@@ -135,8 +135,9 @@ def paired_accuracy_differences(acc: pd.DataFrame, benchmarks: Sequence[str], ba
     """Per trained variant (model, method, tau, beta, probe) other than ``baseline``: its accuracy
     averaged over ``benchmarks`` minus the baseline's on the same model, over the seeds both ran (the
     same seed means the same prompts and first rollouts), as a fraction: mean with its 95% t-interval,
-    the seed count and the seeds it won. A run missing a benchmark has no average and no pair."""
-    columns = ["model", "method", "tau", "beta", "probe", "n_seeds", "diff_mean", "ci_low", "ci_high", "wins"]
+    the seed count, the seeds it won and whether the interval excludes 0. A run missing a benchmark has no average and no pair."""
+    columns = ["model", "method", "tau", "beta", "probe", "n_seeds", "diff_mean", "ci_low", "ci_high", "wins",
+               "decided"]
     if acc.empty:
         return pd.DataFrame(columns=columns)
     acc = acc[acc["benchmark"].isin(benchmarks) & (acc["method"] != "base")]
@@ -164,7 +165,8 @@ def paired_accuracy_differences(acc: pd.DataFrame, benchmarks: Sequence[str], ba
         d = [values[s] - reference[s] for s in seeds]
         mean, low, high = seed_interval(d)
         out.append({**dict(zip(("model", "method", "tau", "beta", "probe"), key)), "n_seeds": len(seeds),
-                    "diff_mean": mean, "ci_low": low, "ci_high": high, "wins": sum(x > 0 for x in d)})
+                    "diff_mean": mean, "ci_low": low, "ci_high": high, "wins": sum(x > 0 for x in d),
+                    "decided": bool(len(seeds) > 1 and (low > 0 or high < 0))})
     return pd.DataFrame(out, columns=columns)
 
 

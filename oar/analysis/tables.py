@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from oar.analysis.results import aggregate_accuracy, paired_accuracy_differences
+from oar.analysis.results import aggregate_accuracy, paired_accuracy_differences, seed_interval
 
 METHOD_NAMES = {
     "base": "Base model",
@@ -212,7 +212,7 @@ def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, met
     if keep is not None:
         wide = wide[[bool(keep(r)) for r in wide.to_dict("records")]]
     extra: tuple = ()
-    wide, paired = _join_paired(wide, acc, benchmarks)
+    wide, paired = _join_paired(wide, paired_accuracy_differences(acc, benchmarks))
     if paired:
         extra = (("minus_grpo", "minus GRPO, paired", None),)
     if credit is not None and not credit.empty:
@@ -230,10 +230,9 @@ PAIRED_NOTE = ("minus GRPO, paired: the variant's average accuracy minus GRPO's 
                "(seeds; seeds won); `*`: the interval excludes 0.\n")
 
 
-def _join_paired(wide: pd.DataFrame, acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFrame, bool]:
-    """Per variant, its paired difference from GRPO (:func:`paired_accuracy_differences`) in points:
-    numeric columns for the CSV and a ``minus_grpo`` cell for the Markdown; False when there is none."""
-    diffs = paired_accuracy_differences(acc, benchmarks)
+def _join_paired(wide: pd.DataFrame, diffs: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """Per variant, its paired difference from GRPO (``diffs``, :func:`paired_accuracy_differences`) in
+    points: numeric columns for the CSV and a ``minus_grpo`` cell for the Markdown; False when there is none."""
     if diffs.empty or wide.empty:
         return wide, False
     found = {_variant_key(r): r for r in diffs.to_dict("records")}
@@ -249,8 +248,7 @@ def _join_paired(wide: pd.DataFrame, acc: pd.DataFrame, benchmarks: Sequence[str
 def _paired_cell(r: Mapping[str, Any] | None) -> str:
     if r is None:
         return "–"
-    decided = not _isnan(r["ci_low"]) and (r["ci_low"] > 0 or r["ci_high"] < 0)
-    cell = fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]) + ("*" if decided else "")
+    cell = fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]) + ("*" if r["decided"] else "")
     return f"{cell} ({r['n_seeds']}; {r['wins']})"
 
 
@@ -261,9 +259,9 @@ def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFra
     if wide.empty:
         return wide, "## tau x beta grid\n\nNo results.\n"
     wide = wide[wide["method"] != "grpo"].reset_index(drop=True)
-    paired = {(r["model"], r["method"], r["tau"], r["beta"]): r
-              for r in paired_accuracy_differences(acc, benchmarks).to_dict("records")}
-    wide, _ = _join_paired(wide, acc, benchmarks)
+    diffs = paired_accuracy_differences(acc, benchmarks)
+    paired = {(r["model"], r["method"], r["tau"], r["beta"]): r for r in diffs.to_dict("records")}
+    wide, _ = _join_paired(wide, diffs)
     parts = ["## tau x beta grid\n"]
     for (model, method), g in wide.groupby(["model", "method"], sort=False):
         taus = sorted(g["tau"].unique())
@@ -404,9 +402,8 @@ def threshold_rule(reward_threshold: float | None, reward_gain: float | None) ->
 
 
 def _threshold_of(frame: pd.DataFrame, model: str) -> str:
-    if "threshold" not in frame or frame[frame["model"] == model]["threshold"].isna().all():
-        return ""
-    return f" (reward threshold {frame[frame['model'] == model]['threshold'].iloc[0]:.3f})"
+    values = frame.loc[frame["model"] == model, "threshold"].dropna() if "threshold" in frame else []
+    return f" (reward threshold {values.iloc[0]:.3f})" if len(values) else ""
 
 
 def paired_table(differences: pd.DataFrame, rule: str | None = None) -> tuple[pd.DataFrame, str]:
@@ -453,8 +450,6 @@ def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
     and steps to the reward threshold, each ``mean [95% t-interval]`` over seeds, with how many seeds
     reached the threshold. ``base`` (model -> accuracy, 0-1) adds the untrained policy's row and
     ``lengths`` (model -> mean response tokens) a row of response lengths."""
-    from oar.analysis.results import seed_interval
-
     models = list(dict.fromkeys(outcomes["model"]))
     rows_out = []
     for (model, method), g in outcomes.groupby(["model", "method"], sort=False):
@@ -474,7 +469,7 @@ def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
     if "threshold" in outcomes:
         thresholds = outcomes.groupby("model", sort=False)["threshold"].first()
         rows.append(["reward threshold", *[""] * len(models), *[fmt_num(thresholds.get(m), 3) for m in models]])
-    for method in _order_methods(frame["method"].unique()):
+    for method in sorted(frame["method"].unique(), key=lambda m: _sort_key({"method": m})):
         cells = [METHOD_NAMES.get(method, method)]
         acc_cells, step_cells = [], []
         for m in models:
@@ -497,10 +492,6 @@ def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
             "reached it / seeds; a run that never reaches it counts as its last step + 1). Each method minus "
             "GRPO over paired seeds: the paired differences table.\n")
     return frame, md
-
-
-def _order_methods(methods) -> list[str]:
-    return sorted(methods, key=lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER))
 
 
 def write_table(frame: pd.DataFrame, markdown: str, csv_path: str | os.PathLike, md_path: str | os.PathLike) -> None:
