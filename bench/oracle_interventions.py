@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oar.analysis.oracle import INTERVENTIONS, causal_tokens
 from oar.analysis.results import oracle_sanity, read_jsonl
-from oar.method.importance import build_probes
+from oar.method.probes import build_probes
 
 
 def main(argv=None):

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from oar.method.importance import ScorerConfig, build_probes, divergence, forward_equivalents, outcome_from_logits, score
+from oar.method.importance import ScorerConfig, forward_equivalents, score
+from oar.method.probes import build_probes, divergence, outcome_from_logits
 from oar.models.sources import load_packaged, package_dir
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -34,7 +34,7 @@ METHODS = ("oar_p", "oar_g")
 
 
 def rank_probes(rank, tokenizer):
-    from oar.method.importance import build_probes
+    from oar.method.probes import build_probes
 
     responses, active = RANK_ROWS[rank]
     prompt = tokenizer("Question: how many apples are left? Answer:", add_special_tokens=False)["input_ids"]

@@ -3,19 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from oar.method.importance import (
-    CONCLUDE_TEXT,
-    SCORERS,
-    Probe,
-    ScorerConfig,
-    build_probes,
-    divergence,
-    forward_equivalents,
-    outcome_from_logits,
-    pad_token_id,
-    probes_from_padded,
-    score,
-)
+from oar.method.importance import SCORERS, ScorerConfig, forward_equivalents, score
+from oar.method.probes import CONCLUDE_TEXT, Probe, build_probes, divergence, outcome_from_logits, pad_token_id, probes_from_padded
 from oar.models.tiny import build_tiny_model
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from oar.analysis.oracle import causal_tokens, greedy_continuations, same_answer
-from oar.method.importance import build_probes
+from oar.method.probes import build_probes
 
 CAUSAL = {2, 5}
 

@@ -15,7 +15,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from oar.method.importance import probes_from_padded
+from oar.method.probes import probes_from_padded
 from oar.training.grpo_trainer import METHODS, OARConfig, OARTrainer
 from oar.training.run import SettingsError, resolve_settings
 

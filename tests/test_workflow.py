@@ -98,7 +98,8 @@ def test_schema_matches_library():
     """The schema's enums and trainer keys are the library's (a drift would reject valid configs or let
     invalid ones through to a job)."""
     from oar.data.datasets import DATASETS
-    from oar.method.importance import PROBES, SCORERS
+    from oar.method.importance import SCORERS
+    from oar.method.probes import PROBES
     from oar.training.grpo_trainer import METHODS
     from oar.training.run import DEFAULT_SETTINGS
 

@@ -52,7 +52,7 @@ def main(argv=None):
     from oar.data.datasets import read_records
     from oar.evaluation.generation import eos_token_ids
     from oar.grading import grade
-    from oar.method.importance import build_probes
+    from oar.method.probes import build_probes
     from oar.prompting import build_prompt, encode_prompts
 
     started = time.perf_counter()

@@ -45,7 +45,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     from oar.analysis.oracle import causal_tokens
-    from oar.method.importance import build_probes
+    from oar.method.probes import build_probes
 
     started = time.perf_counter()
     fallback = not args.no_fallback_last_number

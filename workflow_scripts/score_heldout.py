@@ -39,7 +39,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from oar.method.importance import ScorerConfig, build_probes, score
+    from oar.method.importance import ScorerConfig, score
+    from oar.method.probes import build_probes
 
     rows = read_jsonl(args.responses)
     model, tokenizer = load_model(args.model, threads=args.threads)

@@ -1,6 +1,6 @@
 """Oracle causal tokens (method.md section 8): substitute, re-decode greedily, see if the answer moves.
 
-For one response with reasoning tokens u_1..u_R (its probe from :func:`oar.method.importance.build_probes`),
+For one response with reasoning tokens u_1..u_R (its probe from :func:`oar.method.probes.build_probes`),
 position j is *causal* when the sequence ``prompt | u_1..u_{j-1} | pad``, continued by greedy decoding,
 ends with a final answer (``oar.grading.extract_answer``, the same extraction as the rewards) that is
 not equivalent (``oar.grading.answers_match``) to the reference answer. Two references:
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from oar.grading import answers_match, extract_answer
-from oar.method.importance import Probe
+from oar.method.probes import Probe
 
 REFERENCES = ("response", "clean")
 # What replaces reasoning token j before the rest is re-decoded. OAR-P's scorer always substitutes pad (the
@@ -173,7 +173,7 @@ def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", s
     started = time.perf_counter()
     was_training = model.training
     model.eval()
-    pad_id = probe.pad_id  # the tokenizer's pad (oar.method.importance.pad_token_id), as OAR-P substitutes
+    pad_id = probe.pad_id  # the tokenizer's pad (oar.method.probes.pad_token_id), as OAR-P substitutes
     eos_ids = _eos_ids(model, tokenizer)
     prompt = list(probe.prompt_ids)
     response = list(probe.response_ids)

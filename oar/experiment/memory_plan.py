@@ -321,7 +321,8 @@ def _bytes(dtype: str) -> int:
 
 def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int) -> tuple[int, int]:
     """(cached tokens materialised, tokens run) of OAR-P's largest chunk, from oar.method.importance's schedule."""
-    from oar.method.importance import Probe, _oar_p_chunks
+    from oar.method.importance import _oar_p_chunks
+    from oar.method.probes import Probe
 
     reasoning = probe_tokens - prompt_tokens - CONCLUDE_AND_ANSWER_TOKENS
     probe = Probe(prompt_ids=(0,) * prompt_tokens, response_ids=(0,) * reasoning, reasoning_len=reasoning,

@@ -23,7 +23,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from oar.grading import grade
 from oar.method.gate import gate
-from oar.method.importance import PROBES, SCORERS, ScorerConfig, probes_from_padded, score
+from oar.method.importance import SCORERS, ScorerConfig, score
+from oar.method.probes import PROBES, probes_from_padded
 from oar.method.metrics import ess_ratio, top_mass
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory

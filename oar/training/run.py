@@ -28,7 +28,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from oar.evaluation.generation import eos_token_ids
-from oar.method.importance import PROBES
+from oar.method.probes import PROBES
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
 from oar.training.grpo_trainer import METHODS, OARConfig, OARTrainer, correctness_reward
 

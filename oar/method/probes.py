@@ -1,0 +1,229 @@
+"""Outcome probes: what a response's final answer looks like to the model (method.md sections 2-3).
+
+``build_probes``: from a prompt's and a response's **token ids** (never re-tokenised text), locate the
+answer span (last ``\\boxed{}``, or the last number when the fallback is on) and build the probe
+``prompt | reasoning | conclude | answer``. An *outcome* then reads the answer distribution off the
+probe's last logits: ``lt_logits`` (first answer token), ``as_mean`` (softmax of the mean answer-span
+logits) or ``as_joint`` (mean answer log-likelihood). A response without an answer span falls back to
+``lt_logits``. The scorers in ``oar.method.importance`` perturb the reasoning and compare outcomes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from oar.grading import extract_answer
+
+PROBES = ("lt_logits", "as_mean", "as_joint")
+CONCLUDE_TEXT = "\n\nTherefore, the final answer is \\boxed{"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One response's probe. Reasoning tokens are ``response_ids[:reasoning_len]``."""
+
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    reasoning_len: int
+    conclude_ids: tuple[int, ...]
+    answer_ids: tuple[int, ...]  # the model's own answer-span tokens; empty when there is no answer
+    answer_kind: str | None = None  # "boxed", "last_number" or None
+    pad_id: int = field(kw_only=True)  # what OAR-P and the oracle substitute: pad_token_id(tokenizer)
+
+    @property
+    def has_answer(self) -> bool:
+        return len(self.answer_ids) > 0
+
+    def ids(self, kind: str) -> list[int]:
+        """Probe token ids for an outcome ``kind``; LT-Logits stops after ``conclude`` (answer tokens
+        would not change its logits, causally, and only cost compute)."""
+        head = list(self.prompt_ids) + list(self.response_ids[: self.reasoning_len]) + list(self.conclude_ids)
+        return head if kind == "lt_logits" else head + list(self.answer_ids)
+
+    @property
+    def reasoning_start(self) -> int:
+        return len(self.prompt_ids)
+
+
+def pad_token_id(tokenizer) -> int:
+    """The id substituted for a reasoning token by OAR-P and the oracle: the tokenizer's pad token
+    (method.md section 4). A tokenizer without one (many base models) falls back to its eos, the token
+    TRL and transformers pad with then. The model config's pad id is never read: it may disagree."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ValueError("the tokenizer has neither a pad nor an eos token: OAR-P and the oracle substitute the pad id")
+    return int(pad)
+
+
+def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, list[int], list[int]]:
+    """Decoded text of ``ids`` and each token's [start, end) character span in it.
+
+    Fast path: per-token pieces that concatenate to the whole decode. Byte-level BPE can split one
+    character across tokens (the pieces then hold replacement characters); for those the spans come
+    from decoding growing prefixes, which is exact for any tokenizer.
+    """
+    ids = list(ids)
+    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    pieces = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    if "".join(pieces) == text:
+        ends = list(_cumsum(len(p) for p in pieces))
+    else:
+        ends = [
+            len(tokenizer.decode(ids[: k + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False))
+            for k in range(len(ids))
+        ]
+    starts = [0] + ends[:-1]
+    return text, starts, ends
+
+
+def _cumsum(values):
+    total = 0
+    for v in values:
+        total += v
+        yield total
+
+
+def build_probe(
+    tokenizer,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    conclude_ids: Sequence[int],
+    fallback_last_number: bool = True,
+) -> Probe:
+    """Locate reasoning and answer tokens in one response's own ids.
+
+    Trailing special tokens (eos, pad) are neither reasoning nor answer. The answer span comes from
+    ``oar.grading.extract_answer`` on the decoded response, mapped back to token positions through each
+    token's character span: reasoning = tokens that end before the answer marker (``\\boxed{`` or the
+    number), answer = tokens that overlap the answer text.
+    """
+    response_ids = list(response_ids)
+    special = set(tokenizer.all_special_ids)
+    content_len = len(response_ids)
+    while content_len > 0 and response_ids[content_len - 1] in special:
+        content_len -= 1
+    text, starts, ends = token_char_spans(tokenizer, response_ids[:content_len])
+    span = extract_answer(text, fallback_last_number=fallback_last_number)
+    if span is None:
+        reasoning_len, answer = content_len, ()
+    else:
+        reasoning_len = bisect.bisect_right(ends, span.reasoning_end)
+        first = bisect.bisect_right(ends, span.start)  # first token ending after the answer starts
+        last = bisect.bisect_left(starts, span.end)  # tokens starting before the answer ends
+        answer = _answer_ids(tokenizer, text, starts, ends, response_ids, first, last, span.start, span.end)
+    return Probe(
+        prompt_ids=tuple(prompt_ids),
+        response_ids=tuple(response_ids),
+        reasoning_len=reasoning_len,
+        conclude_ids=tuple(conclude_ids),
+        answer_ids=answer,
+        answer_kind=span.kind if span is not None and answer else None,
+        pad_id=pad_token_id(tokenizer),
+    )
+
+
+def _answer_ids(tokenizer, text, starts, ends, ids, first, last, start, end) -> tuple[int, ...]:
+    """The answer text ``text[start:end]`` as the response's own tokens ``ids[first:last]``, except at
+    a boundary token that straddles the answer's edge (SmolLM2's ``{\\`` holds the brace of ``\\boxed{``
+    and the backslash of ``\\frac``): only its part inside the answer is kept, encoded on its own, so
+    ``conclude + answer`` spells the box and the answer each exactly once."""
+    if first >= last:
+        return ()
+    head_cut, tail_cut = starts[first] < start, ends[last - 1] > end
+    if not head_cut and not tail_cut:
+        return tuple(ids[first:last])
+
+    def encode(piece: str) -> list[int]:
+        return tokenizer(piece, add_special_tokens=False)["input_ids"] if piece else []
+
+    if first == last - 1:  # one token holds the whole answer and more
+        return tuple(encode(text[start:end]))
+    head = encode(text[start : ends[first]]) if head_cut else [ids[first]]
+    tail = encode(text[starts[last - 1] : end]) if tail_cut else [ids[last - 1]]
+    return tuple(head + list(ids[first + 1 : last - 1]) + tail)
+
+
+def build_probes(
+    tokenizer,
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    fallback_last_number: bool = True,
+    conclude_text: str = CONCLUDE_TEXT,
+) -> list[Probe]:
+    """Probes for unpadded prompts and responses (one list of ids each)."""
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts for {len(response_ids)} responses")
+    conclude = tokenizer(conclude_text, add_special_tokens=False)["input_ids"]
+    return [build_probe(tokenizer, p, r, conclude, fallback_last_number) for p, r in zip(prompt_ids, response_ids)]
+
+
+def probes_from_padded(
+    tokenizer,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    fallback_last_number: bool = True,
+    conclude_text: str = CONCLUDE_TEXT,
+) -> list[Probe]:
+    """Probes from TRL-style tensors: prompts left-padded, completions right-padded, with masks.
+
+    Column t of a completion row is response position t, so scores come back aligned with
+    ``completion_ids``.
+    """
+    prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
+    responses = [row[mask.bool()].tolist() for row, mask in zip(completion_ids, completion_mask)]
+    return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Outcomes
+# ----------------------------------------------------------------------------------------------------
+
+
+def resolve_probe_kind(probe: Probe, requested: str) -> str:
+    """The outcome used for one response: the requested one, or LT-Logits when it has no answer span."""
+    if requested not in PROBES:
+        raise ValueError(f"unknown outcome probe {requested!r}; expected one of {PROBES}")
+    return requested if requested == "lt_logits" or probe.has_answer else "lt_logits"
+
+
+@dataclass
+class Outcome:
+    """Outcome of a batch of probes: log-probabilities [N, V] (KL kinds) and/or phi [N] (AS-Joint)."""
+
+    logprobs: Tensor | None
+    phi: Tensor | None
+
+
+def outcome_from_logits(logits: Tensor, kind: str, answer: Tensor | None = None) -> Outcome:
+    """Outcome from the probe's last ``A + 1`` logits [N, A + 1, V] (float32 inside).
+
+    Position 0 of ``logits`` predicts the first answer token; positions 0..A-1 predict the A answer
+    tokens ``answer`` [N, A] (teacher forcing); the last position predicts past the answer and is unused.
+    """
+    z = logits.float()
+    if kind == "lt_logits":
+        return Outcome(F.log_softmax(z[:, 0], dim=-1), None)
+    if answer is None or answer.shape[1] == 0:
+        raise ValueError(f"probe {kind!r} needs answer tokens")
+    span = z[:, : answer.shape[1]]
+    if kind == "as_mean":
+        return Outcome(F.log_softmax(span.mean(dim=1), dim=-1), None)
+    token_logp = F.log_softmax(span, dim=-1).gather(-1, answer[..., None]).squeeze(-1)
+    return Outcome(None, token_logp.mean(dim=1))
+
+
+def divergence(clean: Outcome, other: Outcome, clamp: bool = True) -> Tensor:
+    """KL(p_clean || p_other) per row, or phi_clean - phi_other for AS-Joint (clamped at 0 for OAR-P)."""
+    if clean.phi is not None:
+        drop = clean.phi - other.phi
+        return drop.clamp_min(0.0) if clamp else drop
+    p = clean.logprobs.exp()
+    return (p * (clean.logprobs - other.logprobs)).sum(dim=-1)
