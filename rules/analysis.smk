@@ -97,6 +97,8 @@ rule heldout_responses:
         keep_truncated=not config["analysis"]["heldout"]["require_complete"],
         max_responses=config["analysis"]["heldout"]["max_responses"],
         no_fallback_last_number=not config["training"]["oar"]["fallback_last_number"],
+        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
+        substitute=config["training"]["oar"]["substitute"],
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/heldout.py"
@@ -124,6 +126,8 @@ rule oracle:
         reference=config["analysis"]["oracle"]["reference"],
         intervention=config["analysis"]["oracle"]["intervention"],
         no_fallback_last_number=not config["training"]["oar"]["fallback_last_number"],
+        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
+        substitute=config["training"]["oar"]["substitute"],
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/oracle_tokens.py"
@@ -151,6 +155,8 @@ rule score_heldout:
         chunk_tokens=config["training"]["oar"]["chunk_tokens"],
         seed=config["analysis"]["heldout"]["seed"],
         no_fallback_last_number=not config["training"]["oar"]["fallback_last_number"],
+        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
+        substitute=config["training"]["oar"]["substitute"],
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/score_heldout.py"

@@ -36,6 +36,11 @@ def model_script_parser(description: str | None, fallback: str) -> argparse.Argu
     p.add_argument("--model", required=True, help="model folder (from prepare_model.py or python -m oar.models.sources)")
     p.add_argument("--no-fallback-last-number", action="store_true",
                    help="a response without \\boxed{} has no answer (by default its last number is the answer)")
+    p.add_argument("--appended-conclusion", action="store_true",
+                   help="probes append the conclusion template after the reasoning even when the response states "
+                        "its own (the authors' probe; by default the probe continues the response's own words)")
+    p.add_argument("--substitute", default="pad",
+                   help="what OAR-P and the oracle substitute for a reasoning token: 'pad' or a one-token text")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     return p
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_model, model_script_parser, run_cli, write_jsonl  # noqa: E402
 
-FLAGS = ("no_fallback_last_number", "keep_unanswered", "keep_truncated")
+FLAGS = ("no_fallback_last_number", "appended_conclusion", "keep_unanswered", "keep_truncated")
 
 
 DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a base model.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -88,7 +88,8 @@ def main(argv=None):
             finished.append(stop is not None)
         print(f"generated {len(responses)}/{len(problems)} responses", flush=True)
 
-    probes = build_probes(tokenizer, prompt_ids, responses, fallback_last_number=fallback)
+    probes = build_probes(tokenizer, prompt_ids, responses, fallback_last_number=fallback,
+                          own_conclusion=not args.appended_conclusion, substitute=args.substitute)
     rows, dropped = [], 0
     for i, (problem, probe, done) in enumerate(zip(problems, probes, finished)):
         text = tokenizer.decode(probe.response_ids, skip_special_tokens=True)

@@ -21,7 +21,7 @@ from _common import load_model, model_script_parser, read_jsonl, run_cli, write_
 # the two equal).
 INTERVENTIONS = ("pad", "space", "alternative", "delete", "none")
 
-FLAGS = ("no_fallback_last_number",)
+FLAGS = ("no_fallback_last_number", "appended_conclusion")
 
 
 DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.analysis.oracle``): an intervention + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -52,7 +52,8 @@ def main(argv=None):
     rows = read_jsonl(args.responses)
     model, tokenizer = load_model(args.model, threads=args.threads)
     probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
-                          fallback_last_number=fallback)
+                          fallback_last_number=fallback, own_conclusion=not args.appended_conclusion,
+                          substitute=args.substitute)
     out = []
     for n, (row, probe) in enumerate(zip(rows, probes), start=1):
         if probe.reasoning_len != row["reasoning_len"]:

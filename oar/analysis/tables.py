@@ -22,6 +22,7 @@ from oar.analysis.results import aggregate_accuracy, paired_accuracy_differences
 METHOD_NAMES = {
     "base": "Base model",
     "grpo": "GRPO",
+    "truth": "truth gate",
     "oar_p": "OAR-P",
     "oar_g": "OAR-G",
     "grad_norm": "grad-norm",

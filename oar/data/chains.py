@@ -7,10 +7,15 @@ starting from the previous result, and ends in the outcome probe's own template:
 
     7 + 5 = 12. 12 * 2 = 24. 24 - 3 = 21. Therefore, the final answer is \boxed{21}.
 
-Two knobs shape the solutions a model is pretrained on (:func:`solution`):
+Three knobs shape the solutions a model is pretrained on (:func:`solution`):
 
 - ``filler``: after every step, ``filler`` remarks drawn from :data:`REMARKS` (no digits, no effect on the
-  answer), so the response grows while the number of decisive tokens stays the same;
+  answer), so the response grows while the number of decisive tokens stays the same. A remark is one
+  choice among eight; its later words are forced by its first;
+- ``distractors``: after every step, a note of ``distractors`` words each drawn uniformly from
+  :data:`DISTRACTOR_WORDS` (``Note: owl teal cat.``). Every word is a fresh choice the policy must make
+  token by token, at an entropy of log 16, and none can change the answer: reward-irrelevant tokens
+  that carry real gradient, the paper's premise about long reasoning;
 - ``error_rate``: each step is, with this probability, a sloppy estimate written with ``~`` instead of
   ``=`` and a result off by 1-3 (``12 * 2 ~ 25.``); the chain goes on from the written value. A model
   pretrained on such solutions learns exact arithmetic after ``=`` and errs by choosing ``~``: a choice
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 
 MAX_VALUE = 20  # every correct intermediate result stays in 0..20: facts a small model learns in minutes
 MAX_FILLER = 3
+MAX_DISTRACTORS = 32
 MAX_STEPS = 6
 
 REMARKS = (
@@ -45,6 +51,10 @@ REMARKS = (
     "This step is done.",
     "Moving on.",
 )
+# Sixteen words without digits, relations or operation names; each is one token of the testbed's vocabulary.
+DISTRACTOR_WORDS = ("red", "blue", "green", "gold", "gray", "pink", "teal", "navy",
+                    "cat", "dog", "owl", "fox", "bee", "elk", "ant", "yak")
+DISTRACTOR_NOTE = "Note:"
 FINAL = "Therefore, the final answer is \\boxed{{{answer}}}."
 
 _WORDS = {"+": "add", "-": "subtract", "*": "multiply by"}
@@ -119,13 +129,16 @@ def split(name: str, count: int, steps: int = 3, exclude: frozenset[str] = froze
     return out
 
 
-def solution(p: ChainProblem, rng: random.Random, filler: int = 0, error_rate: float = 0.0) -> tuple[str, bool]:
+def solution(p: ChainProblem, rng: random.Random, filler: int = 0, error_rate: float = 0.0,
+             distractors: int = 0) -> tuple[str, bool]:
     """A solution of ``p`` in the task's grammar, and whether its answer is correct.
 
     With probability ``error_rate`` a step is a sloppy estimate: ``~`` and a result off by 1-3 (kept >= 0);
     later steps start from the written value, so one estimate makes a consistent chain to a wrong answer
-    (its later results may leave 0..MAX_VALUE or go below 0)."""
+    (its later results may leave 0..MAX_VALUE or go below 0). Without distractors the random draws are
+    those of a solution without the knob, so existing policies are unchanged by it."""
     _check("filler", filler, 0, MAX_FILLER)
+    _check("distractors", distractors, 0, MAX_DISTRACTORS)
     if not 0.0 <= error_rate < 1.0:
         raise ValueError(f"error_rate must be in [0, 1), got {error_rate!r}")
     parts, value = [], p.start
@@ -135,10 +148,17 @@ def solution(p: ChainProblem, rng: random.Random, filler: int = 0, error_rate: f
             wrong = [result + d for d in (1, 2, 3)] + [result - d for d in (1, 2, 3) if result - d >= 0]
             result, relation = rng.choice(wrong), "~"
         parts.append(f"{value} {op} {operand} {relation} {result}.")
+        if distractors:
+            parts.append(distractor_note(rng, distractors))
         parts.extend(rng.choice(REMARKS) for _ in range(filler))
         value = result
     parts.append(FINAL.format(answer=value))
     return " ".join(parts), value == p.answer
+
+
+def distractor_note(rng: random.Random, words: int) -> str:
+    """A note of ``words`` words drawn uniformly (with replacement) from :data:`DISTRACTOR_WORDS`."""
+    return f"{DISTRACTOR_NOTE} {' '.join(rng.choice(DISTRACTOR_WORDS) for _ in range(words))}."
 
 
 _EQUATION = re.compile(r"(-?\d+) ([-+*]) (\d+) ([=~]) (-?\d+)\.")
@@ -151,15 +171,68 @@ def decisive_spans(reasoning: str) -> list[tuple[int, int]]:
     return [span for m in _EQUATION.finditer(reasoning) for span in (m.span(4), m.span(5))]
 
 
+TOKEN_CLASSES = ("forced", "remark", "distractor", "relation", "result", "template")
+_NOTE = re.compile(re.escape(DISTRACTOR_NOTE) + r"((?: [a-z]+)+)\.")
+_REMARK = re.compile("|".join(re.escape(r) for r in REMARKS))
+
+
+def character_classes(text: str) -> list[str]:
+    """The class of every character of a response in the task's grammar (:data:`TOKEN_CLASSES`):
+    ``relation`` and ``result`` (the decisive spans), ``distractor`` (a note's words), ``remark`` (a
+    remark's first word, the one choice a remark makes; its other words are forced by it), ``template``
+    (from the concluding sentence on) and ``forced`` (everything the text before determines: operands and
+    operators copied from the problem, a result copied into the next equation, punctuation, the note's
+    marker). Text outside the grammar counts as forced."""
+    classes = ["forced"] * len(text)
+
+    def mark(start: int, end: int, name: str) -> None:
+        classes[start:end] = [name] * (end - start)
+
+    conclusion = text.find(FINAL.split("\\")[0].rstrip())
+    if conclusion >= 0:
+        mark(conclusion, len(text), "template")
+    for m in _REMARK.finditer(text):
+        first = m.group(0).split(" ")[0]
+        mark(m.start(), m.start() + len(first), "remark")
+    for m in _NOTE.finditer(text):
+        for w in re.finditer(r"[a-z]+", m.group(1)):
+            mark(m.start(1) + w.start(), m.start(1) + w.end(), "distractor")
+    for start, end in decisive_spans(text):
+        mark(start, end, "relation" if text[start:end] in "=~" else "result")
+    return classes
+
+
+def token_classes(text: str, starts: list[int], ends: list[int]) -> list[str]:
+    """The class of each token [start, end) of ``text``: the most specific class (latest in
+    :data:`TOKEN_CLASSES`) among its non-space characters; a token of spaces alone is forced."""
+    chars = character_classes(text)
+    rank = {name: i for i, name in enumerate(TOKEN_CLASSES)}
+    out = []
+    for start, end in zip(starts, ends):
+        names = [chars[i] for i in range(start, end) if not text[i].isspace()]
+        out.append(max(names, key=rank.__getitem__) if names else "forced")
+    return out
+
+
+def decisive_tokens(text: str, starts: list[int], ends: list[int]) -> list[int]:
+    """Indices of the tokens [start, end) of ``text`` that overlap a decisive span."""
+    spans = decisive_spans(text)
+    return [j for j, (a, b) in enumerate(zip(starts, ends)) if any(a < e and s < b for s, e in spans)]
+
+
 def results(reasoning: str) -> list[int]:
     """The written result of every equation, in order."""
     return [int(m.group(5)) for m in _EQUATION.finditer(reasoning)]
 
 
-def corpus_for_tokenizer() -> list[str]:
+def corpus_for_tokenizer(distractors: bool = False) -> list[str]:
     """Texts the testbed's BPE vocabulary is trained on: every word of the grammar, remarks and problem
-    statements (numbers are single digits under the pre-tokenizer, so a few problems cover them)."""
+    statements (numbers are single digits under the pre-tokenizer, so a few problems cover them), and
+    with ``distractors`` the notes' words (only then, so policies without notes keep their vocabulary)."""
     rng = random.Random("oar-chains/tokenizer")
     texts = [problem("tokenizer", i, s).text for s in (1, 3, 6) for i in range(30)]
     texts += [solution(problem("tokenizer", i, 3), rng, filler=2, error_rate=0.5)[0] for i in range(30)]
+    if distractors:
+        note_rng = random.Random("oar-chains/tokenizer-notes")
+        texts += [distractor_note(note_rng, 24) for _ in range(60)]
     return texts + ["user", "assistant"]

@@ -72,6 +72,7 @@ MEAN_OF_16 = EvalDefaults(n=16, temperature=0.6, top_p=0.95)
 # accuracy is the mean over samples at the RL temperature.
 CHAIN_SAMPLED = EvalDefaults(n=8, temperature=1.0, top_p=1.0)
 CHAIN_STEPS = 3  # operations per testbed problem
+CHAIN_LONG_STEPS = 5  # operations per problem of the long chains (chain5_*), for policies with distractors
 CHAIN_TEST = 200
 CHAIN_TRAIN = 2000
 
@@ -143,7 +144,7 @@ class DatasetSpec:
     parts: tuple[str, ...] = ()  # composite datasets (math12k)
     description: str = ""
     shipped: str | None = None  # file under oar/data/benchmarks (source "shipped")
-    # source 'generated': part of oar.data.synthetic.fact_split ("train" or "test"), or "chain:<split>:<count>"
+    # source 'generated': part of oar.data.synthetic.fact_split ("train" or "test"), or "chain:<split>:<count>[:<steps>]"
     generated: str | None = None
 
 
@@ -186,6 +187,12 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("chain_test", "benchmark", None, None, None, None, _GENERATED, eval=CHAIN_SAMPLED,
                     generated=f"chain:test:{CHAIN_TEST}",
                     description=f"held-out testbed chain problems (oar.data.chains), {CHAIN_STEPS} steps, {CHAIN_TEST}"),
+        DatasetSpec("chain5_train", "train", None, None, None, None, _GENERATED,
+                    generated=f"chain:train:{CHAIN_TRAIN}:{CHAIN_LONG_STEPS}",
+                    description=f"testbed chain task, {CHAIN_LONG_STEPS} steps, {CHAIN_TRAIN:,} problems"),
+        DatasetSpec("chain5_test", "benchmark", None, None, None, None, _GENERATED, eval=CHAIN_SAMPLED,
+                    generated=f"chain:test:{CHAIN_TEST}:{CHAIN_LONG_STEPS}",
+                    description=f"held-out testbed chain problems, {CHAIN_LONG_STEPS} steps, {CHAIN_TEST}"),
     ]
 }
 BENCHMARKS = tuple(n for n, s in DATASETS.items() if s.role == "benchmark" and n != "math_test")
@@ -206,14 +213,30 @@ def default_source(name: str) -> str:
     return "shipped" if spec.shipped else "generated" if spec.generated else "packaged"
 
 
-def chain_split(part: str) -> list[chains.ChainProblem]:
-    """The testbed's ``train`` or ``test`` problems; the train split leaves out every test problem."""
+def chain_split(part: str, steps: int = CHAIN_STEPS) -> list[chains.ChainProblem]:
+    """The testbed's ``train`` or ``test`` problems of ``steps`` operations; the train split leaves out
+    every test problem."""
     if part == "test":
-        return chains.split("test", CHAIN_TEST, CHAIN_STEPS)
+        return chains.split("test", CHAIN_TEST, steps)
     if part == "train":
-        test = frozenset(p.text for p in chain_split("test"))
-        return chains.split("train", CHAIN_TRAIN, CHAIN_STEPS, exclude=test)
+        test = frozenset(p.text for p in chain_split("test", steps))
+        return chains.split("train", CHAIN_TRAIN, steps, exclude=test)
     raise ValueError(f"part must be 'train' or 'test', got {part!r}")
+
+
+def chain_steps(name: str) -> int | None:
+    """Operations per problem of a chain-task dataset (``chain_*``, ``chain5_*``), None for any other."""
+    spec = DATASETS.get(name)
+    if spec is None or not (spec.generated or "").startswith("chain:"):
+        return None
+    _, _, _, *steps = spec.generated.split(":")
+    return int(steps[0]) if steps else CHAIN_STEPS
+
+
+def _chain_rows(generated: str) -> list[chains.ChainProblem]:
+    """The problems of a ``chain:<part>:<count>[:<steps>]`` dataset."""
+    _, part, _, *steps = generated.split(":")
+    return chain_split(part, int(steps[0]) if steps else CHAIN_STEPS)
 
 
 def eval_defaults(name: str) -> EvalDefaults:
@@ -505,7 +528,7 @@ def load_dataset_records(
             loc = f"generated:oar.data.chains.split({spec.generated!r})"
             rows = (RawRow(f"{loc}:row {i}", i, {"id": str(i), "problem": p.text, "answer": str(p.answer),
                                                           "level": None})
-                    for i, p in enumerate(chain_split(spec.generated.split(":")[1])))
+                    for i, p in enumerate(_chain_rows(spec.generated)))
         else:
             loc = f"generated:oar.data.synthetic.fact_split({spec.generated!r})"
             rows = (RawRow(f"{loc}:row {i}", i, {"id": str(i), "problem": p.problem, "answer": str(p.answer),

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random")
+METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth")
 GATED = METHODS[1:]  # methods whose weights come from the bi-level gate
 USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # methods whose scores read an outcome probe
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
@@ -159,7 +159,9 @@ class Registry:
 
     def has_ground_truth(self) -> bool:
         """Whether the held-out responses can be parsed for their decisive tokens (the chain task)."""
-        return self.config["analysis"]["heldout"]["dataset"].startswith("chain_")
+        from oar.data.datasets import chain_steps
+
+        return chain_steps(self.config["analysis"]["heldout"]["dataset"]) is not None
 
     def analysis_model(self) -> str:
         return self.config["analysis"]["model"] or self.model_names()[0]
@@ -218,10 +220,32 @@ class Registry:
                     f"{trainer['per_device_train_batch_size']} is not a multiple of "
                     f"num_generations = {trainer['num_generations']}",
                 )
+        self._check_chain_task()
         fidelity = config["analysis"]["fidelity"]
         if fidelity["reference"] in fidelity["scorers"]:
             raise ConfigError("analysis.fidelity.scorers", "lists the reference scorer itself")
         self.check_resources()
+
+    def _check_chain_task(self) -> None:
+        """The truth scorer parses the chain task's grammar, and a chain policy is pretrained on chains of
+        as many steps as the RL data has."""
+        from oar.data.datasets import chain_steps
+
+        config = self.config
+        steps = chain_steps(config["training"]["dataset"])
+        for group in GROUPS:
+            if "truth" in config["runs"][group].get("methods", []) and steps is None:
+                raise ConfigError(f"runs.{group}.methods",
+                                  f"method 'truth' scores the decisive tokens parsed from the chain task's responses; "
+                                  f"training.dataset {config['training']['dataset']!r} has none to parse")
+        for name, spec in config["models"].items():
+            if spec["source"] != "chain" or steps is None:
+                continue
+            pretrain_steps = (spec.get("pretrain") or {}).get("steps", 3)
+            if pretrain_steps != steps:
+                raise ConfigError(f"models.{name}.pretrain.steps",
+                                  f"{pretrain_steps} steps, but training.dataset {config['training']['dataset']!r} "
+                                  f"has chains of {steps}")
 
     # ------------------------------------------------------------------------ run settings
 

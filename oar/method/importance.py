@@ -357,6 +357,23 @@ def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config:
     return results
 
 
+@register("truth")
+def truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """The upper bound of scoring: 1 on the response's decisive tokens (``Probe.decisive``, parsed from its
+    text by the task's grammar), 0 elsewhere. Through the gate it shows what reshaping can do when the
+    scores are exactly right; it reads no model. Not the intervention oracle of the causal-token study."""
+    missing = [i for i, p in enumerate(probes) if p.decisive is None]
+    if missing:
+        raise ValueError(f"scorer 'truth' needs the decisive positions of every probe; rows {missing[:5]} have none "
+                         "(only a task whose grammar marks them, the chain task, has them)")
+    out = []
+    for p in probes:
+        row = torch.zeros(p.reasoning_len, dtype=torch.float32)
+        row[[j for j in p.decisive if j < p.reasoning_len]] = 1.0
+        out.append(row)
+    return out
+
+
 @register("position")
 def position_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
     """Recency control: the token's index in the response."""

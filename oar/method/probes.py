@@ -11,6 +11,7 @@ logits) or ``as_joint`` (mean answer log-likelihood). A response without an answ
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,7 +35,9 @@ class Probe:
     conclude_ids: tuple[int, ...]
     answer_ids: tuple[int, ...]  # the model's own answer-span tokens; empty when there is no answer
     answer_kind: str | None = None  # "boxed", "last_number" or None
-    pad_id: int = field(kw_only=True)  # what OAR-P and the oracle substitute: pad_token_id(tokenizer)
+    pad_id: int = field(kw_only=True)  # what OAR-P and the oracle substitute (substitute_token_id)
+    # Reasoning positions that decide the answer, where a task's grammar tells (the truth scorer); else None.
+    decisive: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     @property
     def has_answer(self) -> bool:
@@ -59,6 +62,38 @@ def pad_token_id(tokenizer) -> int:
     if pad is None:
         raise ValueError("the tokenizer has neither a pad nor an eos token: OAR-P and the oracle substitute the pad id")
     return int(pad)
+
+
+def substitute_token_id(tokenizer, substitute: str = "pad") -> int:
+    """The id OAR-P and the oracle put in place of a reasoning token: ``"pad"``, the paper's choice
+    (:func:`pad_token_id`), or a text that is exactly one token of this tokenizer. A small policy may
+    never have seen its pad id as an input; a token it has seen perturbs it without being a novelty."""
+    if substitute == "pad":
+        return pad_token_id(tokenizer)
+    ids = tokenizer(substitute, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"substitute {substitute!r} is {len(ids)} tokens of this tokenizer, not one")
+    return int(ids[0])
+
+
+# The words before the box, when a response states its conclusion itself: at most this long, without
+# digits or maths (a box at the end of a computation keeps that computation as reasoning).
+_MAX_CONCLUSION_CHARS = 80
+_SENTENCE_END = re.compile(r"[.!?:](?=\s)|\n")
+
+
+def conclusion_start(text: str, marker: int) -> int | None:
+    """Where the response's own concluding sentence starts, when the words between the last sentence
+    boundary and the box marker (``text[marker]``) are a statement (``Therefore, the final answer is ``),
+    else None: no boundary, longer than 80 characters, or holding a digit or a maths symbol (``= \\ ^ _ { }``)."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text, 0, marker)]
+    if not ends:
+        return None
+    start = ends[-1]
+    words = text[start:marker]
+    if not words.strip() or len(words) > _MAX_CONCLUSION_CHARS or re.search(r"[0-9=\\^_{}]", words):
+        return None
+    return start
 
 
 def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, list[int], list[int]]:
@@ -95,6 +130,8 @@ def build_probe(
     response_ids: Sequence[int],
     conclude_ids: Sequence[int],
     fallback_last_number: bool = True,
+    own_conclusion: bool = False,
+    substitute_id: int | None = None,
 ) -> Probe:
     """Locate reasoning and answer tokens in one response's own ids.
 
@@ -102,6 +139,11 @@ def build_probe(
     ``oar.grading.extract_answer`` on the decoded response, mapped back to token positions through each
     token's character span: reasoning = tokens that end before the answer marker (``\\boxed{`` or the
     number), answer = tokens that overlap the answer text.
+
+    ``own_conclusion``: when a boxed answer follows a concluding statement of the response's own
+    (:func:`conclusion_start`), the reasoning ends before that statement and the probe continues with
+    the response's own words up to the box, instead of appending ``conclude_ids`` after them (which
+    repeats the template in a sequence the policy never wrote). ``substitute_id`` defaults to the pad id.
     """
     response_ids = list(response_ids)
     special = set(tokenizer.all_special_ids)
@@ -117,6 +159,14 @@ def build_probe(
         first = bisect.bisect_right(ends, span.start)  # first token ending after the answer starts
         last = bisect.bisect_left(starts, span.end)  # tokens starting before the answer ends
         answer = _answer_ids(tokenizer, text, starts, ends, response_ids, first, last, span.start, span.end)
+        own = conclusion_start(text, span.reasoning_end) if own_conclusion and span.kind == "boxed" else None
+        if own is not None and answer:
+            reasoning_len = bisect.bisect_right(ends, own)  # tokens that end before the statement
+            # the response's own tokens up to the answer; a token holding the box's brace and the
+            # answer's first characters contributes its part before the answer, re-encoded
+            head = text[starts[first] : span.start] if starts[first] < span.start else ""
+            conclude_ids = response_ids[reasoning_len:first] + (
+                tokenizer(head, add_special_tokens=False)["input_ids"] if head else [])
     return Probe(
         prompt_ids=tuple(prompt_ids),
         response_ids=tuple(response_ids),
@@ -124,7 +174,7 @@ def build_probe(
         conclude_ids=tuple(conclude_ids),
         answer_ids=answer,
         answer_kind=span.kind if span is not None and answer else None,
-        pad_id=pad_token_id(tokenizer),
+        pad_id=pad_token_id(tokenizer) if substitute_id is None else substitute_id,
     )
 
 
@@ -155,12 +205,16 @@ def build_probes(
     response_ids: Sequence[Sequence[int]],
     fallback_last_number: bool = True,
     conclude_text: str = CONCLUDE_TEXT,
+    own_conclusion: bool = False,
+    substitute: str = "pad",
 ) -> list[Probe]:
-    """Probes for unpadded prompts and responses (one list of ids each)."""
+    """Probes for unpadded prompts and responses (one list of ids each); see :func:`build_probe`."""
     if len(prompt_ids) != len(response_ids):
         raise ValueError(f"{len(prompt_ids)} prompts for {len(response_ids)} responses")
     conclude = tokenizer(conclude_text, add_special_tokens=False)["input_ids"]
-    return [build_probe(tokenizer, p, r, conclude, fallback_last_number) for p, r in zip(prompt_ids, response_ids)]
+    substitute_id = substitute_token_id(tokenizer, substitute)
+    return [build_probe(tokenizer, p, r, conclude, fallback_last_number, own_conclusion, substitute_id)
+            for p, r in zip(prompt_ids, response_ids)]
 
 
 def probes_from_padded(
@@ -171,6 +225,8 @@ def probes_from_padded(
     completion_mask: Tensor,
     fallback_last_number: bool = True,
     conclude_text: str = CONCLUDE_TEXT,
+    own_conclusion: bool = False,
+    substitute: str = "pad",
 ) -> list[Probe]:
     """Probes from TRL-style tensors: prompts left-padded, completions right-padded, with masks.
 
@@ -179,7 +235,7 @@ def probes_from_padded(
     """
     prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
     responses = [row[mask.bool()].tolist() for row, mask in zip(completion_ids, completion_mask)]
-    return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text)
+    return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text, own_conclusion, substitute)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -16,15 +16,16 @@ Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from oar.data import chains
 from oar.grading import grade
 from oar.method.gate import gate
 from oar.method.importance import SCORERS, ScorerConfig, score
-from oar.method.probes import PROBES, probes_from_padded
+from oar.method.probes import PROBES, Probe, probes_from_padded, token_char_spans
 from oar.method.metrics import ess_ratio, top_mass
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory
@@ -49,6 +50,10 @@ class OARConfig(GRPOConfig):
     oar_fallback_last_number: bool = field(
         default=True, metadata={"help": "use the last number as the answer span when there is no \\boxed{}"}
     )
+    oar_own_conclusion: bool = field(
+        default=True, metadata={"help": "probes continue a response's own concluding statement (oar.method.probes)"}
+    )
+    oar_substitute: str = field(default="pad", metadata={"help": "OAR-P's substitute: 'pad' or a one-token text"})
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
     oar_score_all: bool = field(
         default=False,
@@ -65,6 +70,13 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"oar_tau must be in [0, 1], got {self.oar_tau}")
         if self.oar_beta < 0:
             raise ValueError(f"oar_beta must be >= 0, got {self.oar_beta}")
+
+
+def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:
+    """``probe`` with the positions of its decisive reasoning tokens, parsed from the reasoning's text by
+    the chain task's grammar (``oar.data.chains.decisive_spans``); what the truth scorer reads."""
+    text, starts, ends = token_char_spans(tokenizer, probe.response_ids[: probe.reasoning_len])
+    return replace(probe, decisive=tuple(chains.decisive_tokens(text, starts, ends)))
 
 
 def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0):
@@ -174,7 +186,11 @@ class OARTrainer(GRPOTrainer):
                 output["completion_ids"],
                 completion_mask,
                 fallback_last_number=args.oar_fallback_last_number,
+                own_conclusion=args.oar_own_conclusion,
+                substitute=args.oar_substitute,
             )
+            if args.oar_method == "truth":
+                probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
             step = self.state.global_step
             config = ScorerConfig(
                 probe="lt_logits" if step < args.oar_warmup_steps else args.oar_probe,

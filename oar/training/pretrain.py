@@ -31,6 +31,8 @@ class PretrainSettings:
     """Config keys ``models.<name>.pretrain.*`` (config/schema.yaml documents and bounds each)."""
 
     filler: int = 0  # remarks per step in the pretraining solutions
+    distractors: int = 0  # words of the note after every step (uniform draws: reward-irrelevant entropy)
+    steps: int = CHAIN_STEPS  # operations per problem; the RL data must have as many (chain_* or chain5_*)
     error_rate: float = 0.15  # share of wrong step results in the pretraining solutions
     layers: int = 4
     hidden: int = 128
@@ -47,6 +49,8 @@ class PretrainSettings:
 
     def __post_init__(self) -> None:
         chains._check("filler", self.filler, 0, chains.MAX_FILLER)
+        chains._check("distractors", self.distractors, 0, chains.MAX_DISTRACTORS)
+        chains._check("steps", self.steps, 1, chains.MAX_STEPS)
         if not 0.0 <= self.error_rate < 1.0:
             raise ValueError(f"error_rate must be in [0, 1), got {self.error_rate!r}")
 
@@ -55,10 +59,10 @@ class PretrainedTooWeak(ValueError):
     """The pretrained model leaves too few mixed GRPO groups for RL to learn from."""
 
 
-def build_tokenizer(vocab_size: int):
+def build_tokenizer(vocab_size: int, distractors: bool = False):
     from oar.models.tiny import build_tiny_tokenizer
 
-    return build_tiny_tokenizer(vocab_size, corpus=chains.corpus_for_tokenizer() + [INSTRUCTION])
+    return build_tiny_tokenizer(vocab_size, corpus=chains.corpus_for_tokenizer(distractors) + [INSTRUCTION])
 
 
 def build_model(settings: PretrainSettings, tokenizer) -> LlamaForCausalLM:
@@ -89,7 +93,7 @@ def _batch(tokenizer, problems, rng, settings) -> tuple[torch.Tensor, torch.Tens
     rows = []
     for p in problems:
         prompt = tokenizer(build_prompt(p.text, tokenizer), add_special_tokens=False)["input_ids"]
-        text, _ = chains.solution(p, rng, settings.filler, settings.error_rate)
+        text, _ = chains.solution(p, rng, settings.filler, settings.error_rate, settings.distractors)
         response = tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
         rows.append((prompt, response))
     width = max(len(a) + len(b) for a, b in rows)
@@ -107,7 +111,7 @@ def _batch(tokenizer, problems, rng, settings) -> tuple[torch.Tensor, torch.Tens
 def pretrain(settings: PretrainSettings, exclude: frozenset[str] = frozenset(), log=print):
     """(model, tokenizer, log rows): ``settings.updates`` AdamW steps with warm-up and cosine decay on
     freshly drawn problems (none of whose texts is in ``exclude``), each with a freshly drawn solution."""
-    tokenizer = build_tokenizer(settings.vocab_size)
+    tokenizer = build_tokenizer(settings.vocab_size, settings.distractors > 0)
     model = build_model(settings, tokenizer)
     model.train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01,
@@ -127,7 +131,7 @@ def pretrain(settings: PretrainSettings, exclude: frozenset[str] = frozenset(), 
     for step in range(settings.updates):
         problems = []
         while len(problems) < settings.batch_size:
-            p = chains.problem(f"pretrain-{settings.seed}", index, CHAIN_STEPS)
+            p = chains.problem(f"pretrain-{settings.seed}", index, settings.steps)
             index += 1
             if p.text not in exclude:
                 problems.append(p)
@@ -149,13 +153,15 @@ def pretrain(settings: PretrainSettings, exclude: frozenset[str] = frozenset(), 
 
 @torch.no_grad()
 def sampled_pass_rate(model, tokenizer, problems, group: int, temperature: float, seed: int = 0,
-                      max_new_tokens: int = 256) -> dict[str, Any]:
+                      max_new_tokens: int = 320) -> dict[str, Any]:
     """Sample ``group`` completions per problem at ``temperature`` (top-p 1, no top-k: the RL sampling)
-    and grade them: pass rate, share of mixed groups (some right, some wrong), mean completion length."""
+    and grade them: pass rate, share of mixed groups (some right, some wrong), mean completion length,
+    and where the policy's gradient lies in them (:func:`gradient_share`)."""
     from oar.grading import grade
 
     torch.manual_seed(seed)
     correct, mixed, lengths = [], 0, []
+    share = GradientShare()
     for p in problems:
         prompt = tokenizer(build_prompt(p.text, tokenizer), add_special_tokens=False, return_tensors="pt")
         ids = prompt["input_ids"].repeat(group, 1)
@@ -166,11 +172,55 @@ def sampled_pass_rate(model, tokenizer, problems, group: int, temperature: float
         ok = [bool(grade(t, str(p.answer)).correct) for t in texts]
         for row in out[:, ids.shape[1]:]:
             lengths.append(int((row != tokenizer.pad_token_id).sum()))
+        share.add(model, tokenizer, out, ids.shape[1], temperature)
         correct += ok
         mixed += 0 < sum(ok) < len(ok)
     return {"pass_rate": sum(correct) / len(correct), "mixed_groups": mixed / len(problems),
             "prompts": len(problems), "group": group, "temperature": temperature,
-            "mean_completion_tokens": sum(lengths) / len(lengths)}
+            "mean_completion_tokens": sum(lengths) / len(lengths), "gradient_share": share.summary()}
+
+
+class GradientShare:
+    """Where a policy's gradient lies in its own sampled responses, by token class
+    (:data:`oar.data.chains.TOKEN_CLASSES`).
+
+    The policy-gradient term of a sampled token y moves the logits along e_y - pi (pi the sampling
+    distribution at that position), so ||e_y - pi|| is the size of the push one unit of advantage gives
+    it: about 0 for a token the text before forces, large for a free choice. Summed by class over the
+    sampled reasoning, it says which tokens GRPO's uniform credit actually spreads over: what any
+    reshaping can move. Special tokens (end of turn, padding) are left out.
+    """
+
+    def __init__(self):
+        self.tokens = {name: 0 for name in chains.TOKEN_CLASSES}
+        self.mass = {name: 0.0 for name in chains.TOKEN_CLASSES}
+        self.responses = 0
+
+    def add(self, model, tokenizer, sequences: torch.Tensor, prompt_len: int, temperature: float) -> None:
+        from oar.method.probes import token_char_spans
+
+        special = set(tokenizer.all_special_ids)
+        logits = model(input_ids=sequences, attention_mask=torch.ones_like(sequences)).logits.float()
+        probs = torch.softmax(logits[:, prompt_len - 1 : -1] / temperature, dim=-1)
+        for row, p in zip(sequences[:, prompt_len:].tolist(), probs):
+            n = next((i for i, t in enumerate(row) if t in special), len(row))
+            if n == 0:
+                continue
+            text, starts, ends = token_char_spans(tokenizer, row[:n])
+            taken = p[torch.arange(n), torch.tensor(row[:n])]
+            norm = (1 - 2 * taken + (p[:n] ** 2).sum(dim=-1)).clamp_min(0).sqrt()  # ||e_y - pi||
+            for name, size in zip(chains.token_classes(text, starts, ends), norm.tolist()):
+                self.tokens[name] += 1
+                self.mass[name] += size
+            self.responses += 1
+
+    def summary(self) -> dict[str, Any]:
+        tokens, mass = sum(self.tokens.values()), sum(self.mass.values())
+        return {"responses": self.responses, "tokens": tokens,
+                "classes": {name: {"token_share": self.tokens[name] / tokens if tokens else math.nan,
+                                   "gradient_share": self.mass[name] / mass if mass else math.nan,
+                                   "mean_norm": self.mass[name] / self.tokens[name] if self.tokens[name] else math.nan}
+                            for name in chains.TOKEN_CLASSES}}
 
 
 def check_learnable(measured: dict[str, Any], settings: PretrainSettings, key: str) -> None:
@@ -204,12 +254,12 @@ def pretrain_testbed_model(settings: dict[str, Any], key: str = "models.<name>.p
     if unknown:
         raise ValueError(f"{key}: unknown settings {', '.join(unknown)}")
     s = PretrainSettings(**settings)
-    test = frozenset(p.text for p in chain_split("test"))
+    test = frozenset(p.text for p in chain_split("test", s.steps))
     started = time.perf_counter()
     model, tokenizer, log = pretrain(s, exclude=test)
     pretrain_s = time.perf_counter() - started
     started = time.perf_counter()
-    measured = sampled_pass_rate(model, tokenizer, chain_split("train")[: s.check_prompts], s.check_group,
+    measured = sampled_pass_rate(model, tokenizer, chain_split("train", s.steps)[: s.check_prompts], s.check_group,
                                  s.check_temperature, seed=s.seed)
     measured["wall_s"] = round(time.perf_counter() - started, 1)
     print(f"pretrained model: sampled pass rate {measured['pass_rate']:.3f}, mixed groups "

@@ -51,6 +51,8 @@ DEFAULT_SETTINGS: dict[str, Any] = {
         "noise_sigma": 1e-3,
         "chunk_tokens": 512,
         "fallback_last_number": True,
+        "own_conclusion": True,
+        "substitute": "pad",
         "score_all": False,
     },
     # Passed to trl.GRPOConfig. The loss is the paper's: loss_type grpo, no KL, eps 0.2, group scaling.
@@ -289,6 +291,8 @@ def build_config(settings: Mapping[str, Any], checkpoint_dir: Path,
         oar_noise_sigma=float(oar["noise_sigma"]),
         oar_chunk_tokens=int(oar["chunk_tokens"]),
         oar_fallback_last_number=bool(oar["fallback_last_number"]),
+        oar_own_conclusion=bool(oar["own_conclusion"]),
+        oar_substitute=str(oar["substitute"]),
         oar_score_all=bool(oar["score_all"]),
         **trainer,
     )
