@@ -1,0 +1,196 @@
+"""The decisive testbed's parts: distractor notes and longer chains (oar.data.chains), the token classes
+of the gradient-share table, the truth scorer, probes that continue a response's own conclusion, the
+substitute token, and the config checks that tie them to the chain task."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from oar.data import chains
+from oar.data.datasets import chain_split, chain_steps, load_dataset_records
+from oar.grading import grade
+from oar.method.gate import gate
+from oar.method.importance import score
+from oar.method.probes import CONCLUDE_TEXT, build_probes, conclusion_start, substitute_token_id, token_char_spans
+from oar.training.pretrain import GradientShare, build_model, build_tokenizer, PretrainSettings
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer(416, distractors=True)
+
+
+def test_distractor_notes_add_free_words_but_no_decisive_token():
+    p = chains.problem("test", 4, steps=5)
+    plain, ok = chains.solution(p, random.Random(3), error_rate=0.0)
+    noted, ok_noted = chains.solution(p, random.Random(3), error_rate=0.0, distractors=6)
+    assert ok and ok_noted and grade(noted, str(p.answer)).correct
+    assert noted.count(chains.DISTRACTOR_NOTE) == 5
+    words = [w.strip(".") for note in noted.split(chains.DISTRACTOR_NOTE)[1:] for w in note.split(".")[0].split()]
+    assert len(words) == 30 and set(words) <= set(chains.DISTRACTOR_WORDS)
+    # the same decisive tokens: relations and results only
+    keep = lambda t: [t[s:e] for s, e in chains.decisive_spans(t)]  # noqa: E731
+    assert keep(noted) == keep(plain)
+    # without notes, the random draws are those of a solution without the knob (existing policies unchanged)
+    assert chains.solution(p, random.Random(5), 1, 0.3) == chains.solution(p, random.Random(5), 1, 0.3, 0)
+
+
+def test_knobs_out_of_range_are_named():
+    p = chains.problem("test", 0)
+    with pytest.raises(ValueError, match="distractors must be an integer in 0..32"):
+        chains.solution(p, random.Random(0), distractors=33)
+    with pytest.raises(ValueError, match="steps must be an integer in 1..6"):
+        PretrainSettings(steps=7)
+
+
+def test_each_distractor_word_is_one_token_and_policies_without_notes_keep_their_vocabulary(tokenizer):
+    for word in chains.DISTRACTOR_WORDS:
+        assert len(tokenizer(" " + word, add_special_tokens=False)["input_ids"]) == 1, word
+    text = chains.solution(chains.problem("test", 1), random.Random(0), 1, 0.25)[0]
+    assert build_tokenizer(416).tokenize(text) == build_tokenizer(416, distractors=False).tokenize(text)
+
+
+def test_long_chains_are_a_dataset_of_their_own():
+    assert chain_steps("chain_train") == 3 and chain_steps("chain5_test") == 5 and chain_steps("gsm8k_test") is None
+    test = chain_split("test", 5)
+    assert all(len(p.ops) == 5 for p in test)
+    train = {p.text for p in chain_split("train", 5)}
+    assert not train & {p.text for p in test}
+    rows = load_dataset_records("chain5_test").records
+    assert [r["problem"] for r in rows] == [p.text for p in test]
+
+
+def test_token_classes_follow_the_grammar(tokenizer):
+    p = chains.problem("test", 2, steps=5)
+    text, _ = chains.solution(p, random.Random(0), filler=1, error_rate=0.4, distractors=3)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    decoded, starts, ends = token_char_spans(tokenizer, ids)
+    classes = chains.token_classes(decoded, starts, ends)
+    by_class = {name: "".join(decoded[s:e] for s, e, c in zip(starts, ends, classes) if c == name)
+                for name in chains.TOKEN_CLASSES}
+    assert by_class["relation"].replace(" ", "") == "".join(m[3] for m in chains._EQUATION.findall(text))
+    assert by_class["result"] == "".join(m[4] for m in chains._EQUATION.findall(text))
+    assert by_class["distractor"].split() == [w for note in text.split("Note: ")[1:] for w in note.split(".")[0].split()]
+    assert by_class["template"].startswith(" Therefore") and by_class["template"].endswith("}.")
+    assert len(by_class["remark"].split()) == 5  # the first word of each step's remark
+    positions = chains.decisive_tokens(decoded, starts, ends)
+    assert [classes[j] for j in positions] == [c for c in classes if c in ("relation", "result")]
+
+
+def test_gradient_share_puts_the_mass_where_the_policy_is_free(tokenizer):
+    """On an untrained model every token is uncertain, so the mass follows the token counts; the sizes are
+    ||e_y - pi||, at most sqrt(2)."""
+    model = build_model(PretrainSettings(layers=1, hidden=32), tokenizer).eval()
+    share = GradientShare()
+    prompt = torch.tensor([tokenizer("Start", add_special_tokens=False)["input_ids"]])
+    text = chains.solution(chains.problem("test", 0), random.Random(0), 0, 0.0, 4)[0]
+    response = torch.tensor([tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        share.add(model, tokenizer, torch.cat([prompt, response], dim=1), prompt.shape[1], 1.0)
+    out = share.summary()
+    assert out["responses"] == 1 and out["tokens"] == response.shape[1] - 1  # eos left out
+    classes = out["classes"]
+    assert sum(c["token_share"] for c in classes.values()) == pytest.approx(1.0)
+    assert sum(c["gradient_share"] for c in classes.values()) == pytest.approx(1.0)
+    assert classes["distractor"]["token_share"] == pytest.approx(12 / out["tokens"])
+    assert all(0 < c["mean_norm"] <= 2 ** 0.5 for c in classes.values() if c["mean_norm"] == c["mean_norm"])
+
+
+def _probe(tokenizer, text, **kwargs):
+    prompt = tokenizer("Start with 3. Add 1. What is the result?", add_special_tokens=False)["input_ids"]
+    response = tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    (probe,) = build_probes(tokenizer, [prompt], [response], **kwargs)
+    return probe, response
+
+
+def test_the_probe_continues_the_response_own_conclusion(tokenizer):
+    text = "3 + 1 = 4. Note: owl cat. Therefore, the final answer is \\boxed{4}."
+    own, response = _probe(tokenizer, text, own_conclusion=True)
+    appended, _ = _probe(tokenizer, text)
+    reasoning = tokenizer.decode(response[: own.reasoning_len])
+    assert reasoning.endswith("owl cat.") and own.reasoning_len < appended.reasoning_len
+    # the probe is the response itself up to the answer: no repeated template
+    assert tokenizer.decode(own.ids("as_mean")).count("Therefore") == 1
+    assert tokenizer.decode(list(own.prompt_ids) + response)[: len(tokenizer.decode(own.ids("as_mean")))] == \
+        tokenizer.decode(own.ids("as_mean"))
+    assert tokenizer.decode(appended.ids("as_mean")).count("Therefore") == 2
+    assert own.answer_ids == appended.answer_ids
+    # a box at the end of a computation keeps the computation as reasoning and appends the template
+    maths = "3 + 1 = \\boxed{4}."
+    kept, _ = _probe(tokenizer, maths, own_conclusion=True)
+    assert kept.conclude_ids == tuple(tokenizer(CONCLUDE_TEXT, add_special_tokens=False)["input_ids"])
+    stated = "x. So the answer is $\\boxed{"
+    assert conclusion_start(stated, stated.index("\\")) == 2
+    assert conclusion_start("x = 3 so \\boxed{", 9) is None
+
+
+def test_the_substitute_is_a_setting(tokenizer):
+    probe, _ = _probe(tokenizer, "3 + 1 = 4. Therefore, the final answer is \\boxed{4}.", substitute=".")
+    assert probe.pad_id == tokenizer(".", add_special_tokens=False)["input_ids"][0] != tokenizer.pad_token_id
+    assert substitute_token_id(tokenizer, "pad") == tokenizer.pad_token_id
+    with pytest.raises(ValueError, match="'Note: owl' is 3 tokens"):
+        substitute_token_id(tokenizer, "Note: owl")
+
+
+def test_the_truth_gate_boosts_exactly_the_decisive_tokens(tokenizer):
+    from oar.training.grpo_trainer import with_decisive_tokens
+
+    text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}."
+    probe, response = _probe(tokenizer, text, own_conclusion=True)
+    with pytest.raises(ValueError, match="scorer 'truth' needs the decisive positions"):
+        score("truth", torch.nn.Linear(1, 1), [probe])
+    probe = with_decisive_tokens(tokenizer, probe)
+    result = score("truth", torch.nn.Linear(1, 1), [probe])
+    decoded, starts, ends = token_char_spans(tokenizer, response[: probe.reasoning_len])
+    marked = "".join(decoded[starts[j]:ends[j]] for j in range(probe.reasoning_len) if result.scores[0, j] == 1)
+    assert marked.replace(" ", "") == "~5=10"
+    weights = gate(result.scores, result.reasoning_mask, tau=0.4, beta=2.0)[0, : probe.reasoning_len]
+    decisive = result.scores[0, : probe.reasoning_len] == 1
+    # binary scores tie at the quantile: the rest keep one weight and the decisive tokens get 1 + beta times it
+    assert torch.allclose(weights[decisive] / weights[~decisive].mean(), torch.tensor(3.0))
+    assert weights.sum().item() == pytest.approx(probe.reasoning_len)
+
+
+def _registry(cfg):
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from oar.experiment.runs import Registry
+
+    validate = pytest.importorskip("snakemake.utils").validate
+    schema = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
+    cfg = copy.deepcopy(cfg)
+    validate(cfg, str(schema))
+    return Registry(cfg, tuple(yaml.safe_load(schema.read_text())["$defs"]["trainer"]["properties"]))
+
+
+def _config(name="config.yaml"):
+    from pathlib import Path
+
+    import yaml
+
+    return yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / name).read_text())
+
+
+def test_the_truth_scorer_and_long_chains_are_checked_before_any_job():
+    from oar.experiment.runs import ConfigError
+
+    cfg = _config()
+    cfg["runs"]["main"]["methods"] = ["grpo", "truth"]
+    assert "chain_f1/truth-tau0.4-beta2.0-seed0" in _registry(cfg).runs
+    cfg["data"]["arith_train"] = {"source": "generated"}
+    cfg["training"]["dataset"] = "arith_train"
+    with pytest.raises(ConfigError, match="^config error at runs.main.methods: method 'truth'"):
+        _registry(cfg)
+    cfg = _config()
+    cfg["models"]["chain_f1"]["pretrain"]["steps"] = 5
+    with pytest.raises(ConfigError, match="^config error at models.chain_f1.pretrain.steps: 5 steps"):
+        _registry(cfg)
+    cfg["models"]["chain_f1"]["pretrain"]["distractors"] = 40
+    with pytest.raises(Exception, match="40 is greater than the maximum of 32"):
+        _registry(cfg)
