@@ -181,6 +181,7 @@ rule recall_analysis:
     params:
         kind="recall",
         ground_truth=REG.has_ground_truth(),
+        gate={k: config["training"]["oar"][k] for k in ("tau", "beta", "floor")},
         scorers=RECALL["scorers"],
         probe=RECALL["probe"],
         fraction=RECALL["fraction"],

@@ -194,3 +194,28 @@ def test_the_truth_scorer_and_long_chains_are_checked_before_any_job():
     cfg["models"]["chain_f1"]["pretrain"]["distractors"] = 40
     with pytest.raises(Exception, match="40 is greater than the maximum of 32"):
         _registry(cfg)
+
+
+def test_step_attribution_reads_recall_per_step_and_the_blame_on_the_erring_relation():
+    from oar.analysis.results import step_attribution
+    from oar.analysis.tables import recall_table
+
+    tokens = ["3", " +", " 1", " ~", " 5", ".", " Note:", " owl", ".", " 5", " *", " 2", " =", " 1", "0", "."]
+    erring, later = tokens.index(" ~"), tokens.index(" =")
+    responses = [{"index": 0, "reasoning_tokens": tokens, "correct": False}]
+    blame_first = [0.0] * len(tokens)
+    blame_first[erring] = 5.0
+    blame_last = [0.0] * len(tokens)
+    blame_last[later], blame_last[erring] = 5.0, 1.0
+    out = step_attribution(responses, {"good": [{"index": 0, "scores": blame_first}],
+                                       "late": [{"index": 0, "scores": blame_last}]}, fraction=0.1)
+    # top 10% of 16 tokens is 2 tokens: the good scorer holds the erring relation (half of step 1's tokens)
+    assert out["by_step"]["good"]["1"]["mean"] == pytest.approx(0.5)
+    assert out["by_step"]["late"]["2"]["mean"] == pytest.approx(1 / 3)
+    assert out["erring"]["good"]["share_erring_heavier"]["mean"] == 1.0
+    assert out["erring"]["late"]["share_erring_heavier"]["mean"] == 0.0
+    assert out["erring"]["late"]["later_correct_weight"]["mean"] > out["erring"]["late"]["erring_weight"]["mean"]
+    recall = {"summary": {}, "responses": 1, "empty_oracle": 0,
+              "ground_truth": {"summary": {}, "oracle_agreement": {}, "steps": out}}
+    _, text = recall_table(recall)
+    assert "### Per chain step" in text and "step 2" in text and "erring `~`" in text

@@ -89,6 +89,9 @@ def recall(smk):
         truth = results.ground_truth_tokens(results.read_jsonl(smk.input.responses))
         result["ground_truth"] = results.causal_recall(truth, scores, smk.params.fraction)
         result["ground_truth"]["oracle_agreement"] = results.oracle_agreement(oracle, truth)
+        # credit per chain step, and the weight on the first erring relation of wrong responses
+        result["ground_truth"]["steps"] = results.step_attribution(
+            results.read_jsonl(smk.input.responses), scores, smk.params.fraction, smk.params.gate)
     atomic_write_json(smk.output.json, _clean(result))
     for name, s in result["summary"].items():
         print(f"{name:10s} recall@10% = {s['mean']:.3f} (n = {s['n']})")

@@ -492,6 +492,72 @@ def ground_truth_tokens(responses: Sequence[Mapping[str, Any]]) -> list[dict[str
     return rows
 
 
+def _step_tokens(tokens: Sequence[str]) -> tuple[list[list[int]], list[str]]:
+    """Per equation of a chain response: the positions of its decisive tokens (relation and result), and
+    its relation (``=`` or ``~``) with the position of the relation token last."""
+    from oar.data.chains import _EQUATION
+
+    starts = np.cumsum([0] + [len(t) for t in tokens])
+    text = "".join(tokens)
+
+    def overlapping(start: int, end: int) -> list[int]:
+        return [j for j in range(len(tokens)) if starts[j] < end and start < starts[j + 1]]
+
+    steps, relations = [], []
+    for m in _EQUATION.finditer(text):
+        relation = overlapping(*m.span(4))
+        steps.append(sorted(set(relation + overlapping(*m.span(5)))))
+        relations.append((m.group(4), relation[-1] if relation else None))
+    return steps, relations
+
+
+def step_attribution(responses: Sequence[Mapping[str, Any]], scores: Mapping[str, Sequence[Mapping[str, Any]]],
+                     fraction: float = 0.1, gate_settings: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Where each scorer's credit goes, step by step, on the chain task.
+
+    ``by_step``: per chain step k, the share of step k's decisive tokens (relation and result) that fall
+    in the scorer's top ``fraction`` of the response (mean and 95% interval over responses that have a
+    step k). A scorer that credits the last restatement of a result shows recall rising with k.
+
+    ``erring``: in wrong responses whose first sloppy step (``~``) is followed by an exact one (``=``),
+    the gate weight (:func:`oar.method.gate.gate` with ``gate_settings``: tau, beta, floor) on the erring
+    relation token and the mean weight on the later correct relation tokens, and the share of responses
+    in which the erring one weighs more. Credit assignment that works puts the blame on the erring token.
+    """
+    import torch
+
+    from oar.method.gate import gate
+    from oar.method.metrics import default_k
+
+    settings = {"tau": 0.4, "beta": 2.0, "floor": 0.1, **(gate_settings or {})}
+    parsed = {int(r["index"]): (_step_tokens(r["reasoning_tokens"]), r.get("correct")) for r in responses}
+    out: dict[str, Any] = {"fraction": fraction, "gate": settings, "by_step": {}, "erring": {}}
+    for scorer, rows in scores.items():
+        per_step: dict[int, list[float]] = {}
+        erring, later, erring_wins = [], [], []
+        for idx, s in _scores_by_index(rows).items():
+            if idx not in parsed or len(s) == 0:
+                continue
+            (steps, relations), correct = parsed[idx]
+            values = torch.as_tensor(s, dtype=torch.float64)
+            top = set(torch.argsort(values, descending=True, stable=True)[: default_k(len(s), fraction)].tolist())
+            for k, positions in enumerate(steps, start=1):
+                if positions:
+                    per_step.setdefault(k, []).append(sum(j in top for j in positions) / len(positions))
+            first = next((i for i, (rel, _) in enumerate(relations) if rel == "~"), None)
+            if correct is False and first is not None:
+                after = [pos for rel, pos in relations[first + 1 :] if rel == "=" and pos is not None]
+                if after and relations[first][1] is not None:
+                    w = gate(values[None].float(), torch.ones(1, len(s), dtype=torch.bool), **settings)[0]
+                    erring.append(float(w[relations[first][1]]))
+                    later.append(float(w[after].mean()))
+                    erring_wins.append(float(erring[-1] > later[-1]))
+        out["by_step"][scorer] = {str(k): _spread(v) for k, v in sorted(per_step.items())}
+        out["erring"][scorer] = {"erring_weight": _spread(erring), "later_correct_weight": _spread(later),
+                                 "share_erring_heavier": _spread(erring_wins), "responses": len(erring)}
+    return out
+
+
 def oracle_agreement(oracle: Sequence[Mapping[str, Any]], truth: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """How well the intervention oracle's causal tokens match the parsed decisive tokens, per response:
     precision (share of oracle tokens that are decisive), recall (share of decisive tokens the oracle

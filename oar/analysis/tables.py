@@ -339,7 +339,35 @@ def recall_table(recall: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
                  f"{fmt_interval(agree.get('precision') or {})}, recall {fmt_interval(agree.get('recall') or {})}, "
                  f"Jaccard {fmt_interval(agree.get('jaccard') or {})} (means over {agree.get('responses', '?')} "
                  "responses, 95% t-intervals).\n")
+        if truth.get("steps"):
+            text += _step_attribution_text(truth["steps"])
     return frame, text
+
+
+def _step_attribution_text(steps: Mapping[str, Any]) -> str:
+    """Recall of each chain step's decisive tokens, and the weight on the first erring relation of wrong
+    responses against the later correct ones (``oar.analysis.results.step_attribution``)."""
+    by_step = steps.get("by_step") or {}
+    numbers = sorted({int(k) for s in by_step.values() for k in s}, key=int)
+    if not numbers:
+        return ""
+    rows = [[METHOD_NAMES.get(scorer, scorer)] + [fmt_interval(s.get(str(k)) or {}) for k in numbers]
+            for scorer, s in by_step.items()]
+    gate = steps.get("gate") or {}
+    erring = steps.get("erring") or {}
+    erring_rows = [[METHOD_NAMES.get(scorer, scorer), fmt_interval(e.get("erring_weight") or {}),
+                    fmt_interval(e.get("later_correct_weight") or {}),
+                    fmt_num((e.get("share_erring_heavier") or {}).get("mean"), 0, 100), e.get("responses")]
+                   for scorer, e in erring.items()]
+    pct = round(100 * float(steps.get("fraction", 0.1)))
+    return (f"\n### Per chain step\n\nShare of step k's decisive tokens in each scorer's top {pct}% of the response "
+            "(mean [95% interval] over responses):\n\n"
+            + markdown_table(["Scorer"] + [f"step {k}" for k in numbers], rows)
+            + f"\n\nWrong responses whose first sloppy step (`~`) is followed by an exact one (`=`): the gate's weight "
+            f"(tau {gate.get('tau')}, beta {gate.get('beta')}) on the erring relation and the mean on the later "
+            "correct relations, and the share of responses where the erring one weighs more:\n\n"
+            + markdown_table(["Scorer", "erring `~`", "later `=`", "erring heavier, %", "responses"], erring_rows)
+            + "\n")
 
 
 def fidelity_table(fidelity: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
