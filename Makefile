@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run run-ablations run-smollm2 test explain test-slurm install-profile
+.PHONY: setup run run-ablations run-decisive run-smollm2 test explain test-slurm install-profile
 setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
@@ -24,6 +24,11 @@ run: setup
 # already in results/ are reused.
 run-ablations: setup
 	$(BIN)/snakemake --cores 2 all --configfile config/config.yaml config/ablations.yaml
+
+# The decisive run (config/decisive.yaml): two distractor levels, the truth gate beside GRPO, OAR-P,
+# OAR-G and entropy, ten paired seeds, in its own results folder.
+run-decisive: setup
+	$(BIN)/snakemake --cores 2 all --configfile config/decisive.yaml --config results=results-decisive
 
 # The SmolLM2-135M experiment (config/smollm2.yaml) in its own results folder.
 run-smollm2: setup

@@ -124,6 +124,9 @@ def table_inputs(wildcards):
         "causal_recall": {"recall": rules.recall_analysis.output.json},
         "fidelity": {"fidelity": rules.fidelity_analysis.output.json},
         "cost": {"cost": rules.cost_summary.output.csv},
+        "gradient_share": {
+            "summaries": [f"{R}/models/{m}.summary.json" for m in REG.chain_models()]
+        },
         "paired_differences": {"differences": rules.paired_analysis.output.differences},
         "length_sweep": {
             "outcomes": rules.paired_analysis.output.outcomes,

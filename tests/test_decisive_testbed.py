@@ -219,3 +219,17 @@ def test_step_attribution_reads_recall_per_step_and_the_blame_on_the_erring_rela
               "ground_truth": {"summary": {}, "oracle_agreement": {}, "steps": out}}
     _, text = recall_table(recall)
     assert "### Per chain step" in text and "step 2" in text and "erring `~`" in text
+
+
+def test_the_gradient_share_table_reads_every_chain_policy():
+    from oar.analysis.tables import gradient_share_table
+
+    classes = {name: {"token_share": 1 / 6, "gradient_share": 0.5 if name == "distractor" else 0.1, "mean_norm": 0.5}
+               for name in chains.TOKEN_CLASSES}
+    summary = {"pretrain": {"check": {"gradient_share": {"responses": 8, "tokens": 96, "classes": classes},
+                                      "mean_completion_tokens": 12.0}}}
+    frame, text = gradient_share_table({"chain_d16": summary})
+    assert set(frame["token_class"]) == set(chains.TOKEN_CLASSES)
+    assert "| chain_d16 | distractor | 16.7 | 50.0 |" in text
+    with pytest.raises(ValueError, match="'old': its summary has no gradient share"):
+        gradient_share_table({"old": {"pretrain": {"check": {}}}})

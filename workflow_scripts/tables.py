@@ -54,6 +54,10 @@ def build(smk):
                                          tables.threshold_rule(p.reward_threshold, p.reward_gain),
                                          base=results.base_accuracy(acc, p.paired_benchmark),
                                          lengths=dict(zip(base["model"], base["mean_response_tokens"])))
+    if name == "gradient_share":
+        summaries = {Path(f).name.removesuffix(".summary.json"): json.loads(Path(f).read_text())
+                     for f in smk.input.summaries}
+        return tables.gradient_share_table(summaries)
     if name == "cost":
         return tables.cost_table(pd.read_csv(smk.input.cost), p.train_threads)
     raise ValueError(f"unknown table {name!r}")

@@ -418,6 +418,10 @@ class Registry:
         fillers = {(spec.get("pretrain") or {}).get("filler", 0) for spec in specs}
         return len(models) >= 2 and all(spec["source"] == "chain" for spec in specs) and len(fillers) == len(models)
 
+    def chain_models(self) -> list[str]:
+        """Models pretrained on the chain task (their pretraining check measures the gradient share)."""
+        return [m for m in self.model_names() if self.config["models"][m]["source"] == "chain"]
+
     def paired_models(self) -> list[str]:
         return sorted({model_of(r) for r in self.groups["main"]}, key=self.model_names().index)
 
@@ -428,6 +432,8 @@ class Registry:
             if self.is_length_sweep():
                 names.append("length_sweep")
         names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
+        if self.chain_models():
+            names.append("gradient_share")
         if self.fidelity["scorers"] and self.fidelity["probes"]:
             names.append("fidelity")
         return names
