@@ -2,12 +2,15 @@
 
 Three steps, each usable on its own:
 
-* `extract_answer` finds a response's answer span (method.md section 2): the content of the last
-  top-level ``\\boxed{...}``, else (optionally) the last number in the text.
+* `extract_answer` finds a response's answer span (method.md section 2) by a cascade: the content of
+  the last top-level ``\\boxed{...}``; else (optionally) the answer an explicit statement gives ("The
+  answer is 7", "Final answer: 7", "Therefore, the final answer is 7"); else (optionally) the last number,
+  widened to the whole LaTeX expression it closes (``\\frac{1}{4}``, ``\\sqrt{5}``, ``(-1, 6)``).
 * `extract_reference` turns a dataset's reference (GSM8K ``#### 72`` solutions, MATH solutions with a
   ``\\boxed{}``, AMC floats such as ``27.0``) into a plain answer string.
-* `answers_match` decides equivalence: a cheap normalised/numeric comparison first, then
-  `math_verify` for everything symbolic.
+* `answers_match` decides equivalence: a cheap normalised/numeric comparison first (percent signs,
+  units, thousands separators, times of day, repeating decimals), then `math_verify` for everything
+  symbolic.
 
 Timeouts. math-verify's own timeouts use ``signal.alarm``, which raises outside the main thread and
 cannot be used in worker threads at all. We switch them off and run math-verify in small helper
@@ -47,12 +50,14 @@ class AnswerSpan:
 
     Attributes:
         text: the answer string, ``response[start:end]``: the whitespace-stripped content of the last
-            ``\\boxed{...}`` or, for the fallback, the last number exactly as written (``"1,000"``).
+            ``\\boxed{...}``, the answer a statement gives, or the last number (with the LaTeX
+            expression it closes) exactly as written (``"1,000"``, ``"\\frac{1}{4}"``).
         start: character offset of the first character of ``text``.
         end: character offset one past its last character.
         reasoning_end: where the reasoning stops: the index of the backslash of the last ``\\boxed{``
-            (kind ``"boxed"``) or ``start`` (kind ``"last_number"``).
-        kind: ``"boxed"`` or ``"last_number"``.
+            (kind ``"boxed"``), the first character of the statement's trigger (kind ``"statement"``:
+            the ``T`` of "The answer is") or ``start`` (kind ``"last_number"``).
+        kind: ``"boxed"``, ``"statement"`` or ``"last_number"``.
     """
 
     text: str
@@ -132,18 +137,140 @@ def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def extract_answer(response: str, fallback_last_number: bool = True) -> AnswerSpan | None:
+# An explicit answer statement: "The answer is", "the final answer is" (the testbed's and the probes'
+# template "Therefore, the final answer is"), "Final answer:", "Answer:". Only the last one counts.
+_STATEMENT = re.compile(r"\b(?:the\s+)?(?:final\s+)?answer\s*(?:is\b\s*:?|:)", re.IGNORECASE)
+# Math delimiters an answer may sit in after a statement, longest first.
+_MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+# A statement's answer ends at a line break, a semicolon or a sentence period (one followed by
+# whitespace or the end, so "2.5" and "p.m." are kept whole).
+_STATEMENT_END = re.compile(r"\n|;|\.(?=\s|$)")
+# "18 dollars", "$18 per hour": a leading number followed by words is that number.
+_LEADING_NUMBER = re.compile(r"(?:\\?\$\s*)?(" + _NUMBER.pattern + r")(?=\s+[A-Za-z])", re.VERBOSE)
+_PRICE = re.compile(r"\\?\$\s*(" + _NUMBER.pattern + r")", re.VERBOSE)
+# LaTeX commands whose arguments are one expression with the numbers inside them.
+_EXPRESSION_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt)(?![A-Za-z])")
+# What may follow an expression that ends the text: spaces, closing math delimiters, punctuation.
+_TRAILER = re.compile(r"(?:\s|\$|\\\)|\\\]|[.,;:!])*")
+
+
+def _command_end(text: str, start: int) -> int | None:
+    """One past the end of the ``\\frac``/``\\sqrt`` command at ``start`` with its arguments (``\\frac12``
+    and ``\\sqrt[3]{x}`` included), or None when its arguments are unclosed or missing."""
+    name = _EXPRESSION_COMMAND.match(text, start)
+    i = name.end()
+    arguments = 1 if name.group().endswith("sqrt") else 2
+    if arguments == 1 and text.startswith("[", i):
+        close = text.find("]", i)
+        if close < 0:
+            return None
+        i = close + 1
+    for _ in range(arguments):
+        while i < len(text) and text[i] == " ":
+            i += 1
+        if i >= len(text):
+            return None
+        if text[i] == "{":
+            close = _closing_brace(text, i)
+            if close is None:
+                return None
+            i = close + 1
+        elif text[i].isalnum():
+            i += 1  # \frac12: single-character arguments
+        else:
+            return None
+    return i
+
+
+def _widen(text: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) of a number widened to the LaTeX expression it belongs to.
+
+    A number inside the arguments of ``\\frac``, ``\\dfrac``, ``\\tfrac`` or ``\\sqrt`` is part of that
+    command (repeatedly, for nested ones), with a coefficient written right before it (``2\\sqrt{3}``)
+    and a unary minus. A tuple or interval of plain numbers that ends the text (``(-1, 6)``,
+    ``[2, 5)``) is taken whole.
+    """
+    changed = True
+    while changed:
+        changed = False
+        for command in reversed(list(_EXPRESSION_COMMAND.finditer(text, max(0, start - 400), start + 1))):
+            command_end = _command_end(text, command.start())
+            if command.start() <= start and command_end is not None and command_end >= end:
+                start, end, changed = command.start(), command_end, True
+                break
+    while start > 0 and text[start - 1].isdigit():
+        start -= 1  # the coefficient of 2\sqrt{3}
+    if start > 0 and text[start - 1] == "-" and (start < 2 or not re.match(r"[\w)\]}]", text[start - 2])):
+        start -= 1
+    # a tuple or interval that ends the text
+    line_start = text.rfind("\n", 0, start) + 1
+    opener = max(text.rfind("(", line_start, start), text.rfind("[", line_start, start))
+    if opener >= 0:
+        closer = re.compile(r"[^()\[\]\n]*?[)\]]").match(text, end)
+        if closer is not None:
+            inner = text[opener + 1 : closer.end() - 1]
+            bare = re.sub(r"\\[A-Za-z]+", "", inner)
+            if ("," in inner and not re.search(r"[A-Za-z]", bare) and not re.search(r"[()\[\]]", inner)
+                    and _TRAILER.fullmatch(text, closer.end())):
+                start, end = opener, closer.end()
+    return start, end
+
+
+def _statement_answer(response: str) -> AnswerSpan | None:
+    """The answer the last explicit answer statement gives, or None (no statement, or nothing that
+    reads as an answer after it: "the answer is not obvious yet" is no answer)."""
+    last = None
+    for last in _STATEMENT.finditer(response):
+        pass
+    if last is None:
+        return None
+    i = last.end()
+    while i < len(response) and response[i] in " \t":
+        i += 1
+    for left, right in _MATH_DELIMITERS:
+        if response.startswith(left, i):
+            close = response.find(right, i + len(left))
+            if close < 0 or (left == "$" and "\n" in response[i:close]):
+                continue  # "$18." is a price, not an unclosed formula
+            start, end = _strip_span(response, i + len(left), close)
+            break
+    else:
+        stop = _STATEMENT_END.search(response, i)
+        start, end = _strip_span(response, i, len(response) if stop is None else stop.start())
+        while end > start and response[end - 1] in ".,:!":
+            end -= 1
+        if (number := _LEADING_NUMBER.match(response, start, end)) is not None:
+            start, end = number.span(1)
+        elif (price := _PRICE.fullmatch(response, start, end)) is not None:
+            start, end = price.span(1)
+    text = response[start:end]
+    # An answer starts like one ("7", "-3", "\\frac", "(1, 2)", "$5") or is a few words ("Evelyn",
+    # "x = 3"); "the answer is not obvious yet, but..." states none.
+    if not text or not (re.match(r"[-+(\[{\\$\d.]", text) or len(text.split()) <= 3):
+        return None
+    return AnswerSpan(text, start, end, reasoning_end=last.start(), kind="statement")
+
+
+def extract_answer(response: str, fallback_last_number: bool = True, answer_statement: bool = True) -> AnswerSpan | None:
     """The final answer span of a model response, or None when there is none.
 
-    Rules, in order:
+    A cascade; the first step that finds an answer gives it:
 
     1. The last top-level ``\\boxed{...}`` (``\\boxed {`` accepted) with properly nested braces; its
        content, stripped of surrounding whitespace, is the answer. If the last ``\\boxed{`` is never
-       closed (truncated generation) or its content is blank, there is no boxed answer.
-    2. Otherwise, when ``fallback_last_number`` is True, the last number in the response: optionally
-       negative, with optional thousands separators (``1,000``), decimals (``2.5``) or a simple
-       fraction (``3/4``). A trailing sentence period is not part of it.
-    3. Otherwise None.
+       closed (truncated generation) or its content is blank, there is no boxed answer. A box nested
+       inside another belongs to the outer one; of several boxes the last one is the answer, also
+       when a statement after it names another.
+    2. When ``answer_statement`` is True, the last explicit statement ("The answer is", "the final
+       answer is", "Final answer:", "Answer:", any case): the math it opens (``$...$``, ``\\(...\\)``,
+       ``\\[...\\]``), else the rest of its sentence, where a leading number followed by words
+       (``18 dollars``) is that number.
+    3. When ``fallback_last_number`` is True, the last number in the response: optionally negative,
+       with optional thousands separators (``1,000``), decimals (``2.5``) or a simple fraction
+       (``3/4``), without a trailing sentence period, widened to the LaTeX expression it closes: the
+       ``\\frac``/``\\sqrt`` around it (``\\frac{1}{4}``, not ``4``) and a tuple or interval of numbers
+       that ends the text (``(-1, 6)``, not ``6``).
+    4. Otherwise None.
     """
     if not isinstance(response, str):
         raise ValueError(f"response must be a str, got {type(response).__name__}")
@@ -153,6 +280,8 @@ def extract_answer(response: str, fallback_last_number: bool = True) -> AnswerSp
         start, end = _strip_span(response, content_start, content_end)
         if start < end:
             return AnswerSpan(response[start:end], start, end, reasoning_end=backslash, kind="boxed")
+    if answer_statement and (stated := _statement_answer(response)) is not None:
+        return stated
     if not fallback_last_number:
         return None
     last = None
@@ -160,7 +289,8 @@ def extract_answer(response: str, fallback_last_number: bool = True) -> AnswerSp
         pass
     if last is None:
         return None
-    return AnswerSpan(last.group(), last.start(), last.end(), reasoning_end=last.start(), kind="last_number")
+    start, end = _widen(response, last.start(), last.end())
+    return AnswerSpan(response[start:end], start, end, reasoning_end=start, kind="last_number")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -227,9 +357,9 @@ _PLAIN_FRACTION = re.compile(r"^[+-]?\d+/\d+$")
 
 def _clean(answer: str) -> str:
     """Drop what never carries meaning: surrounding whitespace, ``$`` (math delimiters and escaped
-    dollar signs ``\\$``), a trailing period."""
+    dollar signs ``\\$``), trailing punctuation (``.``, ``,``, ``;``, ``:``, ``!``)."""
     text = answer.replace("\\$", "").replace("$", "").strip()
-    if text.endswith("."):
+    while text and text[-1] in ".,;:!" and not text.endswith("\\!"):
         text = text[:-1].rstrip()
     return text
 
@@ -256,6 +386,60 @@ def _as_number(text: str) -> Fraction | None:
     return None
 
 
+# Decorations a number may carry that do not change it: a percent sign (``35.0\%``, ``12.5 percent``),
+# a degree sign, a unit in words or in a text wrapper (``12\text{ cm}``, ``18 dollars``).
+_PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*percent\s*\}|percent)$")
+_DEGREES = re.compile(r"\s*(?:\^\s*\{?\\circ\}?|°)$")
+_UNIT = re.compile(r"\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z .]*\}$|\s+[A-Za-z][A-Za-z.]+(?:\s+[A-Za-z.]+)*$")
+# A repeating decimal: 0.\overline{3}, 1.2\overline{45}.
+_LATEX_FRACTION = re.compile(r"^([+-]?)\\[dt]?frac\{(\d+)\}\{(\d+)\}$")
+_REPEATING = re.compile(r"^([+-]?)(\d*)\.(\d*)\\overline\{(\d+)\}$")
+
+
+@dataclass(frozen=True)
+class _Value:
+    value: Fraction
+    percent: bool  # a percent sign was dropped: 35\% is compared as 35
+
+
+def _number_value(text: str) -> _Value | None:
+    """The value of a number with the decorations above removed, or of a repeating decimal; None for
+    anything else. A unit is only dropped from a number (``5 x`` stays, ``5 \\text{ cm}`` is 5)."""
+    percent = False
+    for _ in range(3):  # "35 \text{ percent}", "90^\circ", "12 \text{cm}" in any combination
+        if (match := _PERCENT.search(text)) is not None and match.start() > 0:
+            text, percent = text[: match.start()], True
+        elif (match := _DEGREES.search(text)) is not None and match.start() > 0:
+            text = text[: match.start()]
+        elif (match := _UNIT.search(text)) is not None and match.start() > 0:
+            text = text[: match.start()]
+        else:
+            break
+    text = text.strip()
+    if (repeating := _REPEATING.match(text)) is not None:
+        sign, whole, fixed, period = repeating.groups()
+        value = Fraction(int(whole or "0")) + Fraction(int(fixed or "0"), 10 ** len(fixed)) + Fraction(
+            int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+        return _Value(-value if sign == "-" else value, percent)
+    if (fraction := _LATEX_FRACTION.match(text)) is not None and int(fraction.group(3)) != 0:
+        value = Fraction(int(fraction.group(2)), int(fraction.group(3)))
+        return _Value(-value if fraction.group(1) == "-" else value, percent)
+    value = _as_number(text)
+    return None if value is None else _Value(value, percent)
+
+
+_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?:([ap])\.?m\.?)?$")
+
+
+def _time_of_day(text: str) -> tuple[int, int, str] | None:
+    """``4:30 p.m.``, ``\\text{4:30 p.m.}``, ``4:30 \\text{ pm}`` -> (4, 30, "p"); None if not a time."""
+    unwrapped = re.sub(r"\\(?:text|mbox|mathrm)\{([^{}]*)\}", r"\1", text)
+    match = _TIME.match(re.sub(r"[\s~]|\\[ ,;]", "", unwrapped).lower())
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), match.group(3) or ""
+
+
 def _braces_balanced(text: str) -> bool:
     """Whether unescaped braces pair up; an answer that closes early would escape its ``\\boxed{}``."""
     depth = 0
@@ -274,10 +458,16 @@ def _braces_balanced(text: str) -> bool:
 def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> bool:
     """Whether a predicted answer is equivalent to the reference answer.
 
-    1. Exact match after `_normalise` -> True.
-    2. Both plain numbers (integers, decimals, thousands separators, ``a/b``): exact value equality,
-       so ``"27.0" == "27"``, ``"1,000" == "1000"``, ``"0.50" == "0.5"``, and ``"28" != "27"``.
-    3. Otherwise ``math_verify.verify(parse(\\boxed{reference}), parse(\\boxed{predicted}))`` (the
+    1. Exact match after `_normalise` (``$``, trailing punctuation, LaTeX spacing, a whole-answer
+       ``\\text{}``) -> True.
+    2. Both numbers (integers, decimals, thousands separators, ``a/b``, repeating decimals such as
+       ``0.\\overline{3}``), each after dropping a percent sign, a degree sign or a unit (``12\\text{ cm}``,
+       ``18 dollars``): exact value equality, so ``"27.0" == "27"``, ``"35.0\\%" == "35"``,
+       ``"0.\\overline{3}" == "1/3"``, and ``"28" != "27"``, ``"0.333" != "1/3"``. When the values differ
+       and a percent sign was dropped (``35\\%`` against ``0.35``), math-verify decides (step 4).
+    3. Both times of day (``4:30 p.m.``, ``\\text{4:30 p.m.}``, ``4:30 \\text{ pm}``): equal hour, minute
+       and a.m./p.m.
+    4. Otherwise ``math_verify.verify(parse(\\boxed{reference}), parse(\\boxed{predicted}))`` (the
        reference is math-verify's "gold" argument, which matters for ``x = 3`` style answers). This
        runs in a helper process; if it takes longer than ``timeout_s`` seconds (helper start-up not
        counted) the helper is killed and the answer counts as wrong. Any error inside math-verify,
@@ -300,9 +490,16 @@ def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
     norm_predicted, norm_reference = _normalise(predicted), _normalise(reference)
     if norm_predicted == norm_reference:
         return True
-    value_predicted, value_reference = _as_number(norm_predicted), _as_number(norm_reference)
+    value_predicted, value_reference = _number_value(norm_predicted), _number_value(norm_reference)
     if value_predicted is not None and value_reference is not None:
-        return value_predicted == value_reference
+        if value_predicted.value == value_reference.value:
+            return True
+        if not (value_predicted.percent or value_reference.percent):
+            return False
+        # 35\% against 0.35 is for math-verify to decide, as it was before percent signs were dropped
+    time_predicted, time_reference = _time_of_day(norm_predicted), _time_of_day(norm_reference)
+    if time_predicted is not None and time_reference is not None:
+        return time_predicted == time_reference
     if not _braces_balanced(predicted) or not _braces_balanced(reference):
         return False  # "3}+{1" would be read as \boxed{3} followed by junk, i.e. as "3"
     return _POOL.verify(_clean(predicted), _clean(reference), timeout_s)
@@ -316,9 +513,10 @@ class Grade:
     correct: bool
 
 
-def grade(response: str, reference: str, fallback_last_number: bool = True, timeout_s: float = 5.0) -> Grade:
+def grade(response: str, reference: str, fallback_last_number: bool = True, timeout_s: float = 5.0,
+          answer_statement: bool = True) -> Grade:
     """`extract_answer` then `answers_match`; a response without an answer is incorrect."""
-    answer = extract_answer(response, fallback_last_number=fallback_last_number)
+    answer = extract_answer(response, fallback_last_number=fallback_last_number, answer_statement=answer_statement)
     if answer is None:
         return Grade(answer=None, correct=False)
     return Grade(answer=answer, correct=answers_match(answer.text, reference, timeout_s=timeout_s))

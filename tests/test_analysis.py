@@ -13,10 +13,10 @@ from oar.analysis import figures, results, tables
 BENCH = ["gsm8k_test", "math500"]
 
 
-def write_summary(path, p1, n=10, ci=(0.1, 0.9), samples=1):
+def write_summary(path, p1, n=10, ci=(0.1, 0.9), samples=1, unparsable=0):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"pass@1": p1, "pass@1_ci95": list(ci), "num_problems": n,
-                                "samples_per_problem": samples, "unparsable": 0, "truncated": 1,
+                                "samples_per_problem": samples, "unparsable": unparsable, "truncated": 1,
                                 "mean_response_tokens": 50.0}))
     return path
 
@@ -77,10 +77,27 @@ def test_main_table_markdown_and_csv(acc, tmp_path):
     assert list(frame["label"]) == ["Base model", "GRPO", "OAR-P"]
     assert frame.loc[1, "gsm8k_test"] == pytest.approx(40.0)
     assert "| Method | GSM8K | MATH500 | Avg. | seeds |" in md
-    assert "| GRPO | 40.0 [" in md and "| Base model | 10.0 [10.0, 90.0] |" in md
+    assert "| GRPO | 40.0 [" in md and "| Base model | 10.0 [10.0, 90.0] (0.0% no answer) |" in md
     tables.write_table(frame, md, tmp_path / "t.csv", tmp_path / "t.md")
     assert pd.read_csv(tmp_path / "t.csv").shape[0] == 3
     assert (tmp_path / "t.md").read_text() == md
+
+
+def test_accuracy_tables_show_the_unparsable_share_beside_every_accuracy(tmp_path):
+    # GSM8K: the base model leaves 4 of 10 responses without an answer, GRPO 1 and 0 over its two seeds
+    counts = {"m/base": (4, 2), "m/grpo-seed0": (1, 0), "m/grpo-seed1": (0, 0)}
+    summaries = {(run, b): write_summary(tmp_path / run / b / "summary.json", 0.5, unparsable=u)
+                 for run, us in counts.items() for b, u in zip(BENCH, us)}
+    acc = results.accuracy_frame({r: RUNS[r] for r in counts}, summaries)
+    frame, md = tables.accuracy_table(acc, BENCH, "Main table")
+    base, grpo = frame.iloc[0], frame.iloc[1]
+    assert (base["gsm8k_test_unparsable"], base["math500_unparsable"]) == (40.0, 20.0)
+    assert base["average_unparsable"] == pytest.approx(30.0)
+    assert grpo["gsm8k_test_unparsable"] == pytest.approx(5.0)  # the mean over seeds
+    assert "| Base model | 50.0 [10.0, 90.0] (40.0% no answer) | 50.0 [10.0, 90.0] (20.0% no answer) |" in md
+    assert "(5.0% no answer)" in md and "no final answer" in md
+    tables.write_table(frame, md, tmp_path / "t.csv", tmp_path / "t.md")
+    assert pd.read_csv(tmp_path / "t.csv")["gsm8k_test_unparsable"].tolist() == [40.0, 5.0]
 
 
 def test_tables_mark_runs_that_trained_nothing(acc, tmp_path):

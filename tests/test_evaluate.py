@@ -99,6 +99,24 @@ def test_grading_without_fallback_needs_a_box():
     assert line["extracted_answer"] is None and not line["correct"]
 
 
+def test_grading_statement_switch():
+    response = [GenerationOutput("The answer is 18 dollars. Each of the 3 friends pays 6.", 9, "stop")]
+    [line] = grade_outputs({"id": "p", "answer": "18"}, response, 0.0, EvalSettings())
+    assert (line["extracted_answer"], line["answer_kind"], line["correct"]) == ("18", "statement", True)
+    [line] = grade_outputs({"id": "p", "answer": "18"}, response, 0.0, EvalSettings(answer_statement=False))
+    assert (line["extracted_answer"], line["answer_kind"], line["correct"]) == ("6", "last_number", False)
+
+
+def test_a_folder_from_before_the_statement_setting_reads_as_without_it(tmp_path):
+    from oar.evaluation.benchmark import check_config
+
+    path = tmp_path / "eval_config.json"
+    path.write_text(json.dumps({"n": 1, "fallback_last_number": True}))  # written before the setting existed
+    check_config(path, {"n": 1, "fallback_last_number": True, "answer_statement": False})
+    with pytest.raises(EvalConfigMismatch, match="answer_statement"):
+        check_config(path, {"n": 1, "fallback_last_number": True, "answer_statement": True})
+
+
 # ------------------------------------------------------------------------------------------ summary
 
 

@@ -68,7 +68,7 @@ def test_blank_box_falls_back():
     ("response", "expected"),
     [
         ("12 + 7 = 19", "19"),
-        ("The answer is 19.", "19"),
+        ("So it is 19.", "19"),
         ("It drops to -3 degrees.", "-3"),
         ("12-7 leaves 5", "5"),
         ("12-7", "7"),  # binary minus, not a negative number
@@ -86,7 +86,7 @@ def test_last_number_fallback(response, expected):
 
 def test_last_number_offsets():
     assert span_of("12 + 7 = 19") == AnswerSpan("19", start=9, end=11, reasoning_end=9, kind="last_number")
-    assert span_of("The answer is 19.") == AnswerSpan("19", 14, 16, 14, "last_number")
+    assert span_of("So it is 19.") == AnswerSpan("19", 9, 11, 9, "last_number")
 
 
 def test_fallback_off_and_nothing_found():
@@ -95,6 +95,76 @@ def test_fallback_off_and_nothing_found():
     assert extract_answer("") is None
     with pytest.raises(ValueError, match="response"):
         extract_answer(None)
+
+
+# --- extract_answer: answer statements and whole expressions -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("12 + 7 = 19. The answer is 19.", "19"),
+        ("The answer is: \\frac{1}{4}", r"\frac{1}{4}"),  # not the 4 of the fraction
+        ("Therefore, the final answer is 21.", "21"),  # the testbed's own template without its box
+        ("Final answer: (2, 5]", "(2, 5]"),
+        ("The answer is 12. That is what he saves in the first 15 minutes.", "12"),  # not the later 15
+        ("The answer is 18 dollars.", "18"),
+        ("The answer is $18.", "18"),  # a price, not an unclosed formula
+        ("The answer is \\$18.50 per hour.", "18.50"),
+        ("the answer is $\\frac{1}{4}$, as required.", r"\frac{1}{4}"),
+        ("The final answer is 35.0\\%.", r"35.0\%"),
+        ("So the answer is Evelyn.", "Evelyn"),
+    ],
+)
+def test_answer_statement(response, expected):
+    span = span_of(response)
+    assert (span.text, span.kind) == (expected, "statement")
+    assert response[span.reasoning_end :].lower().startswith(("the ", "final answer"))  # the statement's trigger
+
+
+def test_answer_statement_reasoning_ends_at_the_trigger():
+    response = "So 3 + 4 = 7. Therefore, the final answer is 7."
+    span = span_of(response)
+    assert response[span.reasoning_end :].startswith("the final answer is")
+
+
+def test_a_statement_without_an_answer_falls_through_to_the_last_number():
+    span = span_of("The answer is not obvious yet, but 2 + 3 = 5")
+    assert (span.text, span.kind) == ("5", "last_number")
+
+
+def test_answer_statement_switch():
+    assert span_of("The answer is 7. Check: 3 + 4", answer_statement=False).text == "4"
+    assert extract_answer("The answer is seven.", answer_statement=False) is None
+    assert extract_answer("The answer is 7.", answer_statement=False, fallback_last_number=False) is None
+    assert span_of("The answer is 7.", fallback_last_number=False).kind == "statement"
+
+
+def test_box_beats_statement_and_the_last_box_wins():
+    # The rule of several boxes: the last top-level box is the answer, whatever follows it.
+    span = span_of(r"Either \boxed{2} or \boxed{3}. The answer is: 2")
+    assert (span.text, span.kind) == ("3", "boxed")
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (r"so the probability is \frac{1}{4}", r"\frac{1}{4}"),
+        (r"We get \dfrac{3}{4}.", r"\dfrac{3}{4}"),
+        (r"We get \frac12", r"\frac12"),
+        (r"x = -\frac{3}{4}.", r"-\frac{3}{4}"),
+        (r"The length is \sqrt{5}", r"\sqrt{5}"),
+        (r"It is 2\sqrt{3}.", r"2\sqrt{3}"),
+        (r"Thus $\frac{\sqrt{3}}{2}$.", r"\frac{\sqrt{3}}{2}"),
+        ("so the point is (-1,6)", "(-1,6)"),
+        ("the interval is [2, 5).", "[2, 5)"),
+        ("The interval (1, 2) holds 3 integers", "3"),  # a tuple mid-sentence is not the answer
+        (r"\frac{1}{2} and then 7", "7"),
+    ],
+)
+def test_last_number_takes_the_whole_expression(response, expected):
+    span = span_of(response)
+    assert (span.text, span.kind) == (expected, "last_number")
 
 
 # --- extract_reference --------------------------------------------------------------------------------
@@ -180,6 +250,52 @@ def test_symbolic_equivalences(predicted, reference):
      ("Evenly", r"\text{Evelyn}"), ("", "3"), ("3}+{1", "3")],
 )
 def test_non_equivalent_answers(predicted, reference):
+    assert not answers_match(predicted, reference)
+
+
+@pytest.mark.parametrize(
+    ("predicted", "reference"),
+    [
+        (r"35.0\%", "35"),  # math-verify alone rejects a decimal before the percent sign
+        (r"12.5\%", "12.5"),
+        ("12.5 percent", "12.5"),
+        (r"35\%", r"35\%"),
+        ("1,234,567", "1234567"),
+        (r"1{,}234", "1234"),
+        (r"1,\!234", "1234"),
+        (r"1\,234", "1234"),
+        ("18 dollars", "18"),
+        (r"100\text{ square units}", "100"),
+        (r"48^{\circ}", "48"),
+        (r"4:30 \text{ p.m.}", r"\text{4:30 p.m.}"),  # both graders lost this one before
+        ("4:30 pm", "4:30 p.m."),
+        ("7;", "7"),
+        ("7!", "7"),
+        (r"0.\overline{3}", r"\frac{1}{3}"),
+        (r"0.1\overline{6}", r"\frac{1}{6}"),
+        (r"10{,}000", "10000"),
+    ],
+)
+def test_normalisation_shortcuts(predicted, reference):
+    assert answers_match(predicted, reference)
+
+
+@pytest.mark.parametrize(
+    ("predicted", "reference"),
+    [
+        ("0.333", r"\frac{1}{3}"),  # a repeating decimal is not its finite prefix
+        ("0.3", r"0.\overline{3}"),
+        (r"\csc x", r"\cot x"),
+        (r"36\%", "35"),
+        ("4:30 a.m.", r"\text{4:30 p.m.}"),
+        ("4:35 p.m.", r"\text{4:30 p.m.}"),
+        ("19 dollars", "18"),
+        ("5x", "5"),  # a variable is not a unit
+        ("1,2,3", "123"),
+        (r"\frac{1}{4}", "4"),
+    ],
+)
+def test_normalisation_keeps_wrong_answers_wrong(predicted, reference):
     assert not answers_match(predicted, reference)
 
 

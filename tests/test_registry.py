@@ -277,3 +277,18 @@ def test_pretrain_settings_need_source_chain_and_default_to_the_training_samplin
     bad["models"]["smollm2"]["pretrain"] = {"filler": 1}
     with pytest.raises(ConfigError, match="models.smollm2.pretrain"):
         registry(bad)
+
+
+def test_grading_reaches_rewards_probes_and_evaluation():
+    reg = registry()
+    oar = reg.run_settings("smollm2", "oar_g", 0)["oar"]
+    assert (oar["answer_statement"], oar["fallback_last_number"]) == (True, True)  # the schema's defaults
+    assert "--no-answer-statement" not in cli(**reg.eval_settings("smollm2", "math500"))
+
+    cfg = load(FIXTURE)
+    cfg["grading"] = {"answer_statement": False, "last_number": False}
+    reg = registry(cfg)
+    oar = reg.run_settings("smollm2", "oar_g", 0)["oar"]
+    assert (oar["answer_statement"], oar["fallback_last_number"]) == (False, False)
+    options = shlex.split(cli(**reg.eval_settings("smollm2", "math500")))
+    assert "--no-answer-statement" in options and "--no-fallback-last-number" in options

@@ -110,7 +110,8 @@ def test_schema_matches_library():
     assert set(defs["probe"]["enum"]) == set(PROBES)
     assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
     assert set(defs["trainer"]["properties"]) == set(DEFAULT_SETTINGS["trainer"])
-    assert set(defs["oar"]["properties"]) == set(DEFAULT_SETTINGS["oar"])
+    # a run's grader settings come from the top-level `grading` section (Registry.grading)
+    assert set(defs["oar"]["properties"]) | {"fallback_last_number", "answer_statement"} == set(DEFAULT_SETTINGS["oar"])
 
 
 # ----------------------------------------------------------------------------------- registry
@@ -283,6 +284,9 @@ def _mutate(cfg: dict, path: str, value) -> dict:
         ("training.trainer.per_device_train_batch_size", 6, "training.trainer.per_device_train_batch_size"),
         ("runs.controls.models", ["qwen"], "runs.controls.models"),
         ("analysis.heldout.dataset", "math12k", "analysis.heldout.dataset"),
+        ("grading.last_numbr", True, "last_numbr"),
+        ("grading.answer_statement", "yes", "grading.answer_statement"),
+        ("training.oar.fallback_last_number", False, "fallback_last_number"),  # now grading.last_number
     ],
 )
 def test_invalid_config_is_rejected_naming_the_key(tmp_path, path, value, message):

@@ -36,7 +36,7 @@ from oar.data.datasets import MEAN_OF_16, DataError, eval_defaults, read_records
 from oar.evaluation.benchmark import SUMMARY_FILE, EvalConfigMismatch, EvalSettings, run_generation, summarize  # noqa: E402
 from oar.evaluation.generation import BACKENDS, make_generator  # noqa: E402
 
-FLAGS = ("no_fallback_last_number", "quiet", "enforce_eager")
+FLAGS = ("no_fallback_last_number", "no_answer_statement", "quiet", "enforce_eager")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,8 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="use the tokenizer's chat template (auto: when it has one)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--no-answer-statement", action="store_true",
+                   help="a response without \\boxed{} does not answer by its last 'The answer is ...' statement")
     p.add_argument("--no-fallback-last-number", action="store_true",
-                   help="a response without \\boxed{} has no answer (default: its last number is the answer)")
+                   help="a response without \\boxed{} or statement has no answer (default: its last number is the answer)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the 95%% interval")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> dict:
         problems = problems[: args.limit]
     settings = EvalSettings(n=args.n, temperature=args.temperature, top_p=args.top_p,
                             max_new_tokens=args.max_new_tokens, seed=args.seed, chunk_size=args.chunk_size,
-                            fallback_last_number=not args.no_fallback_last_number)
+                            fallback_last_number=not args.no_fallback_last_number,
+                            answer_statement=not args.no_answer_statement)
     model_sums = checksum(args.model)
     if model_sums is None:
         raise FileNotFoundError(f"model folder {args.model} does not exist")

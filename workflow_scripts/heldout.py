@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_model, model_script_parser, run_cli, write_jsonl  # noqa: E402
 
-FLAGS = ("no_fallback_last_number", "appended_conclusion", "keep_unanswered", "keep_truncated")
+FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion", "keep_unanswered", "keep_truncated")
 
 
 DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a base model.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -88,12 +88,14 @@ def main(argv=None):
             finished.append(stop is not None)
         print(f"generated {len(responses)}/{len(problems)} responses", flush=True)
 
+    statement = not args.no_answer_statement
     probes = build_probes(tokenizer, prompt_ids, responses, fallback_last_number=fallback,
-                          own_conclusion=not args.appended_conclusion, substitute=args.substitute)
+                          own_conclusion=not args.appended_conclusion, substitute=args.substitute,
+                          answer_statement=statement)
     rows, dropped = [], 0
     for i, (problem, probe, done) in enumerate(zip(problems, probes, finished)):
         text = tokenizer.decode(probe.response_ids, skip_special_tokens=True)
-        g = grade(text, problem["answer"], fallback_last_number=fallback)
+        g = grade(text, problem["answer"], fallback_last_number=fallback, answer_statement=statement)
         if ((not probe.has_answer and not args.keep_unanswered) or (not done and not args.keep_truncated)
                 or probe.reasoning_len < args.min_reasoning_tokens
                 or (args.max_responses is not None and len(rows) >= args.max_responses)):

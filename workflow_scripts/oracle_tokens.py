@@ -21,7 +21,7 @@ from _common import load_model, model_script_parser, read_jsonl, run_cli, write_
 # the two equal).
 INTERVENTIONS = ("pad", "space", "alternative", "delete", "none")
 
-FLAGS = ("no_fallback_last_number", "appended_conclusion")
+FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
 
 
 DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.analysis.oracle``): an intervention + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -53,7 +53,7 @@ def main(argv=None):
     model, tokenizer = load_model(args.model, threads=args.threads)
     probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
                           fallback_last_number=fallback, own_conclusion=not args.appended_conclusion,
-                          substitute=args.substitute)
+                          substitute=args.substitute, answer_statement=not args.no_answer_statement)
     out = []
     for n, (row, probe) in enumerate(zip(rows, probes), start=1):
         if probe.reasoning_len != row["reasoning_len"]:
@@ -61,7 +61,8 @@ def main(argv=None):
                              f"now, {row['reasoning_len']} when it was written (other tokenizer or grading?)")
         res = causal_tokens(model, tokenizer, probe, reference=args.reference, slack_tokens=args.slack_tokens,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                            fallback_last_number=fallback, intervention=args.intervention)
+                            fallback_last_number=fallback, intervention=args.intervention,
+                            answer_statement=not args.no_answer_statement)
         out.append({"index": row["index"], "reasoning_len": res.reasoning_len, "causal": res.causal,
                     "intervention": res.intervention, "correct": row.get("correct"),
                     "reference_answer": res.reference_answer, "answers": res.answers,

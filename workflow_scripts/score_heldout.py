@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_model, model_script_parser, read_jsonl, run_cli, write_jsonl  # noqa: E402
 
-FLAGS = ("no_fallback_last_number", "appended_conclusion")
+FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
 
 
 DESCRIPTION = 'Score every reasoning token of the held-out responses with one scorer and outcome probe.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -46,7 +46,8 @@ def main(argv=None):
     model, tokenizer = load_model(args.model, threads=args.threads)
     probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
                           fallback_last_number=not args.no_fallback_last_number,
-                          own_conclusion=not args.appended_conclusion, substitute=args.substitute)
+                          own_conclusion=not args.appended_conclusion, substitute=args.substitute,
+                          answer_statement=not args.no_answer_statement)
     config = ScorerConfig(probe=args.probe, noise_sigma=args.noise_sigma, chunk_tokens=args.chunk_tokens,
                           seed=args.seed)
     out = []

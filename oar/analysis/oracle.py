@@ -124,9 +124,9 @@ def alternative_tokens(model, tokenizer, prompt: Sequence[int], response: Sequen
     return out
 
 
-def _answer(tokenizer, ids: Sequence[int], fallback_last_number: bool) -> str | None:
+def _answer(tokenizer, ids: Sequence[int], fallback_last_number: bool, answer_statement: bool = True) -> str | None:
     text = tokenizer.decode(list(ids), skip_special_tokens=True)
-    span = extract_answer(text, fallback_last_number=fallback_last_number)
+    span = extract_answer(text, fallback_last_number=fallback_last_number, answer_statement=answer_statement)
     return span.text if span is not None else None
 
 
@@ -160,7 +160,7 @@ def intervened(prompt: Sequence[int], response: Sequence[int], content: int, j: 
 def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", slack_tokens: int = 16,
                   max_new_tokens: int = 256, batch_size: int = 32, fallback_last_number: bool = True,
                   timeout_s: float = 5.0, positions: Sequence[int] | None = None,
-                  intervention: str = "pad") -> OracleResult:
+                  intervention: str = "pad", answer_statement: bool = True) -> OracleResult:
     """The oracle causal reasoning positions of one response (see the module docstring).
 
     ``positions`` restricts the positions tried (default: every reasoning token); ``answers`` then holds
@@ -182,7 +182,7 @@ def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", s
     todo = list(range(r_len)) if positions is None else sorted({int(j) for j in positions})
     if any(j < 0 or j >= r_len for j in todo):
         raise ValueError(f"positions must lie in [0, {r_len})")
-    ref_answer = _answer(tokenizer, response[:content], fallback_last_number)
+    ref_answer = _answer(tokenizer, response[:content], fallback_last_number, answer_statement)
 
     def budget(consumed: int) -> int:
         return max(1, min(max_new_tokens, content - consumed + slack_tokens))
@@ -197,14 +197,14 @@ def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", s
         budgets = [budget(consumed) for _, consumed in kept]
         conts = greedy_continuations(model, [prompt + k for k, _ in kept], budgets, pad_id, eos_ids, batch_size)
         tokens = sum(len(c) for c in conts)
-        sub_answers = [_answer(tokenizer, k + c, fallback_last_number) for (k, _), c in zip(kept, conts)]
+        sub_answers = [_answer(tokenizer, k + c, fallback_last_number, answer_statement) for (k, _), c in zip(kept, conts)]
         clean_answers = None
         if reference == "clean":
             clean_budgets = [budget(j + 1) for j in todo]
             clean_prefixes = [prompt + response[: j + 1] for j in todo]
             clean = greedy_continuations(model, clean_prefixes, clean_budgets, pad_id, eos_ids, batch_size)
             tokens += sum(len(c) for c in clean)
-            clean_answers = [_answer(tokenizer, response[: j + 1] + c, fallback_last_number) for j, c in zip(todo, clean)]
+            clean_answers = [_answer(tokenizer, response[: j + 1] + c, fallback_last_number, answer_statement) for j, c in zip(todo, clean)]
     finally:
         model.train(was_training)
 

@@ -57,6 +57,10 @@ def read_summary(path: str | Path) -> dict[str, Any]:
         return json.load(f)
 
 
+def _share(count: int | None, total: int) -> float:
+    return count / total if count is not None and total else math.nan
+
+
 def accuracy_frame(runs: Mapping[str, Mapping[str, Any]], summaries: Mapping[tuple[str, str], str | Path]) -> pd.DataFrame:
     """One row per (run, benchmark): pass@1 and its bootstrap interval over problems, with run metadata.
 
@@ -75,11 +79,15 @@ def accuracy_frame(runs: Mapping[str, Mapping[str, Any]], summaries: Mapping[tup
             "num_problems": s["num_problems"],
             "samples_per_problem": s["samples_per_problem"],
             "unparsable": s.get("unparsable"),
+            # share of responses in which the grader found no answer: a low score caused by format shows here
+            "unparsable_share": _share(s.get("unparsable"),
+                                       s.get("num_samples") or s["num_problems"] * s["samples_per_problem"]),
             "truncated": s.get("truncated"),
             "mean_response_tokens": s.get("mean_response_tokens"),
         })
     return pd.DataFrame(rows, columns=[*META_COLUMNS, "benchmark", "pass@1", "ci_low", "ci_high", "num_problems",
-                                       "samples_per_problem", "unparsable", "truncated", "mean_response_tokens"])
+                                       "samples_per_problem", "unparsable", "unparsable_share", "truncated",
+                                       "mean_response_tokens"])
 
 
 def variant_key(row: Mapping[str, Any]) -> tuple:
@@ -91,10 +99,19 @@ def _isnan(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
+def _mean_share(rows: pd.DataFrame) -> float:
+    """Mean unparsable share of some (run, benchmark) rows; nan when a summary did not count it."""
+    if "unparsable_share" not in rows or rows.empty:
+        return math.nan
+    values = [float(v) for v in rows["unparsable_share"]]
+    return math.nan if any(math.isnan(v) for v in values) else float(np.mean(values))
+
+
 def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataFrame:
     """Per variant (model, method, tau, beta, probe) and benchmark (plus ``average``): mean pass@1 over
     seeds with its 95% interval (t over seeds with >= 2 seeds, else the single run's bootstrap interval
-    over problems; none for the average of a single seed), and what it rests on."""
+    over problems; none for the average of a single seed), what it rests on, and the mean share of
+    responses without an answer (``unparsable_share``; for ``average``, the mean over benchmarks)."""
     if acc.empty:
         return pd.DataFrame()
     out = []
@@ -116,15 +133,18 @@ def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataF
                 low, high, interval = float(b["ci_low"].iloc[0]), float(b["ci_high"].iloc[0]), "bootstrap over problems"
             out.append({**base, "benchmark": bench, "mean": mean, "ci_low": low, "ci_high": high, "n_seeds": n_seeds,
                         "interval": interval, "num_problems": int(b["num_problems"].max()),
-                        "samples_per_problem": int(b["samples_per_problem"].max())})
+                        "samples_per_problem": int(b["samples_per_problem"].max()),
+                        "unparsable_share": _mean_share(b)})
             for seed, v in zip(b["seed"], b["pass@1"]):
                 per_seed_avg.setdefault(None if _isnan(seed) else seed, []).append(v)
         complete = [np.mean(v) for v in per_seed_avg.values() if len(v) == len(benchmarks)]
         if complete:
             mean, low, high = seed_interval(complete)
+            shares = [_mean_share(g[g["benchmark"] == bench]) for bench in benchmarks]
             out.append({**base, "benchmark": "average", "mean": mean, "ci_low": low, "ci_high": high,
                         "n_seeds": len(complete), "interval": "seeds" if len(complete) > 1 else "none",
-                        "num_problems": None, "samples_per_problem": None})
+                        "num_problems": None, "samples_per_problem": None,
+                        "unparsable_share": float(np.mean(shares)) if not any(map(math.isnan, shares)) else math.nan})
     return pd.DataFrame(out)
 
 

@@ -91,8 +91,9 @@ def _variant_key(r: Mapping[str, Any]) -> tuple:
 
 
 def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[str] = ()) -> pd.DataFrame:
-    """Per variant: one row with ``<bench>``, ``<bench>_ci_low``, ``<bench>_ci_high`` (percent),
-    ``<bench>_problems`` and ``<bench>_samples`` for every benchmark and ``average``, plus ``n_seeds``."""
+    """Per variant: one row with ``<bench>``, ``<bench>_ci_low``, ``<bench>_ci_high``,
+    ``<bench>_unparsable`` (the share of responses without an answer; all percent), ``<bench>_problems``
+    and ``<bench>_samples`` for every benchmark and ``average``, plus ``n_seeds``."""
     agg = aggregate_accuracy(acc, benchmarks)
     if agg.empty:
         return pd.DataFrame()
@@ -111,12 +112,23 @@ def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[s
             row[bench] = r["mean"] * 100
             row[f"{bench}_ci_low"] = r["ci_low"] * 100 if not _isnan(r["ci_low"]) else math.nan
             row[f"{bench}_ci_high"] = r["ci_high"] * 100 if not _isnan(r["ci_high"]) else math.nan
+            share = r.get("unparsable_share", math.nan)
+            row[f"{bench}_unparsable"] = share * 100 if not _isnan(share) else math.nan
             if bench != "average":
                 row[f"{bench}_problems"] = r["num_problems"]
                 row[f"{bench}_samples"] = r["samples_per_problem"]
         rows.append(row)
     rows.sort(key=lambda r: (str(r["model"]), *_sort_key(r)))
     return pd.DataFrame(rows)
+
+
+UNPARSABLE_NOTE = ("(x% no answer): share of responses in which the grader found no final answer, counted as "
+                   "wrong; a low accuracy with a high share is a format failure rather than a wrong answer.")
+
+
+def _unparsable_suffix(share: Any) -> str:
+    """`` (2.5% no answer)`` beside an accuracy; nothing where the evaluation did not count it."""
+    return "" if _isnan(share) else f" ({share:.1f}% no answer)"
 
 
 def _accuracy_markdown(wide: pd.DataFrame, benchmarks: Sequence[str], title: str,
@@ -129,7 +141,7 @@ def _accuracy_markdown(wide: pd.DataFrame, benchmarks: Sequence[str], title: str
         rows = []
         for r in g.to_dict("records"):
             cells = [fmt_cell(r.get(b, math.nan), r.get(f"{b}_ci_low", math.nan), r.get(f"{b}_ci_high", math.nan),
-                              scale=1.0) for b in cols]
+                              scale=1.0) + _unparsable_suffix(r.get(f"{b}_unparsable", math.nan)) for b in cols]
             rows.append([r["label"], *cells, r["n_seeds"] if r["method"] != "base" else "–",
                          *[r.get(c, "–") if d is None else fmt_num(r.get(c), d) for c, _, d in extra]])
         parts.append(f"\n### {model}\n\n" + markdown_table(headers, rows))
@@ -138,7 +150,8 @@ def _accuracy_markdown(wide: pd.DataFrame, benchmarks: Sequence[str], title: str
                           f"{int(first[f'{b}_samples'])}" for b in benchmarks if f"{b}_problems" in first
                           and not _isnan(first[f"{b}_problems"]))
         parts.append(f"\nAccuracy in %, pass@1 (mean over samples where a benchmark samples several). {sizes}. "
-                     "Brackets: 95% interval (t over seeds with >= 2 seeds, else bootstrap over problems).\n")
+                     "Brackets: 95% interval (t over seeds with >= 2 seeds, else bootstrap over problems). "
+                     f"{UNPARSABLE_NOTE}\n")
     return "".join(parts)
 
 

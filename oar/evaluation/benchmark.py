@@ -38,6 +38,8 @@ SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "eval_config.json"
 # settings that may change between a run and its resumption (they do not change what a sample means)
 NOT_CHECKED_ON_RESUME = ("chunk_size", "grading_timeout_s")
+# settings newer than some evaluation folders, with the value that folders without them were made with
+ADDED_SETTINGS = {"answer_statement": False}
 
 
 class EvalConfigMismatch(ValueError):
@@ -54,6 +56,7 @@ class EvalSettings:
     chunk_size: int = 1  # problems per generate() call (fixed chunks from the start of the benchmark)
     fallback_last_number: bool = True
     grading_timeout_s: float = 5.0
+    answer_statement: bool = True
 
     def __post_init__(self):
         if self.n < 1 or self.chunk_size < 1 or self.max_new_tokens < 1:
@@ -130,7 +133,7 @@ def grade_outputs(problem: Mapping[str, Any], outputs: Sequence[GenerationOutput
     lines = []
     for j, out in enumerate(outputs):
         g = grade(out.text, problem["answer"], fallback_last_number=settings.fallback_last_number,
-                  timeout_s=settings.grading_timeout_s)
+                  timeout_s=settings.grading_timeout_s, answer_statement=settings.answer_statement)
         lines.append({
             "problem_id": problem["id"],
             "sample_index": j,
@@ -151,7 +154,8 @@ def check_config(path: Path, config: Mapping[str, Any]) -> None:
     if path.exists():
         old = json.loads(path.read_text())
         for key in sorted(set(old) | set(config)):
-            if old.get(key) != config.get(key):
+            # a setting added after the folder was made reads as its default there
+            if old.get(key, ADDED_SETTINGS.get(key)) != config.get(key):
                 raise EvalConfigMismatch(
                     f"{path}: existing samples were made with {key}={old.get(key)!r}, this run asks"
                     f" {key}={config.get(key)!r}; use another output folder or delete it"

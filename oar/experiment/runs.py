@@ -256,6 +256,12 @@ class Registry:
         """training.oar with the model's own ``oar`` overrides (e.g. chunk_tokens sized to its memory)."""
         return deep_merge(self.config["training"]["oar"], self.config["models"][model]["oar"])
 
+    def grading(self) -> dict:
+        """The grader's fallbacks after the last \\boxed{} (schema ``grading``), as oar.grading's arguments."""
+        grading = self.config.get("grading") or {}
+        return {"answer_statement": bool(grading.get("answer_statement", True)),
+                "fallback_last_number": bool(grading.get("last_number", True))}
+
     def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> str:
         oar = self.oar_settings(model)
         parts = [method]
@@ -277,6 +283,7 @@ class Registry:
             oar["beta"] = float(oar["beta"] if beta is None else beta)
         if method in USES_PROBE and probe is not None:
             oar["probe"] = probe
+        oar.update(self.grading())  # rewards and probes grade as evaluation does
         return {
             "run_id": self.run_id(model, method, seed, tau, beta, probe),
             "method": method,
@@ -368,6 +375,9 @@ class Registry:
         out = {k: ev[k] for k in EVAL_KEYS if k in ev}
         out.update(ev["per_benchmark"].get(benchmark, {}))
         out.update(self.config["models"][model]["evaluation"])
+        grading = self.grading()
+        out["no_answer_statement"] = not grading["answer_statement"]  # evaluate.py's flags: False is left out
+        out["no_fallback_last_number"] = not grading["fallback_last_number"]
         if out.get("backend") != "vllm":
             out = {k: v for k, v in out.items() if k not in VLLM_ONLY_KEYS}
         return {k: v for k, v in out.items() if v is not None}

@@ -34,7 +34,7 @@ class Probe:
     reasoning_len: int
     conclude_ids: tuple[int, ...]
     answer_ids: tuple[int, ...]  # the model's own answer-span tokens; empty when there is no answer
-    answer_kind: str | None = None  # "boxed", "last_number" or None
+    answer_kind: str | None = None  # "boxed", "statement", "last_number" or None
     pad_id: int = field(kw_only=True)  # what OAR-P and the oracle substitute (substitute_token_id)
     # Reasoning positions that decide the answer, where a task's grammar tells (the truth scorer); else None.
     decisive: tuple[int, ...] | None = field(default=None, kw_only=True)
@@ -132,6 +132,7 @@ def build_probe(
     fallback_last_number: bool = True,
     own_conclusion: bool = False,
     substitute_id: int | None = None,
+    answer_statement: bool = True,
 ) -> Probe:
     """Locate reasoning and answer tokens in one response's own ids.
 
@@ -151,7 +152,7 @@ def build_probe(
     while content_len > 0 and response_ids[content_len - 1] in special:
         content_len -= 1
     text, starts, ends = token_char_spans(tokenizer, response_ids[:content_len])
-    span = extract_answer(text, fallback_last_number=fallback_last_number)
+    span = extract_answer(text, fallback_last_number=fallback_last_number, answer_statement=answer_statement)
     if span is None:
         reasoning_len, answer = content_len, ()
     else:
@@ -207,13 +208,15 @@ def build_probes(
     conclude_text: str = CONCLUDE_TEXT,
     own_conclusion: bool = False,
     substitute: str = "pad",
+    answer_statement: bool = True,
 ) -> list[Probe]:
     """Probes for unpadded prompts and responses (one list of ids each); see :func:`build_probe`."""
     if len(prompt_ids) != len(response_ids):
         raise ValueError(f"{len(prompt_ids)} prompts for {len(response_ids)} responses")
     conclude = tokenizer(conclude_text, add_special_tokens=False)["input_ids"]
     substitute_id = substitute_token_id(tokenizer, substitute)
-    return [build_probe(tokenizer, p, r, conclude, fallback_last_number, own_conclusion, substitute_id)
+    return [build_probe(tokenizer, p, r, conclude, fallback_last_number, own_conclusion, substitute_id,
+                        answer_statement=answer_statement)
             for p, r in zip(prompt_ids, response_ids)]
 
 
@@ -227,6 +230,7 @@ def probes_from_padded(
     conclude_text: str = CONCLUDE_TEXT,
     own_conclusion: bool = False,
     substitute: str = "pad",
+    answer_statement: bool = True,
 ) -> list[Probe]:
     """Probes from TRL-style tensors: prompts left-padded, completions right-padded, with masks.
 
@@ -235,7 +239,8 @@ def probes_from_padded(
     """
     prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
     responses = [row[mask.bool()].tolist() for row, mask in zip(completion_ids, completion_mask)]
-    return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text, own_conclusion, substitute)
+    return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text, own_conclusion, substitute,
+                        answer_statement=answer_statement)
 
 
 # ----------------------------------------------------------------------------------------------------

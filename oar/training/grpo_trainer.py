@@ -50,6 +50,9 @@ class OARConfig(GRPOConfig):
     oar_fallback_last_number: bool = field(
         default=True, metadata={"help": "use the last number as the answer span when there is no \\boxed{}"}
     )
+    oar_answer_statement: bool = field(
+        default=True, metadata={"help": "without a \\boxed{}, the answer of a 'The answer is ...' statement"}
+    )
     oar_own_conclusion: bool = field(
         default=True, metadata={"help": "probes continue a response's own concluding statement (oar.method.probes)"}
     )
@@ -79,13 +82,14 @@ def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:
     return replace(probe, decisive=tuple(chains.decisive_tokens(text, starts, ends)))
 
 
-def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0):
+def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0, answer_statement: bool = True):
     """Reward 1 when the graded final answer equals the dataset's ``answer`` column, else 0."""
 
     def correctness(completions, answer, **kwargs) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [
-            float(grade(text, reference, fallback_last_number=fallback_last_number, timeout_s=timeout_s).correct)
+            float(grade(text, reference, fallback_last_number=fallback_last_number, timeout_s=timeout_s,
+                        answer_statement=answer_statement).correct)
             for text, reference in zip(texts, answer, strict=True)
         ]
 
@@ -188,6 +192,7 @@ class OARTrainer(GRPOTrainer):
                 fallback_last_number=args.oar_fallback_last_number,
                 own_conclusion=args.oar_own_conclusion,
                 substitute=args.oar_substitute,
+                answer_statement=args.oar_answer_statement,
             )
             if args.oar_method == "truth":
                 probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
