@@ -241,7 +241,7 @@ def test_embedded_default_is_the_testbed_with_paired_seeds():
     assert cfg["training"]["dataset"] == "chain_train" and cfg["training"]["oar"]["score_all"] is False
     assert [spec["source"] for spec in cfg["models"].values()] == ["chain"]
     assert set(reg.runs) == set(reg.groups["main"])  # the main comparison only
-    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "oar_p", "oar_g"}
+    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth", "oar_p", "oar_g"}
     assert len({reg.runs[r]["seed"] for r in reg.groups["main"]}) >= 5
     assert reg.group_benchmarks("main") == ["chain_test"] and reg.has_ground_truth() and reg.has_paired()
     assert "paired_differences" in reg.tables and "main_comparison" in reg.figures
@@ -256,6 +256,16 @@ def test_embedded_default_is_the_testbed_with_paired_seeds():
     grid = {(full.runs[r]["oar"]["tau"], full.runs[r]["oar"]["beta"]) for r in full.groups["grid"]}
     assert len({t for t, _ in grid}) >= 3 and len({b for _, b in grid}) >= 3
     assert {r: full.runs[r] for r in reg.runs} == reg.runs  # the main runs are the same runs
+
+
+def test_the_decisive_run_pairs_five_arms_over_ten_seeds_at_two_distractor_levels():
+    reg = registry(load("decisive.yaml"))
+    assert reg.config["training"]["dataset"] == "chain5_train" and reg.has_ground_truth()
+    levels = {m: reg.config["models"][m]["pretrain"]["distractors"] for m in reg.paired_models()}
+    assert len(set(levels.values())) >= 2 and all(reg.config["models"][m]["pretrain"]["steps"] == 5 for m in levels)
+    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth", "oar_p", "oar_g", "entropy"}
+    assert len({reg.runs[r]["seed"] for r in reg.groups["main"]}) >= 10
+    assert "gradient_share" in reg.tables
 
 
 def test_the_smollm2_experiment_keeps_its_config():

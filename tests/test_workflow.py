@@ -129,7 +129,7 @@ def expected_runs(cfg: dict) -> set[str]:
         probe = oar["probe"] if probe is None else probe
         if method == "grpo":
             return f"{model}/grpo-seed{seed}"
-        if method in ("entropy", "position", "random"):
+        if method in ("entropy", "position", "random", "truth"):
             return f"{model}/{method}-tau{float(tau)!r}-beta{float(beta)!r}-seed{seed}"
         return f"{model}/{method}-tau{float(tau)!r}-beta{float(beta)!r}-{probe}-seed{seed}"
 
@@ -203,7 +203,7 @@ def test_default_registry_trains_the_main_runs_only(tmp_path):
     counts, jobs = dry_run("all", tmp_path)
     runs = trained(jobs)
     assert runs == expected_runs(load(DEFAULT))
-    assert counts["train"] == len(runs) == 15  # GRPO, OAR-P, OAR-G x 5 paired seeds
+    assert counts["train"] == len(runs) == 20  # GRPO, the truth gate, OAR-P, OAR-G x 5 paired seeds
     assert not ABLATION_TABLES & tables(jobs)
 
 
