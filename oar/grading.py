@@ -244,6 +244,8 @@ def _statement_answer(response: str) -> AnswerSpan | None:
         elif (price := _PRICE.fullmatch(response, start, end)) is not None:
             start, end = price.span(1)
     text = response[start:end]
+    if re.match(r"\\(?:boxed|fbox)", text) or not re.search(r"[A-Za-z0-9]", text):
+        return None  # a box that step 1 did not accept (truncated, "\\boxed{14") is no answer either
     # An answer starts like one ("7", "-3", "\\frac", "(1, 2)", "$5") or is a few words ("Evelyn",
     # "x = 3"); "the answer is not obvious yet, but..." states none.
     if not text or not (re.match(r"[-+(\[{\\$\d.]", text) or len(text.split()) <= 3):

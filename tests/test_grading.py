@@ -133,6 +133,20 @@ def test_a_statement_without_an_answer_falls_through_to_the_last_number():
     assert (span.text, span.kind) == ("5", "last_number")
 
 
+@pytest.mark.parametrize(
+    "response",
+    [
+        "7 + 7 = 14. Therefore, the final answer is \\boxed{14",  # truncated inside the box
+        "Therefore, the final answer is \\boxed{- cat. Therefore, the final answer is \\boxed{-}. 3 + 11 = 14",
+        "3 + 11 = 14. Therefore, the final answer is \\",
+        "3 + 11 = 14. Therefore, the final answer is \\boxedboxed{14}.",  # a misspelt box
+    ],
+)
+def test_a_statement_before_a_broken_box_is_no_answer(response):
+    span = span_of(response)
+    assert (span.text, span.kind) == ("14", "last_number")
+
+
 def test_answer_statement_switch():
     assert span_of("The answer is 7. Check: 3 + 4", answer_statement=False).text == "4"
     assert extract_answer("The answer is seven.", answer_statement=False) is None
