@@ -148,6 +148,10 @@ _STATEMENT_END = re.compile(r"\n|;|\.(?=\s|$)")
 # "18 dollars", "$18 per hour": a leading number followed by words is that number.
 _LEADING_NUMBER = re.compile(r"(?:\\?\$\s*)?(" + _NUMBER.pattern + r")(?=\s+[A-Za-z])", re.VERBOSE)
 _PRICE = re.compile(r"\\?\$\s*(" + _NUMBER.pattern + r")", re.VERBOSE)
+_WHOLE_NUMBER = re.compile(
+    r"(?<![\d,])\d{1,3}(?:(?:,\\!|\{,\}|\\,)\d{3})+(?!\d)"  # 900,\!000,\!000 and 10{,}000
+    r"|(?<!\d)\d{1,2}:\d{2}(?:\s*[ap]\.?\s?m\b\.?)?"  # 4:30, 4:30 p.m.
+)
 # LaTeX commands whose arguments are one expression with the numbers inside them.
 _EXPRESSION_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt)(?![A-Za-z])")
 # What may follow an expression that ends the text: spaces, closing math delimiters, punctuation.
@@ -188,8 +192,15 @@ def _widen(text: str, start: int, end: int) -> tuple[int, int]:
     A number inside the arguments of ``\\frac``, ``\\dfrac``, ``\\tfrac`` or ``\\sqrt`` is part of that
     command (repeatedly, for nested ones), with a coefficient written right before it (``2\\sqrt{3}``)
     and a unary minus. A tuple or interval of plain numbers that ends the text (``(-1, 6)``,
-    ``[2, 5)``) is taken whole.
+    ``[2, 5)``) is taken whole. So are thousands grouped the LaTeX way (``900,\\!000``, ``10{,}000``),
+    a time of day (``4:30 p.m.``), a following ``\\pi`` (``7\\pi``) and a short text wrapper the number
+    sits in (``\\text{4:30 p.m.}``).
     """
+    # thousands grouped the LaTeX way (900,\!000,\!000; 10{,}000; 3\,250), or a time of day (4:30)
+    for whole in _WHOLE_NUMBER.finditer(text, max(0, start - 40), min(len(text), end + 20)):
+        if whole.start() <= start and whole.end() >= end:
+            start, end = whole.span()
+            break
     changed = True
     while changed:
         changed = False
@@ -200,6 +211,15 @@ def _widen(text: str, start: int, end: int) -> tuple[int, int]:
                 break
     while start > 0 and text[start - 1].isdigit():
         start -= 1  # the coefficient of 2\sqrt{3}
+    if text.startswith("\\pi", end) and not text[end + 3 : end + 4].isalpha():
+        end += 3  # 7\pi
+    # the text wrapper a number sits in: \text{4:30 p.m.}
+    for wrapper in re.finditer(r"\\(?:text|mbox|mathrm)\{", text[max(0, start - 40) : start]):
+        open_index = max(0, start - 40) + wrapper.end() - 1
+        close = _closing_brace(text, open_index)
+        if close is not None and close >= end and close - open_index <= 20:  # a short answer, not prose
+            start, end = open_index - wrapper.end() + wrapper.start() + 1, close + 1
+            break
     if start > 0 and text[start - 1] == "-" and (start < 2 or not re.match(r"[\w)\]}]", text[start - 2])):
         start -= 1
     # a tuple or interval that ends the text
@@ -270,8 +290,9 @@ def extract_answer(response: str, fallback_last_number: bool = True, answer_stat
     3. When ``fallback_last_number`` is True, the last number in the response: optionally negative,
        with optional thousands separators (``1,000``), decimals (``2.5``) or a simple fraction
        (``3/4``), without a trailing sentence period, widened to the LaTeX expression it closes: the
-       ``\\frac``/``\\sqrt`` around it (``\\frac{1}{4}``, not ``4``) and a tuple or interval of numbers
-       that ends the text (``(-1, 6)``, not ``6``).
+       ``\\frac``/``\\sqrt`` around it (``\\frac{1}{4}``, not ``4``), a tuple or interval of numbers
+       that ends the text (``(-1, 6)``, not ``6``), LaTeX thousands (``3,\\!250``, not ``250``), a time
+       of day (``4:30 p.m.``), ``7\\pi`` (not ``7``); see `_widen`.
     4. Otherwise None.
     """
     if not isinstance(response, str):

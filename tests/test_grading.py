@@ -173,6 +173,13 @@ def test_box_beats_statement_and_the_last_box_wins():
         ("so the point is (-1,6)", "(-1,6)"),
         ("the interval is [2, 5).", "[2, 5)"),
         ("The interval (1, 2) holds 3 integers", "3"),  # a tuple mid-sentence is not the answer
+        (r"there are $9 \cdot 10^8 = 900,\!000,\!000$ such zip codes.", r"900,\!000,\!000"),
+        ("&=10{,}000.\n\\end{align*}", "10{,}000"),
+        (r"it costs 3\,250 dollars", r"3\,250"),
+        (r"is $20\pi-13\pi = 7\pi.$", r"7\pi"),
+        (r"after 2:30 p.m. is $\text{4:30 p.m.}$.", r"\text{4:30 p.m.}"),
+        ("They arrive at 4:30 p.m.", "4:30 p.m."),
+        (r"\text{so the number of apples is 5}", "5"),  # prose in a text wrapper is not the answer
         (r"\frac{1}{2} and then 7", "7"),
     ],
 )
