@@ -451,6 +451,8 @@ def _number_value(text: str) -> _Value | None:
     return None if value is None else _Value(value, percent)
 
 
+# A number times one variable, written together: 4t, -2.5x (a unit needs a space or a text wrapper).
+_MONOMIAL = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+)[A-Za-z]$")
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?:([ap])\.?m\.?)?$")
 
 
@@ -488,6 +490,7 @@ def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
        ``18 dollars``): exact value equality, so ``"27.0" == "27"``, ``"35.0\\%" == "35"``,
        ``"0.\\overline{3}" == "1/3"``, and ``"28" != "27"``, ``"0.333" != "1/3"``. When the values differ
        and a percent sign was dropped (``35\\%`` against ``0.35``), math-verify decides (step 4).
+    A plain number never matches a number times a variable (``4`` against ``4t``).
     3. Both times of day (``4:30 p.m.``, ``\\text{4:30 p.m.}``, ``4:30 \\text{ pm}``): equal hour, minute
        and a.m./p.m.
     4. Otherwise ``math_verify.verify(parse(\\boxed{reference}), parse(\\boxed{predicted}))`` (the
@@ -520,6 +523,10 @@ def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
         if not (value_predicted.percent or value_reference.percent):
             return False
         # 35\% against 0.35 is for math-verify to decide, as it was before percent signs were dropped
+    if (value_predicted is None) != (value_reference is None):
+        other = norm_predicted if value_predicted is None else norm_reference
+        if _MONOMIAL.match(other):
+            return False  # math-verify reads the t of "4t" as a unit (tonnes) and calls it 4
     time_predicted, time_reference = _time_of_day(norm_predicted), _time_of_day(norm_reference)
     if time_predicted is not None and time_reference is not None:
         return time_predicted == time_reference
