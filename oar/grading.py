@@ -152,6 +152,7 @@ _WHOLE_NUMBER = re.compile(
     r"(?<![\d,])\d{1,3}(?:(?:,\\!|\{,\}|\\,)\d{3})+(?!\d)"  # 900,\!000,\!000 and 10{,}000
     r"|(?<!\d)\d{1,2}:\d{2}(?:\s*[ap]\.?\s?m\b\.?)?"  # 4:30, 4:30 p.m.
 )
+_TEXT_OPEN = re.compile(r"\\(?:text|mbox|mathrm)\{")
 # LaTeX commands whose arguments are one expression with the numbers inside them.
 _EXPRESSION_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt)(?![A-Za-z])")
 # What may follow an expression that ends the text: spaces, closing math delimiters, punctuation.
@@ -214,11 +215,11 @@ def _widen(text: str, start: int, end: int) -> tuple[int, int]:
     if text.startswith("\\pi", end) and not text[end + 3 : end + 4].isalpha():
         end += 3  # 7\pi
     # the text wrapper a number sits in: \text{4:30 p.m.}
-    for wrapper in re.finditer(r"\\(?:text|mbox|mathrm)\{", text[max(0, start - 40) : start]):
-        open_index = max(0, start - 40) + wrapper.end() - 1
-        close = _closing_brace(text, open_index)
-        if close is not None and close >= end and close - open_index <= 20:  # a short answer, not prose
-            start, end = open_index - wrapper.end() + wrapper.start() + 1, close + 1
+    base = max(0, start - 40)
+    for wrapper in reversed(list(_TEXT_OPEN.finditer(text, base, start))):
+        close = _closing_brace(text, wrapper.end() - 1)
+        if close is not None and close >= end and close - wrapper.end() < 20:  # a short answer, not prose
+            start, end = wrapper.start(), close + 1
             break
     if start > 0 and text[start - 1] == "-" and (start < 2 or not re.match(r"[\w)\]}]", text[start - 2])):
         start -= 1
