@@ -148,6 +148,11 @@ _STATEMENT_END = re.compile(r"\n|;|\.(?=\s|$)")
 # "18 dollars", "$18 per hour": a leading number followed by words is that number.
 _LEADING_NUMBER = re.compile(r"(?:\\?\$\s*)?(" + _NUMBER.pattern + r")(?=\s+[A-Za-z])", re.VERBOSE)
 _PRICE = re.compile(r"\\?\$\s*(" + _NUMBER.pattern + r")", re.VERBOSE)
+_WHOLE_NUMBER = re.compile(
+    r"(?<![\d,])\d{1,3}(?:(?:,\\!|\{,\}|\\,)\d{3})+(?!\d)"  # 900,\!000,\!000 and 10{,}000
+    r"|(?<!\d)\d{1,2}:\d{2}(?:\s*[ap]\.?\s?m\b\.?)?"  # 4:30, 4:30 p.m.
+)
+_TEXT_OPEN = re.compile(r"\\(?:text|mbox|mathrm)\{")
 # LaTeX commands whose arguments are one expression with the numbers inside them.
 _EXPRESSION_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt)(?![A-Za-z])")
 # What may follow an expression that ends the text: spaces, closing math delimiters, punctuation.
@@ -188,8 +193,15 @@ def _widen(text: str, start: int, end: int) -> tuple[int, int]:
     A number inside the arguments of ``\\frac``, ``\\dfrac``, ``\\tfrac`` or ``\\sqrt`` is part of that
     command (repeatedly, for nested ones), with a coefficient written right before it (``2\\sqrt{3}``)
     and a unary minus. A tuple or interval of plain numbers that ends the text (``(-1, 6)``,
-    ``[2, 5)``) is taken whole.
+    ``[2, 5)``) is taken whole. So are thousands grouped the LaTeX way (``900,\\!000``, ``10{,}000``),
+    a time of day (``4:30 p.m.``), a following ``\\pi`` (``7\\pi``) and a short text wrapper the number
+    sits in (``\\text{4:30 p.m.}``).
     """
+    # thousands grouped the LaTeX way (900,\!000,\!000; 10{,}000; 3\,250), or a time of day (4:30)
+    for whole in _WHOLE_NUMBER.finditer(text, max(0, start - 40), min(len(text), end + 20)):
+        if whole.start() <= start and whole.end() >= end:
+            start, end = whole.span()
+            break
     changed = True
     while changed:
         changed = False
@@ -200,6 +212,15 @@ def _widen(text: str, start: int, end: int) -> tuple[int, int]:
                 break
     while start > 0 and text[start - 1].isdigit():
         start -= 1  # the coefficient of 2\sqrt{3}
+    if text.startswith("\\pi", end) and not text[end + 3 : end + 4].isalpha():
+        end += 3  # 7\pi
+    # the text wrapper a number sits in: \text{4:30 p.m.}
+    base = max(0, start - 40)
+    for wrapper in reversed(list(_TEXT_OPEN.finditer(text, base, start))):
+        close = _closing_brace(text, wrapper.end() - 1)
+        if close is not None and close >= end and close - wrapper.end() < 20:  # a short answer, not prose
+            start, end = wrapper.start(), close + 1
+            break
     if start > 0 and text[start - 1] == "-" and (start < 2 or not re.match(r"[\w)\]}]", text[start - 2])):
         start -= 1
     # a tuple or interval that ends the text
@@ -244,6 +265,8 @@ def _statement_answer(response: str) -> AnswerSpan | None:
         elif (price := _PRICE.fullmatch(response, start, end)) is not None:
             start, end = price.span(1)
     text = response[start:end]
+    if re.match(r"\\(?:boxed|fbox)", text) or not re.search(r"[A-Za-z0-9]", text):
+        return None  # a box that step 1 did not accept (truncated, "\\boxed{14") is no answer either
     # An answer starts like one ("7", "-3", "\\frac", "(1, 2)", "$5") or is a few words ("Evelyn",
     # "x = 3"); "the answer is not obvious yet, but..." states none.
     if not text or not (re.match(r"[-+(\[{\\$\d.]", text) or len(text.split()) <= 3):
@@ -268,8 +291,9 @@ def extract_answer(response: str, fallback_last_number: bool = True, answer_stat
     3. When ``fallback_last_number`` is True, the last number in the response: optionally negative,
        with optional thousands separators (``1,000``), decimals (``2.5``) or a simple fraction
        (``3/4``), without a trailing sentence period, widened to the LaTeX expression it closes: the
-       ``\\frac``/``\\sqrt`` around it (``\\frac{1}{4}``, not ``4``) and a tuple or interval of numbers
-       that ends the text (``(-1, 6)``, not ``6``).
+       ``\\frac``/``\\sqrt`` around it (``\\frac{1}{4}``, not ``4``), a tuple or interval of numbers
+       that ends the text (``(-1, 6)``, not ``6``), LaTeX thousands (``3,\\!250``, not ``250``), a time
+       of day (``4:30 p.m.``), ``7\\pi`` (not ``7``); see `_widen`.
     4. Otherwise None.
     """
     if not isinstance(response, str):
@@ -428,6 +452,8 @@ def _number_value(text: str) -> _Value | None:
     return None if value is None else _Value(value, percent)
 
 
+# A number times one variable, written together: 4t, -2.5x (a unit needs a space or a text wrapper).
+_MONOMIAL = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+)[A-Za-z]$")
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?:([ap])\.?m\.?)?$")
 
 
@@ -465,6 +491,7 @@ def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
        ``18 dollars``): exact value equality, so ``"27.0" == "27"``, ``"35.0\\%" == "35"``,
        ``"0.\\overline{3}" == "1/3"``, and ``"28" != "27"``, ``"0.333" != "1/3"``. When the values differ
        and a percent sign was dropped (``35\\%`` against ``0.35``), math-verify decides (step 4).
+    A plain number never matches a number times a variable (``4`` against ``4t``).
     3. Both times of day (``4:30 p.m.``, ``\\text{4:30 p.m.}``, ``4:30 \\text{ pm}``): equal hour, minute
        and a.m./p.m.
     4. Otherwise ``math_verify.verify(parse(\\boxed{reference}), parse(\\boxed{predicted}))`` (the
@@ -497,6 +524,10 @@ def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
         if not (value_predicted.percent or value_reference.percent):
             return False
         # 35\% against 0.35 is for math-verify to decide, as it was before percent signs were dropped
+    if (value_predicted is None) != (value_reference is None):
+        other = norm_predicted if value_predicted is None else norm_reference
+        if _MONOMIAL.match(other):
+            return False  # math-verify reads the t of "4t" as a unit (tonnes) and calls it 4
     time_predicted, time_reference = _time_of_day(norm_predicted), _time_of_day(norm_reference)
     if time_predicted is not None and time_reference is not None:
         return time_predicted == time_reference

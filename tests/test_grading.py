@@ -133,6 +133,20 @@ def test_a_statement_without_an_answer_falls_through_to_the_last_number():
     assert (span.text, span.kind) == ("5", "last_number")
 
 
+@pytest.mark.parametrize(
+    "response",
+    [
+        "7 + 7 = 14. Therefore, the final answer is \\boxed{14",  # truncated inside the box
+        "Therefore, the final answer is \\boxed{- cat. Therefore, the final answer is \\boxed{-}. 3 + 11 = 14",
+        "3 + 11 = 14. Therefore, the final answer is \\",
+        "3 + 11 = 14. Therefore, the final answer is \\boxedboxed{14}.",  # a misspelt box
+    ],
+)
+def test_a_statement_before_a_broken_box_is_no_answer(response):
+    span = span_of(response)
+    assert (span.text, span.kind) == ("14", "last_number")
+
+
 def test_answer_statement_switch():
     assert span_of("The answer is 7. Check: 3 + 4", answer_statement=False).text == "4"
     assert extract_answer("The answer is seven.", answer_statement=False) is None
@@ -159,6 +173,13 @@ def test_box_beats_statement_and_the_last_box_wins():
         ("so the point is (-1,6)", "(-1,6)"),
         ("the interval is [2, 5).", "[2, 5)"),
         ("The interval (1, 2) holds 3 integers", "3"),  # a tuple mid-sentence is not the answer
+        (r"there are $9 \cdot 10^8 = 900,\!000,\!000$ such zip codes.", r"900,\!000,\!000"),
+        ("&=10{,}000.\n\\end{align*}", "10{,}000"),
+        (r"it costs 3\,250 dollars", r"3\,250"),
+        (r"is $20\pi-13\pi = 7\pi.$", r"7\pi"),
+        (r"after 2:30 p.m. is $\text{4:30 p.m.}$.", r"\text{4:30 p.m.}"),
+        ("They arrive at 4:30 p.m.", "4:30 p.m."),
+        (r"\text{so the number of apples is 5}", "5"),  # prose in a text wrapper is not the answer
         (r"\frac{1}{2} and then 7", "7"),
     ],
 )
@@ -291,6 +312,8 @@ def test_normalisation_shortcuts(predicted, reference):
         ("4:35 p.m.", r"\text{4:30 p.m.}"),
         ("19 dollars", "18"),
         ("5x", "5"),  # a variable is not a unit
+        ("4", "4t"),  # math-verify alone takes the t for tonnes
+        ("4t", "4"),
         ("1,2,3", "123"),
         (r"\frac{1}{4}", "4"),
     ],
