@@ -36,7 +36,7 @@ from oar.training import grpo_trainer, run
 record_dir, kill_after = sys.argv[1], int(sys.argv[2])
 sys.argv = sys.argv[3:]  # train.py and its arguments, as if it had been launched directly
 
-def parity_reward(fallback_last_number=True):
+def parity_reward(*grading, **more_grading):  # the grading settings are irrelevant to a parity reward
     def parity(completions, **kwargs):
         return [float(zlib.crc32(c[-1]["content"].encode()) % 2) for c in completions]
     return parity

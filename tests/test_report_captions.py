@@ -76,7 +76,7 @@ def test_landing_page_describes_the_run():
     trainer = config["training"]["trainer"]
     assert f"group size G = {trainer['num_generations']}" in html
     assert f"learning rate {trainer['learning_rate']:g}" in html
-    assert "main table: GRPO, OAR-P, OAR-G, seeds 0, 1, 2, 3, 4." in html
+    assert "main table: GRPO, truth gate, OAR-P, OAR-G, seeds 0, 1, 2, 3, 4." in html
     assert "gating ablation: not run." in html
     assert "How to read this report" in html
     paper = render("workflow.rst", resolved(ROOT / "config" / "paper.yaml"))
