@@ -200,7 +200,7 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
                span: int = 1) -> Work:
     """One response: the clean probe forward (its KV cache kept) and one suffix forward per substituted
     position j = 0, w, 2w, ... (span w), batched in chunks of at most ``chunk_tokens`` tokens as
-    ``oar.method.importance._oar_p_chunks`` schedules them."""
+    ``oar.method.importance._oar_p_chunks`` schedules them: a chunk of copies j0.. runs each copy from j0."""
     reasoning, span = int(round(reasoning)), max(1, int(span))
     work = Work(flops=forward_flops(shape, probe, keep=keep), calls=1)
     starts = list(range(0, reasoning, span))
@@ -208,8 +208,8 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
     while i < len(starts):
         suffix = probe - prompt - starts[i]
         copies = max(1, min(len(starts) - i, int(chunk_tokens // suffix)))
-        for j in starts[i:i + copies]:
-            work.flops += forward_flops(shape, probe - prompt - j, prompt + j, keep)
+        # every copy of a chunk runs the whole suffix from the chunk's first position (one batch)
+        work.flops += copies * forward_flops(shape, suffix, prompt + starts[i], keep)
         work.calls += 1
         i += copies
     return work
@@ -330,7 +330,7 @@ def calibrate(path: str | Path, base: Hardware, assume: Assumptions) -> Hardware
     # the decode steps take what the prefill (at the calibrated FLOP rate) leaves of the generation time
     decode_s = max(1e-9, grpo["generate_s"] - gen.flops / flops) / count
     return dataclasses.replace(base, peak_flops=flops, mfu=1.0, bandwidth=step_bytes / decode_s,
-                               bandwidth_util=1.0, memory_gb=data.get("memory_gb", base.memory_gb),
+                               bandwidth_util=1.0, memory_gb=data.get("memory_gb") or base.memory_gb,
                                measured=f"{path} ({data.get('device', 'unknown device')})")
 
 
