@@ -329,7 +329,7 @@ def calibrate(path: str | Path, base: Hardware, assume: Assumptions) -> Hardware
     (step_flops, step_bytes, count), = gen.decode
     # the decode steps take what the prefill (at the calibrated FLOP rate) leaves of the generation time
     decode_s = max(1e-9, grpo["generate_s"] - gen.flops / flops) / count
-    return dataclasses.replace(base, peak_flops=flops, mfu=1.0, bandwidth=step_bytes / decode_s,
+    return dataclasses.replace(base, name=f"{data.get('device', 'unknown device')} (calibrated)", peak_flops=flops, mfu=1.0, bandwidth=step_bytes / decode_s,
                                bandwidth_util=1.0, memory_gb=data.get("memory_gb") or base.memory_gb,
                                measured=f"{path} ({data.get('device', 'unknown device')})")
 
@@ -437,7 +437,7 @@ def _eval_hours(plan: Plan, groups) -> float:
 
 def table(plan: Plan) -> str:
     hw, a = plan.hw, plan.assume
-    rates = (f"sustained {hw.flops / 1e12:,.0f} TFLOP/s and {hw.bytes_per_s / 1e12:.2f} TB/s measured by "
+    rates = (f"sustained {hw.flops / 1e12:.3g} TFLOP/s and {hw.bytes_per_s / 1e12:.3g} TB/s measured by "
              f"{hw.measured}" if hw.measured else
              f"{hw.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense x MFU {hw.mfu} (assumed) = "
              f"{hw.flops / 1e12:,.0f} TFLOP/s; {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
