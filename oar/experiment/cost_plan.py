@@ -26,7 +26,8 @@ FLOPs of a forward of ``n`` new tokens over ``c`` cached ones, keeping ``k`` log
 N_layers = the decoder layers' parameters (no embedding, no LM head). The attention term counts the full
 n x (c + n) score and value products, as torch's FLOP counter and the math kernel do; a flash kernel
 skips the masked half of a causal square, so for long sequences the term is up to 2x high. A backward
-of the weights and inputs is 2x the forward (attention: 2.5x, torch's counter of SDPA's backward).
+of the weights and inputs is 2x the forward's matmuls, attention's included (a flash kernel's backward
+also recomputes the scores: half a forward's attention more, not counted).
 
 Each forward call also costs a fixed time per layer (kernel launches, Python): what dominates small
 models and CPUs. Times are work over a sustained rate: peak x utilisation, both assumptions printed
@@ -132,11 +133,11 @@ def forward_flops(shape: Shape, new: float, cached: float = 0.0, keep: float | N
 def backward_flops(shape: Shape, new: float, cached: float = 0.0, keep: float | None = None,
                    weights: bool = True) -> float:
     """The backward of :func:`forward_flops`: input gradients (1x the matmuls) and, with ``weights``,
-    weight gradients (1x more); SDPA's backward 2.5x its forward."""
+    weight gradients (1x more); attention's two products have two gradient products each (2x)."""
     keep = new if keep is None else keep
     per = 2 if weights else 1
     return (per * (2 * shape.layer_params * new + 2 * shape.hidden * shape.vocab * keep)
-            + 2.5 * 4 * shape.layers * new * (cached + new) * shape.attn_width)
+            + 2 * 4 * shape.layers * new * (cached + new) * shape.attn_width)
 
 
 # -------------------------------------------------------------------------------- assumptions
@@ -231,6 +232,8 @@ def update_work(shape: Shape, prompt: float, completion: float, micro_batch: int
     """One completion's update: TRL's forward keeps the completion's logits (``logits_to_keep``)."""
     tokens, keep = prompt + completion, completion + 1
     fwd = forward_flops(shape, tokens, keep=keep)
+    # checkpointing reruns every layer's forward in the backward (torch's non-reentrant checkpoint stops
+    # once it has every saved tensor, so a layer's last matmul is not rerun: counted here, a few % high)
     recompute = forward_flops(shape, tokens, keep=0) if checkpointing else 0.0
     calls_per_batch = 2 + (1 if checkpointing else 0) + extra_forwards
     return Work(flops=fwd + backward_flops(shape, tokens, keep=keep) + recompute + extra_forwards * fwd,
