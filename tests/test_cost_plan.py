@@ -117,7 +117,7 @@ MAKE_RUN_STEP_S = {"grpo": 2.27, "truth": 2.37, "oar_g": 3.75, "oar_p": 7.52}
 # and from its metrics.jsonl: completions average 53 of the 96 allowed tokens; 94-100% of rows scored
 MAKE_RUN_COMPLETION_FILL = 53 / 96
 MAKE_RUN_SCORED_SHARE = 0.95
-CHAIN_PROMPT_TOKENS = 40  # assumed: the chain task's instruction and problem
+CHAIN_PROMPT_TOKENS = 61  # measured: chain_train prompts (instruction and problem) are 60-62 tokens
 # The factor the plan is held to here. A 0.7M-parameter model on a CPU thread is dominated by per-call
 # overhead (Python, sampling, the trainer's bookkeeping), which the plan models only as a fixed cost per
 # layer-forward measured on a one-token forward; at the paper's scale the FLOPs dominate instead.

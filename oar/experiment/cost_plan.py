@@ -317,7 +317,10 @@ def calibrate(path: str | Path, base: Hardware, assume: Assumptions) -> Hardware
     replaced by these (utilisation 1)."""
     from transformers import Qwen2Config
 
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise PlanError(f"--calibration {path}: {error}") from error
     for key in ("shape", "prompt_tokens", "response_tokens", "batch", "methods"):
         if key not in data:
             raise PlanError(f"--calibration {path}: no key {key!r} (written by bench/gpu_check.py)")
@@ -419,7 +422,7 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
                 problems = ev.get("limit") or EVAL_PROBLEMS.get(bench)
                 if problems is None:
                     continue  # a generated or local benchmark of unknown size: left out (cheap: the testbed's)
-                util = ev.get("gpu_memory_utilization") or 0.9  # vLLM's default
+                util = ev.get("gpu_memory_utilization") or 0.5  # oar.evaluation.generation's default
                 kv_budget = (util * hw.memory_gb - assume.vllm_overhead_gb) * GB - 2 * shapes[model].params
                 context = assume.prompt_tokens + ev["max_new_tokens"]
                 concurrent = max(1, int(kv_budget // (context * shapes[model].kv_bytes_per_token)))
