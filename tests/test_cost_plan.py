@@ -208,12 +208,12 @@ def test_calibration_round_trip(tmp_path):
     record["methods"] = {"grpo": {"generate_s": generate_s, "update_s": update / 1e12, "completion_length": 128}}
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(record))
-    hw = cp.calibrate(path, cp.hardware("h100"), cp.Assumptions())
+    hw = cp.calibrate(path, cp.hardware("h100"))
     assert hw.flops == pytest.approx(1e12) and hw.bytes_per_s == pytest.approx(1e11)
     del record["batch"]
     path.write_text(json.dumps(record))
     with pytest.raises(PlanError, match="no key 'batch'"):
-        cp.calibrate(path, cp.hardware("h100"), cp.Assumptions())
+        cp.calibrate(path, cp.hardware("h100"))
 
 
 # --- the CLI -----------------------------------------------------------------------------------------

@@ -50,5 +50,5 @@ def test_gpu_check_times_every_method_at_forced_length(tmp_path):
     assert record["methods"]["grpo"]["update_s"] > 0 and record["evaluation"]["transformers"]["tokens_per_s"] > 0
     from oar.experiment import cost_plan
 
-    hw = cost_plan.calibrate(tmp_path / "work" / "calibration.json", cost_plan.hardware("h100"), cost_plan.Assumptions())
+    hw = cost_plan.calibrate(tmp_path / "work" / "calibration.json", cost_plan.hardware("h100"))
     assert hw.flops > 0 and hw.bytes_per_s > 0 and "calibrated" in hw.name

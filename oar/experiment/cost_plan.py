@@ -145,8 +145,8 @@ def backward_flops(shape: Shape, new: float, cached: float = 0.0, keep: float | 
 
 @dataclass(frozen=True)
 class Assumptions:
-    prompt_tokens: int = 256  # mean prompt, chat template included (MATH problems: ~100-300 tokens; the data is not read)
-    completion_fill: float = 1.0  # mean completion / max_completion_length: 1.0 plans every response at the limit (an upper bound)
+    prompt_tokens: int = 256  # mean prompt with the chat template (MATH: ~100-300 tokens; the data is not read)
+    completion_fill: float = 1.0  # mean completion / max_completion_length; 1.0 = every response at the limit
     # Share of rows with advantage != 0, the only ones scored. A group's rows all have advantage 0 when
     # its G rewards agree: a problem of pass rate p gives p^G + (1 - p)^G such groups, near 1 for the many
     # MATH problems a 1.5B-7B model always or never solves, near 0 for the rest; 0.5 is a middle guess,
@@ -161,8 +161,8 @@ class Assumptions:
 
 @dataclass
 class Work:
-    """Work of one phase: FLOPs, bytes read by decode steps (timed by the roofline per step) and the
-    number of layer-forwards (fixed overhead each). ``roofline`` holds (flops, bytes) per decode step."""
+    """Work of one phase: FLOPs, forward calls (a fixed overhead per layer each) and decode steps, each
+    timed by the roofline: the larger of its FLOPs and its bytes over their rates."""
 
     flops: float = 0.0
     calls: float = 0.0  # forward (or backward) calls, each over every layer
@@ -310,7 +310,7 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
 # ------------------------------------------------------------------------------- calibration
 
 
-def calibrate(path: str | Path, base: Hardware, assume: Assumptions) -> Hardware:
+def calibrate(path: str | Path, base: Hardware) -> Hardware:
     """Sustained figures from ``bench/gpu_check.py``'s ``calibration.json``: the FLOP rate of the update
     (the plan's update FLOPs of the check's settings over its measured update time), the decode bandwidth
     (the plan's decode bytes over its generation time) and the fixed cost of a forward; peaks are
@@ -331,12 +331,13 @@ def calibrate(path: str | Path, base: Hardware, assume: Assumptions) -> Hardware
     upd = _scale(update_work(shape, prompt, completion, batch, bool(data.get("gradient_checkpointing")), 0), batch)
     flops = upd.flops / grpo["update_s"]
     gen = generation_work(shape, batch, prompt, int(round(completion)), batch)
-    (step_flops, step_bytes, count), = gen.decode
+    (_, step_bytes, count), = gen.decode
     # the decode steps take what the prefill (at the calibrated FLOP rate) leaves of the generation time
     decode_s = max(1e-9, grpo["generate_s"] - gen.flops / flops) / count
-    return dataclasses.replace(base, name=f"{data.get('device', 'unknown device')} (calibrated)", peak_flops=flops, mfu=1.0, bandwidth=step_bytes / decode_s,
-                               bandwidth_util=1.0, memory_gb=data.get("memory_gb") or base.memory_gb,
-                               measured=f"{path} ({data.get('device', 'unknown device')})")
+    device = data.get("device", "unknown device")
+    return dataclasses.replace(base, name=f"{device} (calibrated)", peak_flops=flops, mfu=1.0,
+                               bandwidth=step_bytes / decode_s, bandwidth_util=1.0,
+                               memory_gb=data.get("memory_gb") or base.memory_gb, measured=f"{path} ({device})")
 
 
 # ---------------------------------------------------------------------------------- the config
@@ -498,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         assume = Assumptions(args.prompt_tokens, args.completion_fill, args.scored_share)
         hw = hardware(args.hardware, mfu=args.mfu, bandwidth_util=args.bandwidth_util)
         if args.calibration:
-            hw = calibrate(args.calibration, hw, assume)
+            hw = calibrate(args.calibration, hw)
         plan = plan_config(load_config(args.config), hw, assume)
     except PlanError as error:
         print(f"cost plan: {error}", file=sys.stderr)
