@@ -193,6 +193,13 @@ def test_run_longer_than_its_job_allows_names_the_key():
     assert any(m.startswith("models.qwen2.5-7b.resources.train.runtime: ") for m in plan.over_budget)
 
 
+def test_engine_without_room_for_one_sequence_names_the_key():
+    config = load_config("config/paper.yaml")
+    config["models"]["qwen2.5-7b"]["trainer"]["vllm_gpu_memory_utilization"] = 0.2  # 16 GB: the weights alone
+    with pytest.raises(PlanError, match=r"^models\.qwen2\.5-7b\.trainer\.vllm_gpu_memory_utilization"):
+        cp.plan_config(config, cp.hardware("h100"), cp.Assumptions())
+
+
 def test_calibration_round_trip(tmp_path):
     """A calibration.json as bench/gpu_check.py writes it: the plan's own work over the recorded times
     gives back the rates the times were made from."""

@@ -168,7 +168,7 @@ class Work:
     calls: float = 0.0  # forward (or backward) calls, each over every layer
     decode: list = dataclasses.field(default_factory=list)  # [(flops, bytes, count)] decode steps
 
-    def seconds(self, hw: Hardware, layers: int, score: bool = False) -> float:
+    def seconds(self, hw: Hardware, layers: int) -> float:
         t = self.flops / hw.flops + self.calls * layers * hw.layer_overhead_s
         for flops, nbytes, count in self.decode:
             t += count * (max(flops / hw.flops, nbytes / hw.bytes_per_s) + layers * hw.layer_overhead_s)
@@ -277,8 +277,10 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
         context = prompt + trainer["max_completion_length"]
         concurrent = int(kv_budget // (context * shape.kv_bytes_per_token))
         if concurrent < 1:
-            raise PlanError(f"training.trainer.vllm_gpu_memory_utilization: {trainer['vllm_gpu_memory_utilization']} "
-                            f"of {hw.memory_gb:.0f} GB leaves no KV cache for one {context:.0f}-token sequence")
+            model = settings["run_id"].split("/", 1)[0]
+            raise PlanError(f"models.{model}.trainer.vllm_gpu_memory_utilization (or training.trainer's): "
+                            f"{trainer['vllm_gpu_memory_utilization']} of {hw.memory_gb:.0f} GB leaves no KV cache "
+                            f"for one {context:.0f}-token sequence beside {2 * shape.params / GB:.1f} GB of weights")
     else:
         concurrent = sequences  # transformers' generate: the whole batch at once
     gen = generation_work(shape, sequences, prompt, int(round(completion)), concurrent)
