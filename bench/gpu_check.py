@@ -16,7 +16,9 @@ The preflight before the paper run (docs/memory.md): on one GPU node, it prints 
 time, the ratios OAR-G/GRPO and OAR-P/GRPO beside the paper's 1.4x and 4.2x, and each method's
 measured peak memory beside oar.experiment.memory_plan's prediction for the same settings. The real shapes run
 on CUDA only: without a CUDA device it stops with an error rather than running on the CPU.
-Prints a Markdown table (and writes it with ``--out``).
+Prints a Markdown table (and writes it with ``--out``), and writes ``calibration.json`` in ``--work``: the
+measured times with the shape and lengths they ran at, which ``python -m oar.experiment.cost_plan
+--calibration`` turns into sustained FLOP/s and decode bandwidth.
 """
 
 from __future__ import annotations
@@ -178,12 +180,46 @@ def predicted_peaks_mib(args, model: Path, dtype: str) -> dict[str, float]:
                 "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": args.response_tokens,
                             "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
                             "gradient_accumulation_steps": 1}}
-    prompt_tokens = 64  # the check's problems are one-line word problems in the tiny tokenizer
-    phases = memory_plan.plan_model("check", {"launcher": "python"}, settings, shape, prompt_tokens)
+    phases = memory_plan.plan_model("check", {"launcher": "python"}, settings, shape, PROMPT_TOKENS)
     reserve = memory_plan.RESERVE_GB * memory_plan.GB
     mib = {p.phase: (sum(p.parts.values()) - reserve) / 2**20 for p in phases}
     return {"grpo": mib["update"], "oar_g": max(mib["update"], mib["scoring OAR-G"]),
             "oar_p": max(mib["update"], mib["scoring OAR-P"])}
+
+
+PROMPT_TOKENS = 64  # the check's problems are one-line word problems in the tiny tokenizer (an estimate)
+
+
+def calibration_record(args, model: Path, device: str, dtype: str, rows: dict, evaluations: dict) -> dict:
+    """What ``oar.experiment.cost_plan --calibration`` reads: the measured step times of each method with the
+    shape and lengths they ran at, from which it derives the sustained FLOP rate of the update and the
+    decode bandwidth (the plan's work for these settings over these times)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model)
+    shape = {k: getattr(config, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                             "num_attention_heads", "num_key_value_heads", "vocab_size",
+                                             "tie_word_embeddings")}
+    return {
+        "device": device,
+        "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9 if device != "CPU" else None,
+        "dtype": dtype,
+        "shape_name": args.shape,
+        "shape": shape,
+        "parameters": parameter_count(model),
+        "prompt_tokens": PROMPT_TOKENS,
+        "response_tokens": args.response_tokens,
+        "batch": args.batch,
+        "num_generations": args.num_generations,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "score_all": True,
+        "methods": {m: {"generate_s": r["time_generate_s"], "score_s": r["time_score_s"],
+                        "update_s": r["time_update_s"], "step_s": r["step_time_s"],
+                        "completion_length": r["completion_length"], "frac_scored": r["frac_scored"],
+                        "peak_memory_mb": r["peak_memory_mb"]} for m, r in rows.items()},
+        "evaluation": {b: {"tokens_per_s": e["tokens_per_s"], "prompts": args.eval_batch,
+                           "max_new_tokens": args.response_tokens} for b, e in evaluations.items()},
+    }
 
 
 def main() -> None:
@@ -253,18 +289,22 @@ def main() -> None:
                  "settings (one process, no vLLM, without its CUDA-context reserve), to compare with the peak on "
                  "CUDA (the allocator's peak); on CPU the peak is the process's resident memory, libraries "
                  "included, and not comparable.")
+    evaluations = {}
     if not args.no_eval:
         lines += ["", "| evaluation backend | load s | generate s | tokens | tokens / s |", "|---|---|---|---|---|"]
         for backend in ("transformers", "vllm"):
             if backend == "vllm" and importlib.util.find_spec("vllm") is None:
                 lines.append("| vllm | not installed | | | |")
                 continue
-            e = time_evaluation(backend, model, args, dtype)
+            e = evaluations[backend] = time_evaluation(backend, model, args, dtype)
             lines.append(f"| {backend} | {e['load_s']:.0f} | {e['seconds']:.1f} | {e['tokens']} | {e['tokens_per_s']:.0f} |")
         lines.append(f"\nEvaluation: {args.eval_batch} prompts, temperature 0.6, top-p 0.95, at most "
                      f"{args.response_tokens} new tokens (random weights stop only at a sampled eos).")
     text = "\n".join(lines) + "\n"
     print(text)
+    record = calibration_record(args, model, device, dtype, rows, evaluations)
+    (args.work / "calibration.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"calibration for python -m oar.experiment.cost_plan --calibration: {args.work / 'calibration.json'}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+METHODS = ("grpo", "oar_g", "oar_p")
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error on a machine without CUDA")
@@ -42,3 +44,11 @@ def test_gpu_check_times_every_method_at_forced_length(tmp_path):
     assert float(rows["oar_p"][1]) > 0 and float(rows["oar_g"][1]) > 0  # scoring was timed
     assert float(rows["transformers"][3]) > 0  # evaluation tokens/s
     assert "vllm" in rows  # timed where vLLM is importable, else marked not installed
+    # the machine-readable record the cost plan calibrates from, and the plan reading it
+    record = json.loads((tmp_path / "work" / "calibration.json").read_text())
+    assert record["response_tokens"] == 12 and record["batch"] == 4 and set(record["methods"]) == set(METHODS)
+    assert record["methods"]["grpo"]["update_s"] > 0 and record["evaluation"]["transformers"]["tokens_per_s"] > 0
+    from oar.experiment import cost_plan
+
+    hw = cost_plan.calibrate(tmp_path / "work" / "calibration.json", cost_plan.hardware("h100"))
+    assert hw.flops > 0 and hw.bytes_per_s > 0 and "calibrated" in hw.name
