@@ -169,6 +169,18 @@ def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataF
 # ------------------------------------------------------------------------------- paired seeds
 
 
+def _variant_seed_averages(acc: pd.DataFrame, benchmarks: Sequence[str]) -> dict[tuple, dict[Any, float]]:
+    """Variant key -> seed -> the run's accuracy averaged over ``benchmarks`` (trained runs that have
+    every benchmark)."""
+    acc = acc[acc["benchmark"].isin(benchmarks) & (acc["method"] != "base")]
+    by_variant: dict[tuple, dict[Any, float]] = {}
+    for _, g in acc.groupby("run", sort=False):
+        if set(g["benchmark"]) == set(benchmarks):
+            first = g.iloc[0].to_dict()
+            by_variant.setdefault(variant_key(first), {})[first["seed"]] = float(g["pass@1"].mean())
+    return by_variant
+
+
 def paired_accuracy_differences(acc: pd.DataFrame, benchmarks: Sequence[str], baseline: str = "grpo") -> pd.DataFrame:
     """Per trained variant (model, method, tau, beta, probe) other than ``baseline``: its accuracy
     averaged over ``benchmarks`` minus the baseline's on the same model, over the seeds both ran (the
@@ -180,15 +192,7 @@ def paired_accuracy_differences(acc: pd.DataFrame, benchmarks: Sequence[str], ba
                "decided", "p", "sd_diff", "mde"]
     if acc.empty:
         return pd.DataFrame(columns=columns)
-    acc = acc[acc["benchmark"].isin(benchmarks) & (acc["method"] != "base")]
-    per_run: dict[str, tuple[tuple, Any, float]] = {}
-    for run, g in acc.groupby("run", sort=False):
-        if set(g["benchmark"]) == set(benchmarks):
-            first = g.iloc[0].to_dict()
-            per_run[run] = (variant_key(first), first["seed"], float(g["pass@1"].mean()))
-    by_variant: dict[tuple, dict[Any, float]] = {}
-    for key, seed, value in per_run.values():
-        by_variant.setdefault(key, {})[seed] = value
+    by_variant = _variant_seed_averages(acc, benchmarks)
     references: dict[Any, dict[Any, float]] = {}
     for key, values in by_variant.items():
         if key[1] == baseline:
@@ -210,6 +214,59 @@ def paired_accuracy_differences(acc: pd.DataFrame, benchmarks: Sequence[str], ba
                     "decided": bool(len(seeds) > 1 and (t["ci_low"] > 0 or t["ci_high"] < 0)),
                     "p": t["p"], "sd_diff": t["sd"], "mde": t["mde"]})
     return pd.DataFrame(out, columns=columns)
+
+
+GATE_NAMES = {0.0: "boost-only", 1.0: "suppress-only"}
+
+
+def gate_comparisons(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataFrame:
+    """The gating ablation's direct tests: per model and method, the bi-level gate (the training tau,
+    neither 0 nor 1) minus boost-only (tau 0) and minus suppress-only (tau 1) in accuracy averaged over
+    ``benchmarks``, paired over the seeds both ran (:func:`oar.analysis.statistics.paired_t`: mean,
+    95% t-interval, p, SD of the differences, MDE at 80% power, wins). Exploratory: raw p-values."""
+    columns = ["model", "method", "comparison", "n_seeds", "diff_mean", "ci_low", "ci_high", "p", "sd_diff",
+               "mde", "wins"]
+    rows = []
+    by_variant = _variant_seed_averages(acc, benchmarks) if not acc.empty else {}
+    for (model, method) in dict.fromkeys((k[0], k[1]) for k in by_variant):
+        gates = {float(k[2]): v for k, v in by_variant.items() if k[:2] == (model, method) and not _isnan(k[2])}
+        bilevel = [t for t in gates if t not in GATE_NAMES]
+        for other, name in GATE_NAMES.items():
+            if len(bilevel) != 1 or other not in gates:
+                continue
+            a, b = gates[bilevel[0]], gates[other]
+            seeds = sorted(set(a) & set(b))
+            d = [a[s] - b[s] for s in seeds]
+            t = paired_t(d)
+            rows.append({"model": model, "method": method,
+                         "comparison": f"bi-level (tau {bilevel[0]:g}) minus {name} (tau {other:g})",
+                         "n_seeds": len(seeds), "diff_mean": t["mean"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+                         "p": t["p"], "sd_diff": t["sd"], "mde": t["mde"], "wins": sum(x > 0 for x in d)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def strength_trends(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataFrame:
+    """The grid's trend tests: per model and method, the slope of accuracy (averaged over ``benchmarks``)
+    on each reshaping strength with the other setting and the seed as blocks
+    (:func:`oar.analysis.statistics.blocked_trend`): on log2(beta), the gate's sharpness, per doubling
+    (blocks: seed x tau), and on tau, the share of tokens pushed down (blocks: seed x beta). A negative
+    slope with p < 0.05 is the tested form of "the stronger the reshaping, the lower the accuracy"."""
+    from oar.analysis.statistics import blocked_trend
+
+    columns = ["model", "method", "strength", "slope", "ci_low", "ci_high", "p", "n", "blocks"]
+    rows = []
+    by_variant = _variant_seed_averages(acc, benchmarks) if not acc.empty else {}
+    for (model, method) in dict.fromkeys((k[0], k[1]) for k in by_variant):
+        cells = [(float(k[2]), float(k[3]), seed, v) for k, seeds in by_variant.items()
+                 if k[:2] == (model, method) and not _isnan(k[2]) and not _isnan(k[3]) for seed, v in seeds.items()]
+        if not cells:
+            continue
+        tau, beta, seed, value = map(list, zip(*cells))
+        for name, x, block in (("log2(beta), per doubling", [math.log2(b) for b in beta], zip(seed, tau)),
+                               ("tau, per unit", tau, zip(seed, beta))):
+            t = blocked_trend(x, value, list(block))
+            rows.append({"model": model, "method": method, "strength": name, **{k: t[k] for k in columns[3:]}})
+    return pd.DataFrame(rows, columns=columns)
 
 
 PAIRED_METRICS = {
