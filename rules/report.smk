@@ -35,6 +35,11 @@ rule table:
         reward_threshold=REG.paired["reward_threshold"],
         reward_gain=REG.paired.get("reward_gain"),
         paired_benchmark=REG.paired["benchmark"],
+        # the declared primary comparisons (Holm over them) and the comparison tests this config does not run
+        primary=REG.primary,
+        not_run=[name for name, group in (("bi-level gate minus boost-only (runs.gating)", "gating"),
+                                          ("trend over reshaping strength (runs.grid)", "grid"))
+                 if not REG.groups[group]],
     script:
         "../workflow_scripts/tables.py"
 

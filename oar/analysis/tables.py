@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from oar.analysis.results import aggregate_accuracy, censored_steps, paired_accuracy_differences, seed_interval
+from oar.analysis.results import (aggregate_accuracy, censored_steps, gate_comparisons, paired_accuracy_differences,
+                                  seed_interval, strength_trends)
 
 
 def _seed_sd(values) -> float:
@@ -47,6 +48,13 @@ def _isnan(v: Any) -> bool:
 
 def fmt_num(v: Any, digits: int = 1, scale: float = 1.0) -> str:
     return "–" if _isnan(v) else f"{v * scale:.{digits}f}"
+
+
+def fmt_p(p: Any) -> str:
+    """A p-value: ``0.031``, ``<0.001``; ``–`` where there is none."""
+    if _isnan(p):
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def fmt_cell(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1) -> str:
@@ -97,7 +105,8 @@ def _variant_key(r: Mapping[str, Any]) -> tuple:
 
 def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[str] = ()) -> pd.DataFrame:
     """Per variant: one row with ``<bench>``, ``<bench>_ci_low``, ``<bench>_ci_high``,
-    ``<bench>_unparsable`` (the share of responses without an answer; all percent), ``<bench>_problems``
+    ``<bench>_unparsable`` (the share of responses without an answer), ``<bench>_seed_sd`` (SD over
+    seeds) and ``<bench>_eval_se`` (a run's binomial standard error; all percent), ``<bench>_problems``
     and ``<bench>_samples`` for every benchmark and ``average``, plus ``n_seeds``."""
     agg = aggregate_accuracy(acc, benchmarks)
     if agg.empty:
@@ -119,6 +128,9 @@ def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[s
             row[f"{bench}_ci_high"] = r["ci_high"] * 100 if not _isnan(r["ci_high"]) else math.nan
             share = r.get("unparsable_share", math.nan)
             row[f"{bench}_unparsable"] = share * 100 if not _isnan(share) else math.nan
+            for noise in ("seed_sd", "eval_se"):
+                value = r.get(noise, math.nan)
+                row[f"{bench}_{noise}"] = value * 100 if not _isnan(value) else math.nan
             if bench != "average":
                 row[f"{bench}_problems"] = r["num_problems"]
                 row[f"{bench}_samples"] = r["samples_per_problem"]
@@ -216,12 +228,15 @@ UNTRAINED_NOTE = ("Steps A≠0: per seed, training steps in which some response 
 
 def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, methods: Sequence[str] | None = None,
                    show: Sequence[str] = (), credit: pd.DataFrame | None = None,
-                   keep=None) -> tuple[pd.DataFrame, str]:
+                   keep=None, gate_tests: bool = False) -> tuple[pd.DataFrame, str]:
     """The main table, the gating and probe ablations and the controls: (wide CSV frame, Markdown).
 
     ``methods`` keeps only those methods (and the base model row, always first); ``keep`` is an optional
     row filter on the wide frame; ``credit`` (the per-run credit summary) adds the per-variant credit
-    metrics and the training evidence of :func:`mark_untrained`.
+    metrics and the training evidence of :func:`mark_untrained`. Every table shows the two noise sources
+    of the average accuracy (SD over seeds, a run's binomial evaluation SE) and, where variants pair with
+    GRPO, the paired t-test's p and the minimum detectable effect; ``gate_tests`` (the gating ablation)
+    adds the direct paired tests of the bi-level gate against boost-only and suppress-only.
     """
     wide = accuracy_wide(acc, benchmarks, show)
     if wide.empty:
@@ -230,23 +245,37 @@ def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, met
         wide = wide[wide["method"].isin(["base", *methods])]
     if keep is not None:
         wide = wide[[bool(keep(r)) for r in wide.to_dict("records")]]
-    extra: tuple = ()
+    wide["noise"] = [f"{fmt_num(r.get('average_seed_sd'), 1)} / {fmt_num(r.get('average_eval_se'), 1)}"
+                     if r["method"] != "base" else "–" for r in wide.to_dict("records")]
+    extra: tuple = (("noise", "seed SD / eval SE", None),)
     wide, paired = _join_paired(wide, paired_accuracy_differences(acc, benchmarks))
     if paired:
-        extra = (("minus_grpo", "minus GRPO, paired", None),)
+        extra = (*extra, ("minus_grpo", "minus GRPO, paired", None), ("minus_grpo_p_cell", "p", None),
+                 ("minus_grpo_mde_cell", "MDE 80%", None))
     if credit is not None and not credit.empty:
         wide = _join_credit(wide, credit, [c for c, _, _ in CREDIT_COLUMNS])
         wide = mark_untrained(wide, credit)
         extra = (*extra, ("steps_with_advantage", "steps A≠0", None), *CREDIT_COLUMNS)
     wide = wide.reset_index(drop=True)
     markdown = _accuracy_markdown(wide, benchmarks, title, extra)
-    notes = (PAIRED_NOTE if paired else "") + (UNTRAINED_NOTE if credit is not None and not credit.empty else "")
-    return wide, markdown + ("\n" + notes if notes else "")
+    notes = (NOISE_NOTE + (PAIRED_NOTE if paired else "")
+             + (UNTRAINED_NOTE if credit is not None and not credit.empty else ""))
+    if gate_tests:
+        markdown += gate_tests_text(acc, benchmarks)
+    return wide, markdown + "\n" + notes
 
 
 PAIRED_NOTE = ("minus GRPO, paired: the variant's average accuracy minus GRPO's on the same model, in points, over "
                "the seeds both ran (the same seed is the same prompts and first rollouts), mean [95% t-interval] "
-               "(seeds; seeds won); `*`: the interval excludes 0.\n")
+               "(seeds; seeds won); `*`: the interval excludes 0. p: two-sided paired t-test, raw (the primary "
+               "comparisons, Holm-corrected, are in the paired differences table; every other comparison is "
+               "exploratory). MDE 80%: the smallest true difference this design detects with 80% power at "
+               "two-sided 5%, (t(0.975, n-1) + t(0.8, n-1)) x SD of the paired differences / sqrt(n).\n")
+NOISE_NOTE = ("seed SD / eval SE: the two noise sources of the average accuracy, in points. Seed SD: the SD of the "
+              "per-seed accuracies (training noise with evaluation noise in it). Eval SE: a run's binomial "
+              "standard error from its problems x samples, sqrt(p (1 - p) / (problems x samples)), the "
+              "evaluation noise alone (a lower bound where several samples of one problem are correlated). "
+              "Where the seed SD is much larger, seeds, not evaluation problems, limit the comparison.\n")
 
 
 def _join_paired(wide: pd.DataFrame, diffs: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
@@ -260,7 +289,12 @@ def _join_paired(wide: pd.DataFrame, diffs: pd.DataFrame) -> tuple[pd.DataFrame,
     for col in ("diff_mean", "ci_low", "ci_high"):
         wide[f"minus_grpo_{col.replace('diff_', '')}"] = [r[col] * 100 if r else math.nan for r in rows]
     wide["minus_grpo_seeds"] = [r["n_seeds"] if r else math.nan for r in rows]
+    wide["minus_grpo_p"] = [r["p"] if r else math.nan for r in rows]
+    wide["minus_grpo_sd"] = [r["sd_diff"] * 100 if r else math.nan for r in rows]
+    wide["minus_grpo_mde"] = [r["mde"] * 100 if r else math.nan for r in rows]
     wide["minus_grpo"] = [_paired_cell(r) for r in rows]
+    wide["minus_grpo_p_cell"] = [fmt_p(r["p"]) if r else "–" for r in rows]
+    wide["minus_grpo_mde_cell"] = [fmt_num(r["mde"], 1, 100.0) if r else "–" for r in rows]
     return wide, True
 
 
@@ -301,7 +335,42 @@ def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFra
     parts.append("\nAverage accuracy over the benchmarks in % (95% interval over seeds where there are >= 2).\n")
     if paired:
         parts.append(PAIRED_NOTE)
+    parts.append(strength_trends_text(acc, benchmarks))
     return wide, "".join(parts)
+
+
+def strength_trends_text(acc: pd.DataFrame, benchmarks: Sequence[str]) -> str:
+    """The grid's trend tests (:func:`oar.analysis.results.strength_trends`) as a Markdown section."""
+    trends = strength_trends(acc, benchmarks)
+    if trends.empty:
+        return "\n### Trend over reshaping strength\n\nNot run: no grid variants with seeds.\n"
+    rows = [[r["model"], METHOD_NAMES.get(r["method"], r["method"]), r["strength"],
+             fmt_cell(r["slope"], r["ci_low"], r["ci_high"]), fmt_p(r["p"]), r["n"], r["blocks"]]
+            for r in trends.to_dict("records")]
+    return ("\n### Trend over reshaping strength\n\n"
+            + markdown_table(["Model", "Method", "strength", "slope, points [95%]", "p", "runs", "blocks"], rows,
+                             align="lllrrrr")
+            + "\nLinear regression of a run's average accuracy on one strength setting with every (seed, other "
+              "setting) pair its own intercept (block), so the slope compares cells of the same seed: points per "
+              "doubling of beta (blocks seed x tau) and per unit of tau (blocks seed x beta); t-test on the "
+              "slope with runs - blocks - 1 degrees of freedom. Exploratory: raw p. A negative slope with p < "
+              "0.05 is the tested form of \"the stronger the reshaping, the lower the accuracy\".\n")
+
+
+def gate_tests_text(acc: pd.DataFrame, benchmarks: Sequence[str]) -> str:
+    """The gating ablation's direct paired tests (:func:`oar.analysis.results.gate_comparisons`)."""
+    tests = gate_comparisons(acc, benchmarks)
+    if tests.empty:
+        return ("\n### Bi-level gate against boost-only and suppress-only\n\nNot run: the group has no bi-level "
+                "variant beside tau 0 or tau 1.\n")
+    rows = [[r["model"], METHOD_NAMES.get(r["method"], r["method"]), r["comparison"],
+             fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]), fmt_p(r["p"]), fmt_num(r["sd_diff"], 1, 100.0),
+             fmt_num(r["mde"], 1, 100.0), f"{r['wins']} of {r['n_seeds']}"] for r in tests.to_dict("records")]
+    return ("\n### Bi-level gate against boost-only and suppress-only\n\n"
+            + markdown_table(["Model", "Method", "comparison", "difference, points [95%]", "p", "SD of differences",
+                              "MDE 80%", "seeds won"], rows, align="lllrrrrr")
+            + "\nAverage accuracy of one gate minus another's over the seeds both ran, paired t-test; "
+              "exploratory (raw p).\n")
 
 
 def fmt_interval(s: Mapping[str, Any] | None, digits: int = 3) -> str:
@@ -477,13 +546,6 @@ def threshold_rule(reward_threshold: float | None, reward_gain: float | None) ->
 def _threshold_of(frame: pd.DataFrame, model: str) -> str:
     values = frame.loc[frame["model"] == model, "threshold"].dropna() if "threshold" in frame else []
     return f" (reward threshold {values.iloc[0]:.3f})" if len(values) else ""
-
-
-def fmt_p(p: Any) -> str:
-    """A p-value: ``0.031``, ``<0.001``; ``–`` where there is none."""
-    if _isnan(p):
-        return "–"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _steps_cell(median: Any, steps: int) -> str:
