@@ -173,3 +173,14 @@ def test_grid_table_tests_the_trend_over_reshaping_strength():
     assert trends.loc["tau, per unit", "p"] > 0.01
     _, md = tables.grid_table(acc, ["t"])
     assert "### Trend over reshaping strength" in md and "log2(beta), per doubling" in md
+
+
+def test_length_sweep_figure_draws_censored_steps(tmp_path):
+    from oar.analysis import figures
+
+    rows = [{"model": model, "method": method, "seed": seed, "final_accuracy": 0.5, "steps": 10,
+             "steps_to_threshold": 4.0 if method == "grpo" else math.nan, "reached": method == "grpo"}
+            for model in ("a", "b") for method in ("grpo", "oar_g") for seed in range(3)]
+    paths = [tmp_path / "sweep.png"]
+    figures.length_sweep(pd.DataFrame(rows), paths)
+    assert paths[0].stat().st_size > 1000
