@@ -37,9 +37,7 @@ rule table:
         paired_benchmark=REG.paired["benchmark"],
         # the declared primary comparisons (Holm over them) and the comparison tests this config does not run
         primary=REG.primary,
-        not_run=[name for name, group in (("bi-level gate minus boost-only (runs.gating)", "gating"),
-                                          ("trend over reshaping strength (runs.grid)", "grid"))
-                 if not REG.groups[group]],
+        not_run=REG.comparisons_not_run(),
     script:
         "../workflow_scripts/tables.py"
 

@@ -169,6 +169,9 @@ def test_declared_primary_comparisons_pass_with_enough_seeds():
     reg = registry(_set(cfg, "analysis.primary", {"arms": ["oar_g"], "min_seeds": 2}))
     assert reg.primary["baseline"] == "grpo" and reg.primary["metric"] == "final_accuracy"
     assert registry().primary is None  # none declared: every comparison exploratory
+    assert reg.comparisons_not_run() == []  # the fixture runs the gating ablation and the grid
+    assert registry(_set(cfg, "runs.grid.methods", [])).comparisons_not_run() == [
+        "trend over reshaping strength (runs.grid)"]
 
 
 def test_command_line_options():

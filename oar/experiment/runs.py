@@ -439,6 +439,13 @@ class Registry:
         seeds = {s["seed"] for s in main if s["method"] == self.paired["baseline"]}
         return len(seeds) >= 2 and any(s["method"] != self.paired["baseline"] for s in main)
 
+    def comparisons_not_run(self) -> list[str]:
+        """The comparison tests whose group this config does not run (the tables print them as not run):
+        the gating ablation's bi-level gate against boost-only, the grid's trend over strength."""
+        tests = (("bi-level gate minus boost-only (runs.gating)", "gating"),
+                 ("trend over reshaping strength (runs.grid)", "grid"))
+        return [name for name, group in tests if not self.groups[group]]
+
     def model_labels(self) -> dict[str, str]:
         """Axis labels of models: a chain model's filler setting, else its name."""
         out = {}
