@@ -173,6 +173,7 @@ def test_grid_table_tests_the_trend_over_reshaping_strength():
     assert trends.loc["tau, per unit", "p"] > 0.01
     _, md = tables.grid_table(acc, ["t"])
     assert "### Trend over reshaping strength" in md and "log2(beta), per doubling" in md
+    assert "p (raw) and MDE 80%" in md and "; MDE " in md
 
 
 def test_length_sweep_figure_draws_censored_steps(tmp_path):

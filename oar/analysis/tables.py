@@ -305,6 +305,10 @@ def _paired_cell(r: Mapping[str, Any] | None) -> str:
     return f"{cell} ({r['n_seeds']}; {r['wins']})"
 
 
+def _p_mde_cell(r: Mapping[str, Any] | None) -> str:
+    return "–" if r is None else f"p {fmt_p(r['p'])}; MDE {fmt_num(r['mde'], 1, 100.0)}"
+
+
 def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFrame, str]:
     """tau x beta grid: CSV one row per (model, method, tau, beta) with every benchmark and the average;
     Markdown one matrix of the average accuracy (%) per model and method, tau down, beta across."""
@@ -332,6 +336,8 @@ def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFra
         if paired:
             rows = [[f"{t:g}", *[_paired_cell(paired.get((model, method, t, b))) for b in betas]] for t in taus]
             parts.append(f"\nMinus GRPO, paired:\n\n" + markdown_table(headers, rows))
+            rows = [[f"{t:g}", *[_p_mde_cell(paired.get((model, method, t, b))) for b in betas]] for t in taus]
+            parts.append(f"\nMinus GRPO, paired: p (raw) and MDE 80%, points:\n\n" + markdown_table(headers, rows))
     parts.append("\nAverage accuracy over the benchmarks in % (95% interval over seeds where there are >= 2).\n")
     if paired:
         parts.append(PAIRED_NOTE)
