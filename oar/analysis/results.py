@@ -377,7 +377,8 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
                        "threshold": float(m["threshold"].iloc[0]) if "threshold" in m else math.nan,
                        "n_seeds": len(seeds)}
                 if metric == "steps_to_threshold":
-                    mine, theirs = censored_steps(g.loc[seeds].reset_index()), censored_steps(base.loc[seeds].reset_index())
+                    mine = censored_steps(g.loc[seeds].reset_index())
+                    theirs = censored_steps(base.loc[seeds].reset_index())
                     both = [s for s in seeds if g.at[s, "reached"] and base.at[s, "reached"]]
                     row.update(diff_mean=mine["median"] - theirs["median"], ci_low=math.nan, ci_high=math.nan,
                                p=math.nan, sd_diff=math.nan, mde=math.nan,

@@ -554,8 +554,11 @@ def _threshold_of(frame: pd.DataFrame, model: str) -> str:
     return f" (reward threshold {values.iloc[0]:.3f})" if len(values) else ""
 
 
-def _steps_cell(median: Any, steps: int) -> str:
-    return f"> {steps}" if _isnan(median) else f"{median:g}"
+def _steps_cell(median: Any, steps: Any) -> str:
+    """A Kaplan-Meier median; ``> N`` when half the runs had not reached the threshold by their last step N."""
+    if _isnan(median):
+        return "not reached" if _isnan(steps) else f"> {int(steps)}"
+    return f"{median:g}"
 
 
 def paired_table(differences: pd.DataFrame, rule: str | None = None,
@@ -599,10 +602,9 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
             s = m[m["metric"] == "steps_to_threshold"]
             if len(s):
                 r = s.iloc[0]
-                n = int(r["n_seeds"])
-                steps = int(r.get("steps", 0)) if not _isnan(r.get("steps")) else None
+                n, steps = int(r["n_seeds"]), r.get("steps")
                 step_rows.append([label, f"{int(r['method_reached'])}/{n} vs {int(r['baseline_reached'])}/{n}",
-                                  f"{_steps_cell(r['method_mean'], steps or '')} vs {_steps_cell(r['baseline_mean'], steps or '')}",
+                                  f"{_steps_cell(r['method_mean'], steps)} vs {_steps_cell(r['baseline_mean'], steps)}",
                                   f"{fmt_num(r['method_rmst'], 1)} vs {fmt_num(r['baseline_rmst'], 1)}"])
         parts.append(f"\n### {model}: each method minus {base}{_threshold_of(g, model)}\n\n" + markdown_table(
             ["Method", "metric", "comparison", "difference, points [95%]", "p", "Holm p", "SD of differences",
@@ -647,7 +649,8 @@ def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
                        lengths: Mapping[str, float] | None = None) -> tuple[pd.DataFrame, str]:
     """The length sweep: per method and policy (one per response length), final held-out accuracy (%)
     ``mean [95% t-interval]`` over seeds, and steps to the reward threshold as censored data: the
-    Kaplan-Meier median and restricted mean, with how many seeds reached the threshold. ``base`` (model -> accuracy, 0-1) adds the untrained policy's row and
+    Kaplan-Meier median and restricted mean, with how many seeds reached the threshold. ``base``
+    (model -> accuracy, 0-1) adds the untrained policy's row and
     ``lengths`` (model -> mean response tokens) a row of response lengths."""
     models = list(dict.fromkeys(outcomes["model"]))
     rows_out = []
