@@ -5,7 +5,9 @@ held-out oracle and score JSONL files); they return pandas frames or plain dicts
 Run metadata (model, method, tau, beta, probe, seed per run id) is passed in by the caller.
 
 Aggregation over seeds (:func:`seed_interval`): the mean, and a 95% t-interval when there are two or
-more seeds (no interval with one).
+more seeds (no interval with one). The tests behind the comparisons (paired t-test, Holm, minimum
+detectable effect, Kaplan-Meier for the censored steps to threshold, the grid's trend) are in
+:mod:`oar.analysis.statistics`.
 """
 
 from __future__ import annotations
