@@ -243,5 +243,6 @@ rule paired_analysis:
         reward_threshold=REG.paired["reward_threshold"],
         reward_gain=REG.paired.get("reward_gain"),
         window=REG.paired["window"],
+        primary=REG.primary,
     script:
         "../workflow_scripts/analyze.py"

@@ -35,6 +35,9 @@ rule table:
         reward_threshold=REG.paired["reward_threshold"],
         reward_gain=REG.paired.get("reward_gain"),
         paired_benchmark=REG.paired["benchmark"],
+        # the declared primary comparisons (Holm over them) and the comparison tests this config does not run
+        primary=REG.primary,
+        not_run=REG.comparisons_not_run(),
     script:
         "../workflow_scripts/tables.py"
 

@@ -38,11 +38,16 @@ def test_a_constant_paired_effect_is_decided_with_a_zero_width_interval():
     assert d.at["final_accuracy", "diff_mean"] == pytest.approx(0.1)
     assert d.at["final_accuracy", "ci_low"] == pytest.approx(0.1) and d.at["final_accuracy", "decided"]
     assert d.at["reward_auc", "diff_mean"] == pytest.approx(0.1)
+    # censored data: the difference of the Kaplan-Meier medians, with no interval and never decided
     assert d.at["steps_to_threshold", "diff_mean"] == pytest.approx(-2.0)  # 0.6 reached 2 steps earlier
+    assert math.isnan(d.at["steps_to_threshold", "ci_low"]) and not d.at["steps_to_threshold", "decided"]
+    assert d.at["steps_to_threshold", "method_reached"] == 5
     assert d.at["final_accuracy", "wins"] == 5 and d.at["final_accuracy", "n_seeds"] == 5
+    assert d.at["final_accuracy", "p"] < 1e-9 and d.at["final_accuracy", "role"] == "secondary"
     frame, md = paired_table(d.reset_index(), threshold_rule(0.6, None))
-    assert "OAR-G" in md and "10.0 [10.0, 10.0] *" in md and "-2.0 [-2.0, -2.0] *" in md
-    assert "minus GRPO (reward threshold 0.600)" in md and "reaches 0.6 (negative" in md
+    assert "OAR-G" in md and "10.0 [10.0, 10.0] *" in md and "5/5 vs 5/5" in md
+    assert "minus GRPO (reward threshold 0.600)" in md and "reaches 0.6;" in md
+    assert "No primary comparisons declared" in md
     assert "starting reward (mean first-step reward of its runs) + 0.08" in threshold_rule(None, 0.08)
 
 
@@ -83,16 +88,17 @@ def test_length_sweep_table_reports_each_method_and_length():
             rows.append({"model": model, "method": "grpo", "seed": seed, "final_accuracy": 0.5 + shift + 0.01 * seed,
                          "steps_to_threshold": 10 + seed, "reached": True, "steps": 20})
             rows.append({"model": model, "method": "oar_g", "seed": seed, "final_accuracy": 0.55 + shift,
-                         "steps_to_threshold": 21.0, "reached": False, "steps": 20})
+                         "steps_to_threshold": math.nan, "reached": False, "steps": 20})
     frame, md = length_sweep_table(pd.DataFrame(rows), "0.42", base={"chain_f0": 0.3, "chain_f2": 0.25},
                                    lengths={"chain_f0": 40.2, "chain_f2": 66.0})
     f = frame.set_index(["model", "method"])
     assert f.loc[("chain_f2", "grpo"), "accuracy"] == pytest.approx(41.0)
-    assert f.loc[("chain_f0", "grpo"), "steps_to_threshold"] == pytest.approx(11.0)
+    assert f.loc[("chain_f0", "grpo"), "steps_median_km"] == pytest.approx(11.0)  # 10, 11, 12: median 11
     assert f.loc[("chain_f0", "oar_g"), "reached"] == 0
+    assert math.isnan(f.loc[("chain_f0", "oar_g"), "steps_median_km"])  # never reached: no median, not 21
     assert "| chain_f0: accuracy, % | chain_f2: accuracy, % |" in md
     assert "| Base model | 30.0 | 25.0 | – | – |" in md and "| response tokens (base policy) | 40 | 66 |" in md
-    assert "| OAR-G | 55.0 [55.0, 55.0] (3) | 45.0 [45.0, 45.0] (3) | 21.0 [21.0, 21.0] (0/3) |" in md
+    assert "| OAR-G | 55.0 [55.0, 55.0] (3) | 45.0 [45.0, 45.0] (3) | > 20; 20.0 (0/3) |" in md
     assert "reaches 0.42" in md
 
 

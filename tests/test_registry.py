@@ -155,10 +155,23 @@ def test_model_overrides_and_seeds():
     assert reg.eval_runs()[:2] == ["smollm2/base", "other/base"] and is_base("other/base")
 
 
-def test_paper_config_has_93_runs():
+def test_paper_config_has_135_runs():
+    # ten seeds of the main comparison (analysis.primary.min_seeds), three of the ablations and controls
     reg = registry(load("paper.yaml"))
-    assert len(reg.runs) == 93
-    assert len(reg.eval_runs()) * len(reg.benchmarks) == 475
+    assert len(reg.runs) == 135
+    assert len(reg.eval_runs()) * len(reg.benchmarks) == 685
+    assert reg.primary == {"baseline": "grpo", "arms": ["oar_p", "oar_g"], "metric": "final_accuracy",
+                           "min_seeds": 10}
+
+
+def test_declared_primary_comparisons_pass_with_enough_seeds():
+    cfg = _set(load(FIXTURE), "runs.main.seeds", [0, 1])
+    reg = registry(_set(cfg, "analysis.primary", {"arms": ["oar_g"], "min_seeds": 2}))
+    assert reg.primary["baseline"] == "grpo" and reg.primary["metric"] == "final_accuracy"
+    assert registry().primary is None  # none declared: every comparison exploratory
+    assert reg.comparisons_not_run() == []  # the fixture runs the gating ablation and the grid
+    assert registry(_set(cfg, "runs.grid.methods", [])).comparisons_not_run() == [
+        "trend over reshaping strength (runs.grid)"]
 
 
 def test_command_line_options():
@@ -201,6 +214,10 @@ def _set(cfg: dict, path: str, value) -> dict:
     ("models.smollm2.trainer", {"num_generations": 3}, "models.smollm2.trainer.per_device_train_batch_size"),
     ("analysis.fidelity.scorers", ["oar_p", "oar_g"], "analysis.fidelity.scorers"),
     ("analysis.paired.reward_gain", 0.1, "analysis.paired.reward_gain"),  # beside the default reward_threshold
+    # a declared primary arm that runs.main does not run, and too few paired seeds for the declared design
+    ("analysis.primary", {"arms": ["oar_p", "entropy"], "min_seeds": 2}, "analysis.primary.arms"),
+    ("analysis.primary", {"arms": ["oar_p", "oar_g"]}, "analysis.primary.min_seeds"),  # 1 seed, default 10
+    ("analysis.primary", {"arms": ["oar_p"], "baseline": "oar_g", "min_seeds": 2}, "analysis.primary.baseline"),
 ])
 def test_config_error_names_the_key(path, value, key):
     cfg = _set(load(FIXTURE), path, value)

@@ -83,3 +83,15 @@ def test_landing_page_describes_the_run():
     assert "gating ablation: not run" not in paper
     tiny = render("workflow.rst", resolved(ROOT / "tests" / "data" / "workflow_tiny.yaml"))
     assert "2 steps on" in tiny and "tau 0.4 x beta 1.0, 2.0" in tiny
+
+
+def test_paired_caption_names_the_primary_family_and_its_power():
+    small = render("table.rst", resolved(ROOT / "config" / "config.yaml"), "paired_differences")
+    assert "truth gate, OAR-P, OAR-G" in small and "Holm-adjusted p" in small
+    assert "underpowered" in small and "Kaplan-Meier median" in small
+    paper = render("table.rst", resolved(ROOT / "config" / "paper.yaml"), "paired_differences")
+    assert "OAR-P, OAR-G" in paper and "underpowered" not in paper
+    none = render("table.rst", resolved(ROOT / "config" / "config.yaml", **{"analysis.primary": None}),
+                  "paired_differences")
+    assert "No primary comparisons are declared" in none
+    assert "MDE 80%" in render("table.rst", resolved(ROOT / "config" / "config.yaml"), "main_table")

@@ -181,7 +181,7 @@ def test_paper_dry_run_lists_the_expected_jobs(tmp_path):
         "cost_summary": 1,
         "recall_analysis": 1,
         "fidelity_analysis": 1,
-        "paired_analysis": 1,  # three seeds of each main method, paired
+        "paired_analysis": 1,  # ten seeds of each main method, paired
         "table": 9,  # the eight of the paper and paired_differences
         "figure": 6,  # the five and main_comparison (length_sweep needs the same model at several lengths)
         "html_report": 1,
@@ -189,7 +189,7 @@ def test_paper_dry_run_lists_the_expected_jobs(tmp_path):
     }
     assert dict(counts) == expected
     # the numbers quoted in the README
-    assert len(runs) == 93 and counts["evaluate"] == 475
+    assert len(runs) == 135 and counts["evaluate"] == 685
 
 
 ABLATION_TABLES = {"ablation_gating", "ablation_grid", "ablation_probe", "controls"}

@@ -119,7 +119,7 @@ def paired(smk):
     p = smk.params
     outcomes = results.per_seed_outcomes(pd.read_csv(smk.input.accuracy), pd.read_csv(smk.input.curves),
                                           p.benchmark, p.reward_threshold, p.window, p.reward_gain)
-    differences = results.paired_differences(outcomes, p.baseline)
+    differences = results.paired_differences(outcomes, p.baseline, primary=p.primary)
     _write_csv(outcomes, smk.output.outcomes)
     _write_csv(differences, smk.output.differences)
     print(differences.to_string(index=False))

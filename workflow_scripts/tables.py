@@ -31,7 +31,7 @@ def build(smk):
     if name == "ablation_gating":
         return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks,
                                      "Gating ablation (bi-level vs boost-only vs suppress-only)",
-                                     show=("tau",), credit=_credit(smk))
+                                     show=("tau",), credit=_credit(smk), gate_tests=True)
     if name == "ablation_probe":
         return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Outcome-probe ablation",
                                      show=("probe",), credit=_credit(smk))
@@ -46,7 +46,8 @@ def build(smk):
         return tables.fidelity_table(json.loads(Path(smk.input.fidelity).read_text()))
     if name == "paired_differences":
         return tables.paired_table(pd.read_csv(smk.input.differences),
-                                   tables.threshold_rule(p.reward_threshold, p.reward_gain))
+                                   tables.threshold_rule(p.reward_threshold, p.reward_gain),
+                                   primary=p.primary, not_run=p.not_run)
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]

@@ -282,19 +282,27 @@ def main_comparison(curves: pd.DataFrame, outcomes: pd.DataFrame, paths: Sequenc
 
 def length_sweep(outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike], labels: Mapping[str, str] | None = None,
                  base: Mapping[str, float] | None = None) -> None:
-    """Final accuracy and steps to the reward threshold against the response length setting (one x
-    position per model of the sweep), one line per method, 95% intervals over seeds; ``base`` (model ->
-    accuracy, 0-1) adds the untrained policies' accuracy as a dashed line."""
+    """Final accuracy (95% intervals over seeds) and steps to the reward threshold against the response
+    length setting (one x position per model of the sweep), one line per method. Steps are censored (a
+    run may never reach the threshold), so that panel draws the Kaplan-Meier median with no interval,
+    and leaves a gap where half the runs never reached it. ``base`` (model -> accuracy, 0-1) adds the
+    untrained policies' accuracy as a dashed line."""
+    from oar.analysis.results import censored_steps
+
     models = list(dict.fromkeys(outcomes["model"]))
     labels = labels or {}
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, key, title in ((axes[0], "final_accuracy", "held-out accuracy after training, %"),
-                           (axes[1], "steps_to_threshold", "steps to the reward threshold")):
-        scale = 100 if key == "final_accuracy" else 1
+                           (axes[1], "steps_to_threshold",
+                            "steps to the reward threshold, Kaplan-Meier median\n(gap: half the runs never reached it)")):
         methods = _order(outcomes["method"].unique())
         for k, method in enumerate(methods):
-            stats = [_interval(outcomes[(outcomes["model"] == m) & (outcomes["method"] == method)][key] * scale)
-                     for m in models]
+            runs = [outcomes[(outcomes["model"] == m) & (outcomes["method"] == method)] for m in models]
+            if key == "final_accuracy":
+                stats = [_interval(r[key] * 100) for r in runs]
+            else:
+                medians = [censored_steps(r)["median"] if len(r) else math.nan for r in runs]
+                stats = [(v, v, v) for v in medians]
             xs = [i + (k - (len(methods) - 1) / 2) * 0.06 for i in range(len(models))]
             mean = [s[0] for s in stats]
             err = [[s[0] - s[1] for s in stats], [s[2] - s[0] for s in stats]]

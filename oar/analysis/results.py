@@ -5,7 +5,9 @@ held-out oracle and score JSONL files); they return pandas frames or plain dicts
 Run metadata (model, method, tau, beta, probe, seed per run id) is passed in by the caller.
 
 Aggregation over seeds (:func:`seed_interval`): the mean, and a 95% t-interval when there are two or
-more seeds (no interval with one).
+more seeds (no interval with one). The tests behind the comparisons (paired t-test, Holm, minimum
+detectable effect, Kaplan-Meier for the censored steps to threshold, the grid's trend) are in
+:mod:`oar.analysis.statistics`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from oar.analysis.statistics import binomial_se, holm, holm_alpha, kaplan_meier, paired_t
 
 META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
 CURVE_METRICS = (
@@ -107,11 +111,21 @@ def _mean_share(rows: pd.DataFrame) -> float:
     return math.nan if any(math.isnan(v) for v in values) else float(np.mean(values))
 
 
+def _sd(values: Sequence[float]) -> float:
+    """Sample SD over seeds (nan with fewer than 2)."""
+    x = [float(v) for v in values if not _isnan(v)]
+    return float(np.std(x, ddof=1)) if len(x) > 1 else math.nan
+
+
 def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataFrame:
     """Per variant (model, method, tau, beta, probe) and benchmark (plus ``average``): mean pass@1 over
     seeds with its 95% interval (t over seeds with >= 2 seeds, else the single run's bootstrap interval
-    over problems; none for the average of a single seed), what it rests on, and the mean share of
-    responses without an answer (``unparsable_share``; for ``average``, the mean over benchmarks)."""
+    over problems; none for the average of a single seed), what it rests on, the mean share of
+    responses without an answer (``unparsable_share``; for ``average``, the mean over benchmarks), and
+    the two noise sources: ``seed_sd``, the SD of the per-seed accuracies (training noise plus
+    evaluation noise), and ``eval_se``, the mean over seeds of a run's binomial standard error from its
+    problems x samples (evaluation noise alone, :func:`oar.analysis.statistics.binomial_se`). Where
+    ``seed_sd`` is much larger than ``eval_se``, seeds, not evaluation problems, limit the comparison."""
     if acc.empty:
         return pd.DataFrame()
     out = []
@@ -131,44 +145,56 @@ def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataF
             interval = "seeds"
             if n_seeds == 1:
                 low, high, interval = float(b["ci_low"].iloc[0]), float(b["ci_high"].iloc[0]), "bootstrap over problems"
+            errors = [binomial_se(v, k, n) for v, k, n in zip(b["pass@1"], b["num_problems"], b["samples_per_problem"])]
             out.append({**base, "benchmark": bench, "mean": mean, "ci_low": low, "ci_high": high, "n_seeds": n_seeds,
                         "interval": interval, "num_problems": int(b["num_problems"].max()),
                         "samples_per_problem": int(b["samples_per_problem"].max()),
-                        "unparsable_share": _mean_share(b)})
-            for seed, v in zip(b["seed"], b["pass@1"]):
-                per_seed_avg.setdefault(None if _isnan(seed) else seed, []).append(v)
-        complete = [np.mean(v) for v in per_seed_avg.values() if len(v) == len(benchmarks)]
+                        "unparsable_share": _mean_share(b), "seed_sd": _sd(values),
+                        "eval_se": float(np.mean(errors))})
+            for seed, v, se in zip(b["seed"], b["pass@1"], errors):
+                per_seed_avg.setdefault(None if _isnan(seed) else seed, []).append((v, se))
+        complete = [v for v in per_seed_avg.values() if len(v) == len(benchmarks)]
         if complete:
-            mean, low, high = seed_interval(complete)
+            averages = [float(np.mean([v for v, _ in runs])) for runs in complete]
+            mean, low, high = seed_interval(averages)
             shares = [_mean_share(g[g["benchmark"] == bench]) for bench in benchmarks]
+            # the mean of independent benchmark accuracies: SE = sqrt(sum of squared SEs) / benchmarks
+            errors = [math.sqrt(sum(se ** 2 for _, se in runs)) / len(runs) for runs in complete]
             out.append({**base, "benchmark": "average", "mean": mean, "ci_low": low, "ci_high": high,
                         "n_seeds": len(complete), "interval": "seeds" if len(complete) > 1 else "none",
                         "num_problems": None, "samples_per_problem": None,
-                        "unparsable_share": float(np.mean(shares)) if not any(map(math.isnan, shares)) else math.nan})
+                        "unparsable_share": float(np.mean(shares)) if not any(map(math.isnan, shares)) else math.nan,
+                        "seed_sd": _sd(averages), "eval_se": float(np.mean(errors))})
     return pd.DataFrame(out)
 
 
 # ------------------------------------------------------------------------------- paired seeds
 
 
+def _variant_seed_averages(acc: pd.DataFrame, benchmarks: Sequence[str]) -> dict[tuple, dict[Any, float]]:
+    """Variant key -> seed -> the run's accuracy averaged over ``benchmarks`` (trained runs that have
+    every benchmark)."""
+    acc = acc[acc["benchmark"].isin(benchmarks) & (acc["method"] != "base")]
+    by_variant: dict[tuple, dict[Any, float]] = {}
+    for _, g in acc.groupby("run", sort=False):
+        if set(g["benchmark"]) == set(benchmarks):
+            first = g.iloc[0].to_dict()
+            by_variant.setdefault(variant_key(first), {})[first["seed"]] = float(g["pass@1"].mean())
+    return by_variant
+
+
 def paired_accuracy_differences(acc: pd.DataFrame, benchmarks: Sequence[str], baseline: str = "grpo") -> pd.DataFrame:
     """Per trained variant (model, method, tau, beta, probe) other than ``baseline``: its accuracy
     averaged over ``benchmarks`` minus the baseline's on the same model, over the seeds both ran (the
     same seed means the same prompts and first rollouts), as a fraction: mean with its 95% t-interval,
-    the seed count, the seeds it won and whether the interval excludes 0. A run missing a benchmark has no average and no pair."""
+    the seed count, the seeds it won, whether the interval excludes 0, the paired t-test's p-value, the
+    SD of the paired differences and the minimum detectable effect at 80% power
+    (:func:`oar.analysis.statistics.paired_t`). A run missing a benchmark has no average and no pair."""
     columns = ["model", "method", "tau", "beta", "probe", "n_seeds", "diff_mean", "ci_low", "ci_high", "wins",
-               "decided"]
+               "decided", "p", "sd_diff", "mde"]
     if acc.empty:
         return pd.DataFrame(columns=columns)
-    acc = acc[acc["benchmark"].isin(benchmarks) & (acc["method"] != "base")]
-    per_run: dict[str, tuple[tuple, Any, float]] = {}
-    for run, g in acc.groupby("run", sort=False):
-        if set(g["benchmark"]) == set(benchmarks):
-            first = g.iloc[0].to_dict()
-            per_run[run] = (variant_key(first), first["seed"], float(g["pass@1"].mean()))
-    by_variant: dict[tuple, dict[Any, float]] = {}
-    for key, seed, value in per_run.values():
-        by_variant.setdefault(key, {})[seed] = value
+    by_variant = _variant_seed_averages(acc, benchmarks)
     references: dict[Any, dict[Any, float]] = {}
     for key, values in by_variant.items():
         if key[1] == baseline:
@@ -183,11 +209,66 @@ def paired_accuracy_differences(acc: pd.DataFrame, benchmarks: Sequence[str], ba
             continue
         seeds = sorted(set(values) & set(reference))
         d = [values[s] - reference[s] for s in seeds]
-        mean, low, high = seed_interval(d)
+        t = paired_t(d)
         out.append({**dict(zip(("model", "method", "tau", "beta", "probe"), key)), "n_seeds": len(seeds),
-                    "diff_mean": mean, "ci_low": low, "ci_high": high, "wins": sum(x > 0 for x in d),
-                    "decided": bool(len(seeds) > 1 and (low > 0 or high < 0))})
+                    "diff_mean": t["mean"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+                    "wins": sum(x > 0 for x in d),
+                    "decided": bool(len(seeds) > 1 and (t["ci_low"] > 0 or t["ci_high"] < 0)),
+                    "p": t["p"], "sd_diff": t["sd"], "mde": t["mde"]})
     return pd.DataFrame(out, columns=columns)
+
+
+GATE_NAMES = {0.0: "boost-only", 1.0: "suppress-only"}
+
+
+def gate_comparisons(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataFrame:
+    """The gating ablation's direct tests: per model and method, the bi-level gate (the training tau,
+    neither 0 nor 1) minus boost-only (tau 0) and minus suppress-only (tau 1) in accuracy averaged over
+    ``benchmarks``, paired over the seeds both ran (:func:`oar.analysis.statistics.paired_t`: mean,
+    95% t-interval, p, SD of the differences, MDE at 80% power, wins). Exploratory: raw p-values."""
+    columns = ["model", "method", "comparison", "n_seeds", "diff_mean", "ci_low", "ci_high", "p", "sd_diff",
+               "mde", "wins"]
+    rows = []
+    by_variant = _variant_seed_averages(acc, benchmarks) if not acc.empty else {}
+    for (model, method) in dict.fromkeys((k[0], k[1]) for k in by_variant):
+        gates = {float(k[2]): v for k, v in by_variant.items() if k[:2] == (model, method) and not _isnan(k[2])}
+        bilevel = [t for t in gates if t not in GATE_NAMES]
+        for other, name in GATE_NAMES.items():
+            if len(bilevel) != 1 or other not in gates:
+                continue
+            a, b = gates[bilevel[0]], gates[other]
+            seeds = sorted(set(a) & set(b))
+            d = [a[s] - b[s] for s in seeds]
+            t = paired_t(d)
+            rows.append({"model": model, "method": method,
+                         "comparison": f"bi-level (tau {bilevel[0]:g}) minus {name} (tau {other:g})",
+                         "n_seeds": len(seeds), "diff_mean": t["mean"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+                         "p": t["p"], "sd_diff": t["sd"], "mde": t["mde"], "wins": sum(x > 0 for x in d)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def strength_trends(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataFrame:
+    """The grid's trend tests: per model and method, the slope of accuracy (averaged over ``benchmarks``)
+    on each reshaping strength with the other setting and the seed as blocks
+    (:func:`oar.analysis.statistics.blocked_trend`): on log2(beta), the gate's sharpness, per doubling
+    (blocks: seed x tau), and on tau, the share of tokens pushed down (blocks: seed x beta). A negative
+    slope with p < 0.05 is the tested form of "the stronger the reshaping, the lower the accuracy"."""
+    from oar.analysis.statistics import blocked_trend
+
+    columns = ["model", "method", "strength", "slope", "ci_low", "ci_high", "p", "n", "blocks"]
+    rows = []
+    by_variant = _variant_seed_averages(acc, benchmarks) if not acc.empty else {}
+    for (model, method) in dict.fromkeys((k[0], k[1]) for k in by_variant):
+        cells = [(float(k[2]), float(k[3]), seed, v) for k, seeds in by_variant.items()
+                 if k[:2] == (model, method) and not _isnan(k[2]) and not _isnan(k[3]) for seed, v in seeds.items()]
+        if not cells:
+            continue
+        tau, beta, seed, value = map(list, zip(*cells))
+        for name, x, block in (("log2(beta), per doubling", [math.log2(b) for b in beta], zip(seed, tau)),
+                               ("tau, per unit", tau, zip(seed, beta))):
+            t = blocked_trend(x, value, list(block))
+            rows.append({"model": model, "method": method, "strength": name, **{k: t[k] for k in columns[3:]}})
+    return pd.DataFrame(rows, columns=columns)
 
 
 PAIRED_METRICS = {
@@ -230,7 +311,8 @@ def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, t
                       window: int = 5, gain: float | None = None) -> pd.DataFrame:
     """One row per run of a group: model, method, seed, the model's reward threshold
     (:func:`reward_thresholds`) and each of :data:`PAIRED_METRICS`. A run that never reaches the
-    threshold is censored at its last step + 1 (``reached`` False)."""
+    threshold is right-censored: ``reached`` False and ``steps_to_threshold`` nan (it is known only to
+    need more than its ``steps``)."""
     rows = []
     acc = acc[acc["benchmark"] == benchmark]
     final = {r: v for r, v in zip(acc["run"], acc["pass@1"])}
@@ -244,17 +326,44 @@ def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, t
         reached = steps_to_threshold(rewards, thresholds[model], window)
         rows.append({"run": run, "model": model, "method": g["method"].iloc[0],
                      "seed": int(g["seed"].iloc[0]), "threshold": thresholds[model], "final_accuracy": final[run],
-                     "reward_auc": float(np.nanmean(rewards)),
-                     "steps_to_threshold": reached if not math.isnan(reached) else float(len(rewards) + 1),
+                     "reward_auc": float(np.nanmean(rewards)), "steps_to_threshold": reached,
                      "reached": not math.isnan(reached), "steps": len(rewards)})
     return pd.DataFrame(rows)
 
 
-def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo") -> pd.DataFrame:
+def censored_steps(outcomes: pd.DataFrame) -> dict[str, float]:
+    """Kaplan-Meier summary (:func:`oar.analysis.statistics.kaplan_meier`) of the steps to threshold of
+    some runs, a run that never reached it censored at its last step: n, reached, median, rmst."""
+    times = [float(t) if r else float(n) for t, r, n in
+             zip(outcomes["steps_to_threshold"], outcomes["reached"].astype(bool), outcomes["steps"])]
+    return kaplan_meier(times, list(outcomes["reached"].astype(bool)))
+
+
+PRIMARY_ROLE, SECONDARY_ROLE = "primary", "secondary"
+
+
+def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
+                       primary: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Each method minus ``baseline`` over the seeds both ran (same seed = same prompts and first
-    rollouts), per model and metric: mean difference with its 95% t-interval, the seed count, how many
-    seeds the method won, and both methods' own means. A difference is decided when its interval
-    excludes 0."""
+    rollouts), per model and metric.
+
+    Final accuracy and reward AUC: a paired t-test (:func:`oar.analysis.statistics.paired_t`): mean
+    difference with its 95% t-interval, p-value, SD of the differences, minimum detectable effect at 80%
+    power, the seed count, how many seeds the method won, and both methods' own means; decided when the
+    interval excludes 0.
+
+    Steps to threshold is censored (a run may never reach it), so it gets no t-interval: per method and
+    baseline, how many of the paired runs reached the threshold and the Kaplan-Meier median steps (nan:
+    the median is not reached within the runs) and restricted mean (to the last step);
+    ``diff_mean`` is the difference of the two medians, with no interval and never decided.
+
+    ``primary`` (the config's ``analysis.primary``: ``arms``, ``metric``) marks the declared primary
+    comparisons (``role`` primary; every other row secondary) and adds ``p_holm``, Holm's adjusted
+    p-value over the primary family (every declared arm on every model), and ``mde_holm``, the minimum
+    detectable effect at Holm's strictest level alpha / family size. Secondary rows carry raw p-values only.
+    """
+    from oar.analysis.statistics import mde
+
     out = []
     for model, m in outcomes.groupby("model", sort=False):
         base = m[m["method"] == baseline].set_index("seed")
@@ -266,16 +375,44 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo") -> pd.Dat
             g = g.set_index("seed")
             seeds = sorted(set(g.index) & set(base.index))
             for metric in PAIRED_METRICS:
-                d = [float(g.at[s, metric]) - float(base.at[s, metric]) for s in seeds]
-                mean, low, high = seed_interval(d)
-                better = (lambda x: x < 0) if metric == "steps_to_threshold" else (lambda x: x > 0)
-                out.append({"model": model, "method": method, "baseline": baseline, "metric": metric,
-                            "threshold": float(m["threshold"].iloc[0]) if "threshold" in m else math.nan,
-                            "n_seeds": len(seeds), "diff_mean": mean, "ci_low": low, "ci_high": high,
-                            "wins": sum(better(x) for x in d), "method_mean": float(g.loc[seeds, metric].mean()),
-                            "baseline_mean": float(base.loc[seeds, metric].mean()),
-                            "decided": bool(len(seeds) > 1 and (low > 0 or high < 0))})
-    return pd.DataFrame(out)
+                row = {"model": model, "method": method, "baseline": baseline, "metric": metric,
+                       "threshold": float(m["threshold"].iloc[0]) if "threshold" in m else math.nan,
+                       "n_seeds": len(seeds)}
+                if metric == "steps_to_threshold":
+                    mine = censored_steps(g.loc[seeds].reset_index())
+                    theirs = censored_steps(base.loc[seeds].reset_index())
+                    both = [s for s in seeds if g.at[s, "reached"] and base.at[s, "reached"]]
+                    row.update(diff_mean=mine["median"] - theirs["median"], ci_low=math.nan, ci_high=math.nan,
+                               p=math.nan, sd_diff=math.nan, mde=math.nan,
+                               wins=sum(float(g.at[s, metric]) < float(base.at[s, metric]) for s in both)
+                               + sum(bool(g.at[s, "reached"]) and not bool(base.at[s, "reached"]) for s in seeds),
+                               method_mean=mine["median"], baseline_mean=theirs["median"],
+                               method_reached=mine["reached"], baseline_reached=theirs["reached"],
+                               method_rmst=mine["rmst"], baseline_rmst=theirs["rmst"],
+                               steps=int(m["steps"].max()), decided=False)
+                else:
+                    d = [float(g.at[s, metric]) - float(base.at[s, metric]) for s in seeds]
+                    t = paired_t(d)
+                    row.update(diff_mean=t["mean"], ci_low=t["ci_low"], ci_high=t["ci_high"], p=t["p"],
+                               sd_diff=t["sd"], mde=t["mde"], wins=sum(x > 0 for x in d),
+                               method_mean=float(g.loc[seeds, metric].mean()),
+                               baseline_mean=float(base.loc[seeds, metric].mean()),
+                               decided=bool(len(seeds) > 1 and (t["ci_low"] > 0 or t["ci_high"] < 0)))
+                out.append(row)
+    frame = pd.DataFrame(out)
+    if frame.empty:
+        return frame
+    is_primary = [bool(primary) and r["method"] in primary["arms"] and r["metric"] == primary["metric"]
+                  for r in frame.to_dict("records")]
+    frame["role"] = [PRIMARY_ROLE if x else SECONDARY_ROLE for x in is_primary]
+    adjusted = holm([p for p, x in zip(frame["p"], is_primary) if x])
+    family = len(adjusted)
+    it = iter(adjusted)
+    frame["p_holm"] = [next(it) if x else math.nan for x in is_primary]
+    frame["mde_holm"] = [mde(sd, n, alpha=holm_alpha(family)) if x else math.nan
+                         for sd, n, x in zip(frame["sd_diff"], frame["n_seeds"], is_primary)]
+    frame["family_size"] = [family if x else math.nan for x in is_primary]
+    return frame
 
 
 # ------------------------------------------------------------------------------------ credit curves

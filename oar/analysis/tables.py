@@ -17,7 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from oar.analysis.results import aggregate_accuracy, paired_accuracy_differences, seed_interval
+from oar.analysis.results import (aggregate_accuracy, censored_steps, gate_comparisons, paired_accuracy_differences,
+                                  seed_interval, strength_trends)
+
+
+def _seed_sd(values) -> float:
+    x = [float(v) for v in values if not _isnan(v)]
+    return float(pd.Series(x).std(ddof=1)) if len(x) > 1 else math.nan
 
 METHOD_NAMES = {
     "base": "Base model",
@@ -42,6 +48,13 @@ def _isnan(v: Any) -> bool:
 
 def fmt_num(v: Any, digits: int = 1, scale: float = 1.0) -> str:
     return "–" if _isnan(v) else f"{v * scale:.{digits}f}"
+
+
+def fmt_p(p: Any) -> str:
+    """A p-value: ``0.031``, ``<0.001``; ``–`` where there is none."""
+    if _isnan(p):
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def fmt_cell(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1) -> str:
@@ -92,7 +105,8 @@ def _variant_key(r: Mapping[str, Any]) -> tuple:
 
 def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[str] = ()) -> pd.DataFrame:
     """Per variant: one row with ``<bench>``, ``<bench>_ci_low``, ``<bench>_ci_high``,
-    ``<bench>_unparsable`` (the share of responses without an answer; all percent), ``<bench>_problems``
+    ``<bench>_unparsable`` (the share of responses without an answer), ``<bench>_seed_sd`` (SD over
+    seeds) and ``<bench>_eval_se`` (a run's binomial standard error; all percent), ``<bench>_problems``
     and ``<bench>_samples`` for every benchmark and ``average``, plus ``n_seeds``."""
     agg = aggregate_accuracy(acc, benchmarks)
     if agg.empty:
@@ -114,6 +128,9 @@ def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[s
             row[f"{bench}_ci_high"] = r["ci_high"] * 100 if not _isnan(r["ci_high"]) else math.nan
             share = r.get("unparsable_share", math.nan)
             row[f"{bench}_unparsable"] = share * 100 if not _isnan(share) else math.nan
+            for noise in ("seed_sd", "eval_se"):
+                value = r.get(noise, math.nan)
+                row[f"{bench}_{noise}"] = value * 100 if not _isnan(value) else math.nan
             if bench != "average":
                 row[f"{bench}_problems"] = r["num_problems"]
                 row[f"{bench}_samples"] = r["samples_per_problem"]
@@ -211,12 +228,15 @@ UNTRAINED_NOTE = ("Steps A≠0: per seed, training steps in which some response 
 
 def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, methods: Sequence[str] | None = None,
                    show: Sequence[str] = (), credit: pd.DataFrame | None = None,
-                   keep=None) -> tuple[pd.DataFrame, str]:
+                   keep=None, gate_tests: bool = False) -> tuple[pd.DataFrame, str]:
     """The main table, the gating and probe ablations and the controls: (wide CSV frame, Markdown).
 
     ``methods`` keeps only those methods (and the base model row, always first); ``keep`` is an optional
     row filter on the wide frame; ``credit`` (the per-run credit summary) adds the per-variant credit
-    metrics and the training evidence of :func:`mark_untrained`.
+    metrics and the training evidence of :func:`mark_untrained`. Every table shows the two noise sources
+    of the average accuracy (SD over seeds, a run's binomial evaluation SE) and, where variants pair with
+    GRPO, the paired t-test's p and the minimum detectable effect; ``gate_tests`` (the gating ablation)
+    adds the direct paired tests of the bi-level gate against boost-only and suppress-only.
     """
     wide = accuracy_wide(acc, benchmarks, show)
     if wide.empty:
@@ -225,23 +245,37 @@ def accuracy_table(acc: pd.DataFrame, benchmarks: Sequence[str], title: str, met
         wide = wide[wide["method"].isin(["base", *methods])]
     if keep is not None:
         wide = wide[[bool(keep(r)) for r in wide.to_dict("records")]]
-    extra: tuple = ()
+    wide["noise"] = [f"{fmt_num(r.get('average_seed_sd'), 1)} / {fmt_num(r.get('average_eval_se'), 1)}"
+                     if r["method"] != "base" else "–" for r in wide.to_dict("records")]
+    extra: tuple = (("noise", "seed SD / eval SE", None),)
     wide, paired = _join_paired(wide, paired_accuracy_differences(acc, benchmarks))
     if paired:
-        extra = (("minus_grpo", "minus GRPO, paired", None),)
+        extra = (*extra, ("minus_grpo", "minus GRPO, paired", None), ("minus_grpo_p_cell", "p", None),
+                 ("minus_grpo_mde_cell", "MDE 80%", None))
     if credit is not None and not credit.empty:
         wide = _join_credit(wide, credit, [c for c, _, _ in CREDIT_COLUMNS])
         wide = mark_untrained(wide, credit)
         extra = (*extra, ("steps_with_advantage", "steps A≠0", None), *CREDIT_COLUMNS)
     wide = wide.reset_index(drop=True)
     markdown = _accuracy_markdown(wide, benchmarks, title, extra)
-    notes = (PAIRED_NOTE if paired else "") + (UNTRAINED_NOTE if credit is not None and not credit.empty else "")
-    return wide, markdown + ("\n" + notes if notes else "")
+    notes = (NOISE_NOTE + (PAIRED_NOTE if paired else "")
+             + (UNTRAINED_NOTE if credit is not None and not credit.empty else ""))
+    if gate_tests:
+        markdown += gate_tests_text(acc, benchmarks)
+    return wide, markdown + "\n" + notes
 
 
 PAIRED_NOTE = ("minus GRPO, paired: the variant's average accuracy minus GRPO's on the same model, in points, over "
                "the seeds both ran (the same seed is the same prompts and first rollouts), mean [95% t-interval] "
-               "(seeds; seeds won); `*`: the interval excludes 0.\n")
+               "(seeds; seeds won); `*`: the interval excludes 0. p: two-sided paired t-test, raw (the primary "
+               "comparisons, Holm-corrected, are in the paired differences table; every other comparison is "
+               "exploratory). MDE 80%: the smallest true difference this design detects with 80% power at "
+               "two-sided 5%, (t(0.975, n-1) + t(0.8, n-1)) x SD of the paired differences / sqrt(n).\n")
+NOISE_NOTE = ("seed SD / eval SE: the two noise sources of the average accuracy, in points. Seed SD: the SD of the "
+              "per-seed accuracies (training noise with evaluation noise in it). Eval SE: a run's binomial "
+              "standard error from its problems x samples, sqrt(p (1 - p) / (problems x samples)), the "
+              "evaluation noise alone (a lower bound where several samples of one problem are correlated). "
+              "Where the seed SD is much larger, seeds, not evaluation problems, limit the comparison.\n")
 
 
 def _join_paired(wide: pd.DataFrame, diffs: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
@@ -255,7 +289,12 @@ def _join_paired(wide: pd.DataFrame, diffs: pd.DataFrame) -> tuple[pd.DataFrame,
     for col in ("diff_mean", "ci_low", "ci_high"):
         wide[f"minus_grpo_{col.replace('diff_', '')}"] = [r[col] * 100 if r else math.nan for r in rows]
     wide["minus_grpo_seeds"] = [r["n_seeds"] if r else math.nan for r in rows]
+    wide["minus_grpo_p"] = [r["p"] if r else math.nan for r in rows]
+    wide["minus_grpo_sd"] = [r["sd_diff"] * 100 if r else math.nan for r in rows]
+    wide["minus_grpo_mde"] = [r["mde"] * 100 if r else math.nan for r in rows]
     wide["minus_grpo"] = [_paired_cell(r) for r in rows]
+    wide["minus_grpo_p_cell"] = [fmt_p(r["p"]) if r else "–" for r in rows]
+    wide["minus_grpo_mde_cell"] = [fmt_num(r["mde"], 1, 100.0) if r else "–" for r in rows]
     return wide, True
 
 
@@ -264,6 +303,10 @@ def _paired_cell(r: Mapping[str, Any] | None) -> str:
         return "–"
     cell = fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]) + ("*" if r["decided"] else "")
     return f"{cell} ({r['n_seeds']}; {r['wins']})"
+
+
+def _p_mde_cell(r: Mapping[str, Any] | None) -> str:
+    return "–" if r is None else f"p {fmt_p(r['p'])}; MDE {fmt_num(r['mde'], 1, 100.0)}"
 
 
 def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFrame, str]:
@@ -293,10 +336,47 @@ def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFra
         if paired:
             rows = [[f"{t:g}", *[_paired_cell(paired.get((model, method, t, b))) for b in betas]] for t in taus]
             parts.append(f"\nMinus GRPO, paired:\n\n" + markdown_table(headers, rows))
+            rows = [[f"{t:g}", *[_p_mde_cell(paired.get((model, method, t, b))) for b in betas]] for t in taus]
+            parts.append(f"\nMinus GRPO, paired: p (raw) and MDE 80%, points:\n\n" + markdown_table(headers, rows))
     parts.append("\nAverage accuracy over the benchmarks in % (95% interval over seeds where there are >= 2).\n")
     if paired:
         parts.append(PAIRED_NOTE)
+    parts.append(strength_trends_text(acc, benchmarks))
     return wide, "".join(parts)
+
+
+def strength_trends_text(acc: pd.DataFrame, benchmarks: Sequence[str]) -> str:
+    """The grid's trend tests (:func:`oar.analysis.results.strength_trends`) as a Markdown section."""
+    trends = strength_trends(acc, benchmarks)
+    if trends.empty:
+        return "\n### Trend over reshaping strength\n\nNot run: no grid variants with seeds.\n"
+    rows = [[r["model"], METHOD_NAMES.get(r["method"], r["method"]), r["strength"],
+             fmt_cell(r["slope"], r["ci_low"], r["ci_high"]), fmt_p(r["p"]), r["n"], r["blocks"]]
+            for r in trends.to_dict("records")]
+    return ("\n### Trend over reshaping strength\n\n"
+            + markdown_table(["Model", "Method", "strength", "slope, points [95%]", "p", "runs", "blocks"], rows,
+                             align="lllrrrr")
+            + "\nLinear regression of a run's average accuracy on one strength setting with every (seed, other "
+              "setting) pair its own intercept (block), so the slope compares cells of the same seed: points per "
+              "doubling of beta (blocks seed x tau) and per unit of tau (blocks seed x beta); t-test on the "
+              "slope with runs - blocks - 1 degrees of freedom. Exploratory: raw p. A negative slope with p < "
+              "0.05 is the tested form of \"the stronger the reshaping, the lower the accuracy\".\n")
+
+
+def gate_tests_text(acc: pd.DataFrame, benchmarks: Sequence[str]) -> str:
+    """The gating ablation's direct paired tests (:func:`oar.analysis.results.gate_comparisons`)."""
+    tests = gate_comparisons(acc, benchmarks)
+    if tests.empty:
+        return ("\n### Bi-level gate against boost-only and suppress-only\n\nNot run: the group has no bi-level "
+                "variant beside tau 0 or tau 1.\n")
+    rows = [[r["model"], METHOD_NAMES.get(r["method"], r["method"]), r["comparison"],
+             fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]), fmt_p(r["p"]), fmt_num(r["sd_diff"], 1, 100.0),
+             fmt_num(r["mde"], 1, 100.0), f"{r['wins']} of {r['n_seeds']}"] for r in tests.to_dict("records")]
+    return ("\n### Bi-level gate against boost-only and suppress-only\n\n"
+            + markdown_table(["Model", "Method", "comparison", "difference, points [95%]", "p", "SD of differences",
+                              "MDE 80%", "seeds won"], rows, align="lllrrrrr")
+            + "\nAverage accuracy of one gate minus another's over the seeds both ran, paired t-test; "
+              "exploratory (raw p).\n")
 
 
 def fmt_interval(s: Mapping[str, Any] | None, digits: int = 3) -> str:
@@ -474,59 +554,114 @@ def _threshold_of(frame: pd.DataFrame, model: str) -> str:
     return f" (reward threshold {values.iloc[0]:.3f})" if len(values) else ""
 
 
-def paired_table(differences: pd.DataFrame, rule: str | None = None) -> tuple[pd.DataFrame, str]:
-    """Each method minus the baseline over paired seeds, per model: final accuracy and reward AUC in
-    points, steps to the reward threshold in steps; ``mean [95% interval]``, seeds, wins, and whether
-    the interval excludes 0."""
+def _steps_cell(median: Any, steps: Any) -> str:
+    """A Kaplan-Meier median; ``> N`` when half the runs had not reached the threshold by their last step N."""
+    if _isnan(median):
+        return "not reached" if _isnan(steps) else f"> {int(steps)}"
+    return f"{median:g}"
+
+
+def paired_table(differences: pd.DataFrame, rule: str | None = None,
+                 primary: Mapping[str, Any] | None = None,
+                 not_run: Sequence[str] = ()) -> tuple[pd.DataFrame, str]:
+    """Each method minus the baseline over paired seeds, per model.
+
+    Final accuracy and reward AUC (points), one row per method and metric: ``mean [95% interval]``, the
+    paired t-test's p-value, Holm's adjusted p over the declared primary family (primary rows only), the
+    SD of the paired differences, the minimum detectable effect at 80% power (and at Holm's level for
+    primary rows), seeds and wins; each row labelled primary or secondary (exploratory).
+
+    Steps to threshold (censored): per method and baseline, runs that reached it of n, the Kaplan-Meier
+    median and the restricted mean to the last step; no interval.
+
+    ``primary`` (``analysis.primary``) is named in the note; ``not_run`` lists comparison tests the
+    config did not run (each printed as "not run")."""
     from oar.analysis.results import PAIRED_METRICS
 
     d = differences.copy()
+    if "role" not in d:
+        d["role"] = "secondary"
     d["label"] = [METHOD_NAMES.get(m, m) for m in d["method"]]
     parts = ["## Paired differences from the baseline\n"]
-    rows_out = []
+    tested = [k for k in PAIRED_METRICS if k != "steps_to_threshold"]
     for model, g in d.groupby("model", sort=False):
         base = METHOD_NAMES.get(g["baseline"].iloc[0], g["baseline"].iloc[0])
-        rows = []
+        rows, step_rows = [], []
         for (method, label), m in g.groupby(["method", "label"], sort=False):
-            cells = [label]
-            for metric in PAIRED_METRICS:
+            for metric in tested:
                 r = m[m["metric"] == metric].iloc[0]
-                scale, digits = (1.0, 1) if metric == "steps_to_threshold" else (100.0, 1)
-                cell = fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"], scale=scale, digits=digits)
-                cells.append(cell + (" *" if r["decided"] else ""))
-                rows_out.append(r.to_dict())
-            first = m.iloc[0]
-            cells += [int(first["n_seeds"]), " / ".join(str(int(m[m["metric"] == k]["wins"].iloc[0]))
-                                                       for k in PAIRED_METRICS)]
-            rows.append(cells)
+                primary_row = r["role"] == "primary"
+                mde_cell = fmt_num(r.get("mde"), 1, 100.0)
+                if primary_row:
+                    mde_cell += f" ({fmt_num(r.get('mde_holm'), 1, 100.0)})"
+                rows.append([label, PAIRED_METRICS_SHORT[metric],
+                             "primary" if primary_row else "secondary (exploratory)",
+                             fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]) + (" *" if r["decided"] else ""),
+                             fmt_p(r.get("p")), fmt_p(r.get("p_holm")) if primary_row else "–",
+                             fmt_num(r.get("sd_diff"), 1, 100.0), mde_cell, int(r["n_seeds"]), int(r["wins"])])
+            s = m[m["metric"] == "steps_to_threshold"]
+            if len(s):
+                r = s.iloc[0]
+                n, steps = int(r["n_seeds"]), r.get("steps")
+                step_rows.append([label, f"{int(r['method_reached'])}/{n} vs {int(r['baseline_reached'])}/{n}",
+                                  f"{_steps_cell(r['method_mean'], steps)} vs {_steps_cell(r['baseline_mean'], steps)}",
+                                  f"{fmt_num(r['method_rmst'], 1)} vs {fmt_num(r['baseline_rmst'], 1)}"])
         parts.append(f"\n### {model}: each method minus {base}{_threshold_of(g, model)}\n\n" + markdown_table(
-            ["Method", "final accuracy (points)", "reward AUC (points)", "steps to threshold", "seeds",
-             "wins (acc / AUC / steps)"], rows))
-    parts.append("\n\nMean difference over seeds with its 95% t-interval; the same seed means the same training "
-                 "prompts and first rollouts for every method. `*`: the interval excludes 0 (a decided "
-                 "difference). Final accuracy: held-out accuracy after training. Reward AUC: mean training "
-                 "reward over all steps. Steps to threshold: first step whose trailing mean reward reaches "
-                 + (rule or "the threshold")
-                 + " (negative = faster; a run that never reaches it counts as its last step + 1).\n")
-    return pd.DataFrame(rows_out), "".join(parts)
+            ["Method", "metric", "comparison", "difference, points [95%]", "p", "Holm p", "SD of differences",
+             "MDE 80% (Holm)", "seeds", "wins"], rows, align="lllrrrrrrr"))
+        if step_rows:
+            parts.append(f"\nSteps to threshold (censored; method vs {base}):\n\n" + markdown_table(
+                ["Method", "reached", "Kaplan-Meier median steps", "restricted mean steps"], step_rows))
+    if primary:
+        arms = ", ".join(METHOD_NAMES.get(a, a) for a in primary["arms"])
+        family = int(d["family_size"].dropna().iloc[0]) if "family_size" in d and d["family_size"].notna().any() else 0
+        parts.append(f"\nPrimary comparisons, declared in the config before the runs (`analysis.primary`): {arms} "
+                     f"minus {METHOD_NAMES.get(primary['baseline'], primary['baseline'])} on "
+                     f"{PAIRED_METRICS_SHORT.get(primary['metric'], primary['metric'])}, a family of {family}; "
+                     f"Holm p is adjusted over that family. Declared minimum: {primary['min_seeds']} paired seeds"
+                     + (" (below 10: a smoke-scale design whose primary comparisons are underpowered; read the MDE)"
+                        if primary["min_seeds"] < 10 else "") + ".\n")
+    else:
+        parts.append("\nNo primary comparisons declared (`analysis.primary` is null): every row is exploratory.\n")
+    for name in not_run:
+        parts.append(f"\n{name}: not run (the config runs no such group).\n")
+    parts.append("\nDifference: mean over paired seeds with its 95% t-interval; the same seed means the same training "
+                 "prompts and first rollouts for every method. `*`: the interval excludes 0. p: two-sided paired "
+                 "t-test. Secondary rows are exploratory: raw p, no correction. SD of differences: SD of the "
+                 "per-seed paired differences. MDE 80%: the smallest true difference a paired t-test at two-sided "
+                 "5% finds with 80% power at that SD, (t(0.975, n-1) + t(0.8, n-1)) x SD / sqrt(n); in brackets, "
+                 "at Holm's strictest level (5% / family size). Final accuracy: held-out accuracy after training. "
+                 "Reward AUC: mean training reward over all steps. Steps to threshold: first step whose trailing "
+                 "mean reward reaches " + (rule or "the threshold")
+                 + "; a run that never reaches it is censored at its last step, so the table gives how many runs "
+                 "reached it, the Kaplan-Meier median (\"> N\": not reached by half the runs within N steps) and "
+                 "the restricted mean steps (area under the Kaplan-Meier curve up to the last step); no "
+                 "t-interval.\n")
+    return d.drop(columns=["label"]), "".join(parts)
+
+
+PAIRED_METRICS_SHORT = {"final_accuracy": "final accuracy", "reward_auc": "reward AUC",
+                        "steps_to_threshold": "steps to threshold"}
 
 
 def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
                        base: Mapping[str, float] | None = None,
                        lengths: Mapping[str, float] | None = None) -> tuple[pd.DataFrame, str]:
     """The length sweep: per method and policy (one per response length), final held-out accuracy (%)
-    and steps to the reward threshold, each ``mean [95% t-interval]`` over seeds, with how many seeds
-    reached the threshold. ``base`` (model -> accuracy, 0-1) adds the untrained policy's row and
+    ``mean [95% t-interval]`` over seeds, and steps to the reward threshold as censored data: the
+    Kaplan-Meier median and restricted mean, with how many seeds reached the threshold. ``base``
+    (model -> accuracy, 0-1) adds the untrained policy's row and
     ``lengths`` (model -> mean response tokens) a row of response lengths."""
     models = list(dict.fromkeys(outcomes["model"]))
     rows_out = []
     for (model, method), g in outcomes.groupby(["model", "method"], sort=False):
         acc = seed_interval(list(g["final_accuracy"] * 100))
-        steps = seed_interval(list(g["steps_to_threshold"]))
+        km = censored_steps(g)
         rows_out.append({"model": model, "method": method, "n_seeds": len(g),
                          "accuracy": acc[0], "accuracy_ci_low": acc[1], "accuracy_ci_high": acc[2],
-                         "steps_to_threshold": steps[0], "steps_ci_low": steps[1], "steps_ci_high": steps[2],
-                         "reached": int(g["reached"].sum()), "steps": int(g["steps"].max())})
+                         "seed_sd": _seed_sd(g["final_accuracy"] * 100),
+                         "steps_median_km": km["median"], "steps_rmst": km["rmst"],
+                         "reached": km["reached"], "steps": int(g["steps"].max())})
     frame = pd.DataFrame(rows_out)
     headers = ["Method", *[f"{m}: accuracy, %" for m in models], *[f"{m}: steps to threshold" for m in models]]
     rows = []
@@ -549,16 +684,18 @@ def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
             r = r.iloc[0]
             acc_cells.append(fmt_cell(r["accuracy"], r["accuracy_ci_low"], r["accuracy_ci_high"], scale=1.0)
                              + f" ({r['n_seeds']})")
-            step_cells.append(fmt_cell(r["steps_to_threshold"], r["steps_ci_low"], r["steps_ci_high"], scale=1.0)
+            step_cells.append(f"{_steps_cell(r['steps_median_km'], r['steps'])}; {fmt_num(r['steps_rmst'], 1)}"
                               + f" ({r['reached']}/{r['n_seeds']})")
         rows.append(cells + acc_cells + step_cells)
     what = rule or "the threshold"
     md = ("## Length sweep\n\n" + markdown_table(headers, rows)
           + "\nOne policy per response length (the same task with more remarks that cannot change the answer). "
             "Accuracy: held-out accuracy after training, mean [95% t-interval] over seeds (seeds). Steps to "
-            f"threshold: first step whose trailing mean reward reaches {what}, mean [95% t-interval] (seeds that "
-            "reached it / seeds; a run that never reaches it counts as its last step + 1). Each method minus "
-            "GRPO over paired seeds: the paired differences table.\n")
+            f"threshold: first step whose trailing mean reward reaches {what}; a run that never reaches it is "
+            "censored at its last step, so the cell is the Kaplan-Meier median (\"> N\": half the runs had not "
+            "reached it by step N); the restricted mean to the last step (runs that reached it / seeds). No "
+            "t-interval on censored steps. Each method minus GRPO over paired seeds, with p-values and the "
+            "minimum detectable effect: the paired differences table.\n")
     return frame, md
 
 

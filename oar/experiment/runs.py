@@ -117,6 +117,9 @@ class Registry:
         analysis = config["analysis"]
         self.recall, self.fidelity, self.heatmap = analysis["recall"], analysis["fidelity"], analysis["heatmap"]
         self.paired = dict(analysis["paired"])
+        self.primary = dict(analysis["primary"]) if analysis.get("primary") else None
+        if self.primary:
+            self.primary = {"baseline": "grpo", "metric": "final_accuracy", "min_seeds": 10, **self.primary}
         if self.paired["benchmark"] is None:
             self.paired["benchmark"] = self.group_benchmarks("main")[0]
         # cost and training curves compare GRPO, OAR and the controls when the controls are trained
@@ -202,6 +205,7 @@ class Registry:
             raise ConfigError("analysis.paired.reward_gain",
                               "set exactly one of analysis.paired.reward_threshold and analysis.paired.reward_gain "
                               f"(got {paired['reward_threshold']} and {paired.get('reward_gain')})")
+        self._check_primary()
         oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
         for name in config["models"]:
             if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
@@ -225,6 +229,29 @@ class Registry:
         if fidelity["reference"] in fidelity["scorers"]:
             raise ConfigError("analysis.fidelity.scorers", "lists the reference scorer itself")
         self.check_resources()
+
+    def _check_primary(self) -> None:
+        """The declared primary comparisons (analysis.primary) are run: the baseline is the paired
+        analysis's, and each arm and the baseline run in runs.main on at least min_seeds seeds."""
+        primary = self.config["analysis"].get("primary")
+        if not primary:
+            return
+        main = self.config["runs"]["main"]
+        baseline = primary.get("baseline", "grpo")
+        if baseline != self.config["analysis"]["paired"]["baseline"]:
+            raise ConfigError("analysis.primary.baseline",
+                              f"{baseline!r} is not analysis.paired.baseline "
+                              f"({self.config['analysis']['paired']['baseline']!r})")
+        for method in [baseline, *primary["arms"]]:
+            if method not in main["methods"]:
+                key = "analysis.primary.baseline" if method == baseline else "analysis.primary.arms"
+                raise ConfigError(key, f"{method!r} is not run in runs.main.methods {list(main['methods'])}")
+        seeds = self._group_seeds(main)
+        need = primary.get("min_seeds", 10)
+        if len(set(seeds)) < need:
+            raise ConfigError("analysis.primary.min_seeds",
+                              f"the primary comparisons need {need} paired seeds, runs.main runs {len(set(seeds))} "
+                              f"({list(seeds)}); add seeds to runs.main.seeds or declare fewer with the design's reason")
 
     def _check_chain_task(self) -> None:
         """The truth scorer parses the chain task's grammar, and a chain policy is pretrained on chains of
@@ -411,6 +438,13 @@ class Registry:
         main = [self.runs[r] for r in self.groups["main"]]
         seeds = {s["seed"] for s in main if s["method"] == self.paired["baseline"]}
         return len(seeds) >= 2 and any(s["method"] != self.paired["baseline"] for s in main)
+
+    def comparisons_not_run(self) -> list[str]:
+        """The comparison tests whose group this config does not run (the tables print them as not run):
+        the gating ablation's bi-level gate against boost-only, the grid's trend over strength."""
+        tests = (("bi-level gate minus boost-only (runs.gating)", "gating"),
+                 ("trend over reshaping strength (runs.grid)", "grid"))
+        return [name for name, group in tests if not self.groups[group]]
 
     def model_labels(self) -> dict[str, str]:
         """Axis labels of models: a chain model's filler setting, else its name."""

@@ -100,8 +100,8 @@ def test_the_one_command_plans_the_paper(checkout):
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stdout + proc.stderr
     counts = job_counts(log)
-    # config/paper.yaml: 93 runs (both Qwen models), each hub model fetched once, 6 datasets
-    assert counts["train"] == 93 and counts["fetch_model"] == 2 and counts["prepare_data"] == 6, counts
+    # config/paper.yaml: 135 runs (both Qwen models), each hub model fetched once, 6 datasets
+    assert counts["train"] == 135 and counts["fetch_model"] == 2 and counts["prepare_data"] == 6, counts
     assert "run=qwen2.5-7b/oar_g-tau0.4-beta2.0-as_mean-seed0" in log
     assert "--main_process_port 0" in log  # the 7B launch picks a free port
 
