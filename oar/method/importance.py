@@ -43,12 +43,16 @@ class ScorerConfig:
         launch more forwards: 512 was fastest on 2 CPU cores (bench/scoring_cost.py); on a GPU, where
         a forward's fixed cost dominates, use several thousand.
     seed: noise (OAR-G) and random-control seed; scores are reproducible for a fixed seed.
+    span_tokens: OAR-P substitutes this many consecutive reasoning tokens at once and gives the span's
+        divergence to each of its tokens; 1 is the exact one-token-at-a-time definition. A width w
+        runs about R / w substituted suffixes instead of R (cost ~R^2 / (2 w) token-forwards).
     """
 
     probe: str = "as_mean"
     noise_sigma: float = 1e-3
     chunk_tokens: int = 512
     seed: int = 0
+    span_tokens: int = 1
 
     def __post_init__(self):
         if self.probe not in PROBES:
@@ -57,6 +61,8 @@ class ScorerConfig:
             raise ValueError(f"noise_sigma must be > 0, got {self.noise_sigma}")
         if self.chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+        if isinstance(self.span_tokens, bool) or not isinstance(self.span_tokens, int) or self.span_tokens < 1:
+            raise ValueError(f"span_tokens must be an integer >= 1, got {self.span_tokens!r}")
 
 
 @dataclass
@@ -215,6 +221,10 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     Exact, and cheaper than the authors' all-copies batch in two ways: substituting token j cannot
     change positions before it, so each chunk of copies j0..j1 reuses the clean KV cache of
     ``probe[:prompt + j0]`` and only runs the suffix; and only the last ``A + 1`` logits are computed.
+
+    With ``config.span_tokens`` w > 1, each copy substitutes a span of w consecutive reasoning tokens
+    (``reasoning_spans``) and every token of the span gets the span's divergence; w = 1 is the
+    definition above, computed by the very same operations.
     """
     device = _device(model)
     pad_id = _batch_pad_id(probes)
@@ -228,10 +238,13 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
         cache = out.past_key_values
 
         start = probe.reasoning_start
+        spans = reasoning_spans(probe.reasoning_len, config.span_tokens)
         row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
-        for j0, copies in _oar_p_chunks(probe, kind, config.chunk_tokens):
+        for k0, copies in _span_chunks(probe, kind, config.chunk_tokens, spans):
+            chunk = spans[k0 : k0 + copies]
+            j0 = chunk[0][0]
             suffix = ids[:, start + j0 :].repeat(copies, 1)
-            suffix[torch.arange(copies, device=device), torch.arange(copies, device=device)] = pad_id
+            suffix[_substituted(chunk, j0, suffix.shape[1], device)] = pad_id
             out = model(
                 input_ids=suffix,
                 past_key_values=_cache_prefix(cache, start + j0, copies),
@@ -239,9 +252,26 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
                 logits_to_keep=keep,
             )
             perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
-            row[j0 : j0 + copies] = divergence(_expand(clean, copies), perturbed)
+            spread = divergence(_expand(clean, copies), perturbed)
+            for (a, b), value in zip(chunk, spread):
+                row[a:b] = value  # a span's divergence is the score of each of its tokens
         results.append(row)
     return results
+
+
+def reasoning_spans(reasoning_len: int, span_tokens: int) -> list[tuple[int, int]]:
+    """OAR-P's substitution units: consecutive [start, end) spans of ``span_tokens`` reasoning positions
+    covering the reasoning (the last one shorter when ``span_tokens`` does not divide it)."""
+    return [(a, min(a + span_tokens, reasoning_len)) for a in range(0, reasoning_len, span_tokens)]
+
+
+def _substituted(chunk: Sequence[tuple[int, int]], j0: int, width: int, device) -> Tensor:
+    """[copies, width] mask of the suffix positions copy c substitutes: its span, shifted by ``j0``
+    (the suffix starts at reasoning position ``j0``)."""
+    mask = torch.zeros((len(chunk), width), dtype=torch.bool, device=device)
+    for c, (a, b) in enumerate(chunk):
+        mask[c, a - j0 : b - j0] = True
+    return mask
 
 
 def _expand(outcome: Outcome, copies: int) -> Outcome:
@@ -387,20 +417,29 @@ def random_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: 
     return [torch.rand(p.reasoning_len, generator=generator) for p in probes]
 
 
-def _oar_p_chunks(probe: Probe, kind: str, chunk_tokens: int):
-    """OAR-P's schedule: (first substituted position j0, number of copies) per forward. A chunk runs
-    ``copies`` suffixes of ``len(probe) - prompt - j0`` tokens, at most ``chunk_tokens`` in all (at
-    least one copy)."""
-    total, start, r = len(probe.ids(kind)), probe.reasoning_start, probe.reasoning_len
-    j0 = 0
-    while j0 < r:
-        copies = max(1, min(r - j0, chunk_tokens // (total - start - j0)))
-        yield j0, copies
-        j0 += copies
+def _span_chunks(probe: Probe, kind: str, chunk_tokens: int, spans: Sequence[tuple[int, int]]):
+    """OAR-P's schedule over substitution spans: (first span k0, number of copies) per forward. A chunk
+    runs ``copies`` suffixes from the first span's start, ``len(probe) - prompt - spans[k0][0]`` tokens
+    each, at most ``chunk_tokens`` in all (at least one copy)."""
+    total, start = len(probe.ids(kind)), probe.reasoning_start
+    k0 = 0
+    while k0 < len(spans):
+        copies = max(1, min(len(spans) - k0, chunk_tokens // (total - start - spans[k0][0])))
+        yield k0, copies
+        k0 += copies
 
 
-def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int) -> float:
+def _oar_p_chunks(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1):
+    """OAR-P's schedule in positions: (first substituted reasoning position j0, number of copies) per
+    forward; each copy runs ``len(probe) - prompt - j0`` tokens (``_span_chunks``)."""
+    spans = reasoning_spans(probe.reasoning_len, span_tokens)
+    for k0, copies in _span_chunks(probe, kind, chunk_tokens, spans):
+        yield spans[k0][0], copies
+
+
+def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1) -> float:
     """OAR-P's cost for one probe in clean-forward token equivalents (tokens run / probe length)."""
     total, start = len(probe.ids(kind)), probe.reasoning_start
-    tokens = total + sum(copies * (total - start - j0) for j0, copies in _oar_p_chunks(probe, kind, chunk_tokens))
+    runs = _oar_p_chunks(probe, kind, chunk_tokens, span_tokens)
+    tokens = total + sum(copies * (total - start - j0) for j0, copies in runs)
     return tokens / total if total else math.nan
