@@ -226,37 +226,44 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     (``reasoning_spans``) and every token of the span gets the span's divergence; w = 1 is the
     definition above, computed by the very same operations.
     """
-    device = _device(model)
     pad_id = _batch_pad_id(probes)
-    results = []
-    for probe, kind in zip(probes, kinds):
-        ids = torch.tensor([probe.ids(kind)], device=device)
-        keep = _keep(probe, kind)
-        answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
-        out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
-        clean = outcome_from_logits(out.logits, kind, answer)
-        cache = out.past_key_values
+    return [span_substitution_scores(model, probe, kind, reasoning_spans(probe.reasoning_len, config.span_tokens),
+                                     config.chunk_tokens, pad_id)
+            for probe, kind in zip(probes, kinds)]
 
-        start = probe.reasoning_start
-        spans = reasoning_spans(probe.reasoning_len, config.span_tokens)
-        row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
-        for k0, copies in _span_chunks(probe, kind, config.chunk_tokens, spans):
-            chunk = spans[k0 : k0 + copies]
-            j0 = chunk[0][0]
-            suffix = ids[:, start + j0 :].repeat(copies, 1)
-            suffix[_substituted(chunk, j0, suffix.shape[1], device)] = pad_id
-            out = model(
-                input_ids=suffix,
-                past_key_values=_cache_prefix(cache, start + j0, copies),
-                use_cache=True,
-                logits_to_keep=keep,
-            )
-            perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
-            spread = divergence(_expand(clean, copies), perturbed)
-            for (a, b), value in zip(chunk, spread):
-                row[a:b] = value  # a span's divergence is the score of each of its tokens
-        results.append(row)
-    return results
+
+@torch.no_grad()
+def span_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tuple[int, int]], chunk_tokens: int,
+                             pad_id: int) -> Tensor:
+    """One probe's OAR-P scores over given substitution spans: consecutive [start, end) reasoning
+    positions in order, covering the reasoning. Each copy replaces one span by ``pad_id`` and runs only
+    the suffix after the clean prefix it shares (KV cache); every token of the span gets its divergence."""
+    device = _device(model)
+    ids = torch.tensor([probe.ids(kind)], device=device)
+    keep = _keep(probe, kind)
+    answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+    clean = outcome_from_logits(out.logits, kind, answer)
+    cache = out.past_key_values
+
+    start = probe.reasoning_start
+    row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
+    for k0, copies in _span_chunks(probe, kind, chunk_tokens, spans):
+        chunk = spans[k0 : k0 + copies]
+        j0 = chunk[0][0]
+        suffix = ids[:, start + j0 :].repeat(copies, 1)
+        suffix[_substituted(chunk, j0, suffix.shape[1], device)] = pad_id
+        out = model(
+            input_ids=suffix,
+            past_key_values=_cache_prefix(cache, start + j0, copies),
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
+        spread = divergence(_expand(clean, copies), perturbed)
+        for (a, b), value in zip(chunk, spread):
+            row[a:b] = value  # a span's divergence is the score of each of its tokens
+    return row
 
 
 def reasoning_spans(reasoning_len: int, span_tokens: int) -> list[tuple[int, int]]:
@@ -439,7 +446,12 @@ def _oar_p_chunks(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int =
 
 def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1) -> float:
     """OAR-P's cost for one probe in clean-forward token equivalents (tokens run / probe length)."""
+    return span_forward_equivalents(probe, kind, chunk_tokens, reasoning_spans(probe.reasoning_len, span_tokens))
+
+
+def span_forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, spans: Sequence[tuple[int, int]]) -> float:
+    """:func:`forward_equivalents` for given substitution spans (``span_substitution_scores``)."""
     total, start = len(probe.ids(kind)), probe.reasoning_start
-    runs = _oar_p_chunks(probe, kind, chunk_tokens, span_tokens)
-    tokens = total + sum(copies * (total - start - j0) for j0, copies in runs)
+    runs = _span_chunks(probe, kind, chunk_tokens, spans)
+    tokens = total + sum(copies * (total - start - spans[k0][0]) for k0, copies in runs)
     return tokens / total if total else math.nan
