@@ -313,32 +313,43 @@ def _embedding_gradients(
     for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
         g_probes = [probes[i] for i in group]
         g_kinds = [kinds[i] for i in group]
-        ids, attention, positions, offsets = _left_pad([seqs[i] for i in group], pad_id, device)
+        with _phase("inputs"):
+            ids, attention, positions, offsets = _left_pad([seqs[i] for i in group], pad_id, device)
         keep = max(_keep(p, k) for p, k in zip(g_probes, g_kinds))
         clean = None
         if needs_clean:
-            with torch.no_grad():
+            with torch.no_grad(), _phase("clean_forward"):
                 logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
                 clean = _batched_outcomes(logits, g_probes, g_kinds)
-        clean_embeds = embed(ids).detach()
-        inputs = clean_embeds
-        if noise_sigma is not None:
-            noise = torch.zeros(clean_embeds.shape, dtype=torch.float32)
-            for r, (p, off) in enumerate(zip(g_probes, offsets)):
-                a = off + p.reasoning_start
-                noise[r, a : a + p.reasoning_len] = torch.randn(
-                    (p.reasoning_len, clean_embeds.shape[-1]), generator=generator
-                ) * noise_sigma
-            inputs = (clean_embeds.float() + noise.to(device)).to(clean_embeds.dtype)
-        inputs = inputs.clone().requires_grad_(True)
+        with _phase("inputs"):
+            clean_embeds = embed(ids).detach()
+            inputs = clean_embeds
+            if noise_sigma is not None:
+                noise = torch.zeros(clean_embeds.shape, dtype=torch.float32)
+                for r, (p, off) in enumerate(zip(g_probes, offsets)):
+                    a = off + p.reasoning_start
+                    noise[r, a : a + p.reasoning_len] = torch.randn(
+                        (p.reasoning_len, clean_embeds.shape[-1]), generator=generator
+                    ) * noise_sigma
+                inputs = (clean_embeds.float() + noise.to(device)).to(clean_embeds.dtype)
+            inputs = inputs.clone().requires_grad_(True)
         with torch.enable_grad():
-            logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
-            perturbed = _batched_outcomes(logits, g_probes, g_kinds)
-            (grad,) = torch.autograd.grad(objective(perturbed, clean), inputs)
+            with _phase("noisy_forward"):
+                logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+                perturbed = _batched_outcomes(logits, g_probes, g_kinds)
+                objective_value = objective(perturbed, clean)
+            with _phase("backward"):
+                (grad,) = torch.autograd.grad(objective_value, inputs)
         for r, (i, p, off) in enumerate(zip(group, g_probes, offsets)):
             a = off + p.reasoning_start
             results[i] = (grad[r, a : a + p.reasoning_len].float(), clean_embeds[r, a : a + p.reasoning_len].float())
     return results
+
+
+def _phase(name: str):
+    """A named region of the gradient scorers for torch.profiler (bench/oar_g_breakdown.py); free when no
+    profiler runs."""
+    return torch.profiler.record_function(f"embedding_gradients:{name}")
 
 
 @register("oar_g")
