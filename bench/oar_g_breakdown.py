@@ -155,7 +155,7 @@ def main() -> None:
     print(f"{args.threads} thread(s), chunk_tokens {args.chunk_tokens}, medians of {args.repeats}\n")
     print("| batch | probes s | scoring s | " + " | ".join(PHASES) + " | other | update s | generate s "
           "| (probes + scoring) / update | OAR-G step / GRPO step |")
-    print("|---:|" + "---:|" * (len(PHASES) + 8))
+    print("|---:|" + "---:|" * (len(PHASES) + 7))
     for batch, r in report["batches"].items():
         shares = " | ".join(f"{100 * r['phase_share'][k]:.0f}%" for k in (*PHASES, "other"))
         print(f"| {batch} | {r['probes_s']:.3f} | {r['scoring_s']:.3f} | {shares} | {r['update_s']:.3f} | "

@@ -301,49 +301,119 @@ def _embedding_gradients(
 ) -> list[tuple[Tensor, Tensor]]:
     """(gradient, clean embedding) on the reasoning positions of each probe, in micro-batches.
 
+    Only the reasoning is noised and only its gradient is read, so the prompt before it is the same in
+    the clean and the noisy pass and no gradient needs to cross it: each distinct prompt runs once,
+    without gradient, into a KV cache (``_prompt_caches``; a GRPO group shares one prompt), and both
+    passes and the backward run only ``reasoning | conclude | answer`` on top of it. The result is the
+    full-probe computation's, to float rounding.
+
     The gradient is taken with ``torch.autograd.grad`` with respect to the input embeddings only:
     nothing is accumulated into (or cleared from) any parameter's ``.grad``.
     """
     device = _device(model)
     pad_id = _batch_pad_id(probes)
     embed = model.get_input_embeddings()
-    generator = torch.Generator(device="cpu").manual_seed(config.seed)
     seqs = [p.ids(k) for p, k in zip(probes, kinds)]
+    with _phase("inputs"):
+        noises = _reasoning_noise(probes, seqs, config.seed, noise_sigma, embed.weight.shape[-1])
+    with _phase("prefix"):
+        prompts = _prompt_caches(model, probes, pad_id, config.chunk_tokens)
+    suffixes = [s[p.reasoning_start :] for s, p in zip(seqs, probes)]
     results: list[tuple[Tensor, Tensor] | None] = [None] * len(probes)
-    for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
+    for group in _micro_batches([len(s) for s in suffixes], config.chunk_tokens):
         g_probes = [probes[i] for i in group]
         g_kinds = [kinds[i] for i in group]
         with _phase("inputs"):
-            ids, attention, positions, offsets = _left_pad([seqs[i] for i in group], pad_id, device)
+            ids, attention, positions, offsets = _left_pad([suffixes[i] for i in group], pad_id, device)
+            prefix, prefix_mask, prompt_lens = _stacked_prefix([prompts[p.prompt_ids] for p in g_probes], device)
+            attention = torch.cat([prefix_mask, attention], dim=1)  # the prompt's keys, then the suffix's
+            positions = positions + prompt_lens[:, None]  # the suffix continues its own prompt's positions
         keep = max(_keep(p, k) for p, k in zip(g_probes, g_kinds))
         clean = None
         if needs_clean:
             with torch.no_grad(), _phase("clean_forward"):
-                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                               past_key_values=_cache_of(prefix), logits_to_keep=keep).logits
                 clean = _batched_outcomes(logits, g_probes, g_kinds)
         with _phase("inputs"):
             clean_embeds = embed(ids).detach()
             inputs = clean_embeds
             if noise_sigma is not None:
                 noise = torch.zeros(clean_embeds.shape, dtype=torch.float32)
-                for r, (p, off) in enumerate(zip(g_probes, offsets)):
-                    a = off + p.reasoning_start
-                    noise[r, a : a + p.reasoning_len] = torch.randn(
-                        (p.reasoning_len, clean_embeds.shape[-1]), generator=generator
-                    ) * noise_sigma
+                for r, (i, off) in enumerate(zip(group, offsets)):
+                    noise[r, off : off + probes[i].reasoning_len] = noises[i]
                 inputs = (clean_embeds.float() + noise.to(device)).to(clean_embeds.dtype)
             inputs = inputs.clone().requires_grad_(True)
         with torch.enable_grad():
             with _phase("noisy_forward"):
-                logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+                logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions,
+                               past_key_values=_cache_of(prefix), logits_to_keep=keep).logits
                 perturbed = _batched_outcomes(logits, g_probes, g_kinds)
                 objective_value = objective(perturbed, clean)
             with _phase("backward"):
                 (grad,) = torch.autograd.grad(objective_value, inputs)
         for r, (i, p, off) in enumerate(zip(group, g_probes, offsets)):
-            a = off + p.reasoning_start
-            results[i] = (grad[r, a : a + p.reasoning_len].float(), clean_embeds[r, a : a + p.reasoning_len].float())
+            results[i] = (grad[r, off : off + p.reasoning_len].float(),
+                          clean_embeds[r, off : off + p.reasoning_len].float())
     return results
+
+
+def _reasoning_noise(probes: Sequence[Probe], seqs: Sequence[list[int]], seed: int, sigma: float | None,
+                     hidden: int) -> list[Tensor | None]:
+    """Each probe's noise on its reasoning embeddings [R, hidden], float32, drawn from one seeded
+    generator in a fixed order (longest probe first, the order of the full-probe micro-batches), so a
+    probe's noise does not depend on how the batch is split."""
+    if sigma is None:
+        return [None] * len(probes)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    noises: list[Tensor | None] = [None] * len(probes)
+    for i in sorted(range(len(probes)), key=lambda i: -len(seqs[i])):
+        noises[i] = torch.randn((probes[i].reasoning_len, hidden), generator=generator) * sigma
+    return noises
+
+
+@torch.no_grad()
+def _prompt_caches(model, probes: Sequence[Probe], pad_id: int, budget: int) -> dict[tuple[int, ...], list]:
+    """Each distinct prompt's KV cache, per layer (keys, values) [1, heads, prompt, dim], run once without
+    gradient in left-padded micro-batches of at most ``budget`` tokens; an empty prompt has none."""
+    distinct = list(dict.fromkeys(p.prompt_ids for p in probes if p.prompt_ids))
+    caches: dict[tuple[int, ...], list] = {(): []}
+    device = _device(model)
+    for group in _micro_batches([len(d) for d in distinct], budget):
+        ids, attention, positions, offsets = _left_pad([list(distinct[i]) for i in group], pad_id, device)
+        cache = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                      logits_to_keep=1).past_key_values
+        for r, (i, off) in enumerate(zip(group, offsets)):
+            caches[distinct[i]] = [(layer.keys[r : r + 1, :, off:], layer.values[r : r + 1, :, off:])
+                                   for layer in cache.layers]
+    return caches
+
+
+def _stacked_prefix(caches: Sequence[list], device) -> tuple[list[tuple[Tensor, Tensor]], Tensor, Tensor]:
+    """Per-prompt caches stacked into one left-padded batch: per layer (keys, values) [B, heads, P, dim]
+    (zeros where padded), the padding mask [B, P] and each row's prompt length [B]."""
+    lengths = [c[0][0].shape[2] if c else 0 for c in caches]
+    longest = max(lengths)
+    mask = torch.zeros((len(caches), longest), dtype=torch.long, device=device)
+    for r, n in enumerate(lengths):
+        mask[r, longest - n :] = 1
+    layers = []
+    reference = next((c for c in caches if c), None)
+    for layer in range(len(reference) if reference is not None else 0):
+        k0, v0 = reference[layer]
+        keys = k0.new_zeros((len(caches), k0.shape[1], longest, k0.shape[3]))
+        values = v0.new_zeros((len(caches), v0.shape[1], longest, v0.shape[3]))
+        for r, (c, n) in enumerate(zip(caches, lengths)):
+            if n:
+                keys[r, :, longest - n :] = c[layer][0][0]
+                values[r, :, longest - n :] = c[layer][1][0]
+        layers.append((keys, values))
+    return layers, mask, torch.tensor(lengths, device=device)
+
+
+def _cache_of(prefix: list[tuple[Tensor, Tensor]]) -> DynamicCache | None:
+    """A fresh cache holding ``prefix`` (a forward appends to its cache, so each pass gets its own)."""
+    return DynamicCache(prefix) if prefix else None
 
 
 def _phase(name: str):
