@@ -1,8 +1,8 @@
 """Where OAR-G's scoring time goes on the testbed, beside a GRPO step's own work, in one process.
 
-Takes held-out responses of a workflow run (sampled at the training temperature from the pretrained chain
-policy) as a generation batch like a training step's (``--batch`` responses; the testbed trains on 128 a
-step, 16 prompts x 8) and times, as medians over ``--repeats`` runs:
+Samples a generation batch like a training step's from the pretrained chain policy: ``--prompts``
+prompts (those of a workflow run's held-out responses) x ``--group`` completions each at the training
+temperature 1.0 (the testbed trains on 16 x 8 a step), and times, as medians over ``--repeats`` runs:
 
 - probe building from TRL-style padded tensors (``probes_from_padded``);
 - OAR-G's scoring (``score("oar_g", ...)``), whole, and split by torch.profiler into the named phases of
@@ -12,13 +12,14 @@ step, 16 prompts x 8) and times, as medians over ``--repeats`` runs:
 - a GRPO update on the same batch: a forward of prompt + completion with gradients on the weights, the
   per-token log-probabilities of the completion, a policy-gradient loss, backward and an AdamW step on a
   copy of the policy (TRL's update does this plus bookkeeping, so this is a lower bound of its cost);
-- sampling the batch's completions (``model.generate`` at temperature 1.0), the rest of a GRPO step.
+- sampling the batch's completions (``model.generate`` at temperature 1.0, up to 96 tokens), the rest
+  of a GRPO step.
 
 It prints scoring / update and the OAR-G step against the GRPO step estimated from the parts
 ((generate + update + probes + scoring) / (generate + update)).
 
     PYTHONPATH=$PWD .venv/bin/python bench/oar_g_breakdown.py --model results/models/chain_f1 \\
-        --responses results/analysis/heldout/responses.jsonl --batch 16 128
+        --responses results/analysis/heldout/responses.jsonl --prompts 2 16
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ def median_time(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+def sample_batch(model, prompts: list[list[int]], group: int, pad_id: int, eos_ids: set[int]):
+    """``group`` completions of each prompt at temperature 1.0 (up to 96 tokens), each cut after its
+    first end-of-sequence token, as rows of ``prompt_ids`` and ``response_ids``."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (longest - len(p)) + p for p in prompts]).repeat_interleave(group, dim=0)
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts]).repeat_interleave(group, dim=0)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+                             max_new_tokens=96, pad_token_id=pad_id)
+    rows = []
+    for r, seq in enumerate(out[:, longest:].tolist()):
+        end = next((t + 1 for t, x in enumerate(seq) if x in eos_ids), len(seq))
+        rows.append({"prompt_ids": prompts[r // group], "response_ids": seq[:end]})
+    return rows, ids, mask
 
 
 def padded_batch(rows, pad_id: int):
@@ -100,7 +117,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="the pretrained chain policy (results/models/chain_f1)")
     p.add_argument("--responses", required=True, help="held-out responses (results/analysis/heldout/responses.jsonl)")
-    p.add_argument("--batch", type=int, nargs="+", default=[16, 128], help="responses per step (cycled)")
+    p.add_argument("--prompts", type=int, nargs="+", default=[2, 16], help="prompts per step (one batch each)")
+    p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--substitute", default=".")
     p.add_argument("--chunk-tokens", type=int, default=512)
     p.add_argument("--repeats", type=int, default=5)
@@ -121,8 +139,13 @@ def main() -> None:
     config = ScorerConfig(probe="as_mean", chunk_tokens=args.chunk_tokens, seed=0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     report = {"threads": args.threads, "chunk_tokens": args.chunk_tokens, "batches": {}}
-    for batch in args.batch:
-        rows = [rows_all[i % len(rows_all)] for i in range(batch)]
+    eos_ids = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id]
+                                         if isinstance(model.generation_config.eos_token_id, int)
+                                         else model.generation_config.eos_token_id or [])} - {None}
+    for n_prompts in args.prompts:
+        batch = n_prompts * args.group
+        prompts = [rows_all[i % len(rows_all)]["prompt_ids"] for i in range(n_prompts)]
+        rows, prompt_ids, prompt_attention = sample_batch(model, prompts, args.group, pad, eos_ids)
         tensors = padded_batch(rows, pad)
 
         def build():
@@ -130,7 +153,8 @@ def main() -> None:
 
         probes = build()
         score("oar_g", model, probes[: min(4, batch)], config)  # warm-up
-        r = {"probe_tokens_mean": statistics.mean(len(pr.ids("as_mean")) for pr in probes),
+        r = {"responses": batch, "response_tokens_mean": statistics.mean(len(x["response_ids"]) for x in rows),
+             "probe_tokens_mean": statistics.mean(len(pr.ids("as_mean")) for pr in probes),
              "prompt_tokens_mean": statistics.mean(len(pr.prompt_ids) for pr in probes),
              "probes_s": median_time(build, args.repeats),
              "scoring_s": median_time(lambda: score("oar_g", model, probes, config), args.repeats)}
@@ -141,10 +165,9 @@ def main() -> None:
         update_step(policy, optimizer, *tensors)  # warm-up (optimizer state)
         r["update_s"] = median_time(lambda: update_step(policy, optimizer, *tensors), args.repeats)
         if not args.no_generate:
-            prompt, prompt_mask = tensors[0], tensors[1]
             with torch.no_grad():
                 r["generate_s"] = median_time(lambda: model.generate(
-                    input_ids=prompt, attention_mask=prompt_mask, do_sample=True, temperature=1.0, top_p=1.0,
+                    input_ids=prompt_ids, attention_mask=prompt_attention, do_sample=True, temperature=1.0, top_p=1.0,
                     max_new_tokens=96, pad_token_id=pad), max(1, args.repeats // 2))
         r["scoring_over_update"] = (r["probes_s"] + r["scoring_s"]) / r["update_s"]
         if "generate_s" in r:
@@ -152,8 +175,11 @@ def main() -> None:
             r["oar_g_step_over_grpo_step"] = (grpo + r["probes_s"] + r["scoring_s"]) / grpo
         report["batches"][batch] = r
 
-    print(f"{args.threads} thread(s), chunk_tokens {args.chunk_tokens}, medians of {args.repeats}\n")
-    print("| batch | probes s | scoring s | " + " | ".join(PHASES) + " | other | update s | generate s "
+    print(f"{args.threads} thread(s), chunk_tokens {args.chunk_tokens}, medians of {args.repeats}; "
+          + "; ".join(f"{b} responses: {r['response_tokens_mean']:.0f} response tokens, {r['probe_tokens_mean']:.0f} "
+                      f"probe tokens ({r['prompt_tokens_mean']:.0f} prompt) on average"
+                      for b, r in report["batches"].items()) + "\n")
+    print("| responses | probes s | scoring s | " + " | ".join(PHASES) + " | other | update s | generate s "
           "| (probes + scoring) / update | OAR-G step / GRPO step |")
     print("|---:|" + "---:|" * (len(PHASES) + 7))
     for batch, r in report["batches"].items():
