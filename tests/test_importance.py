@@ -326,3 +326,211 @@ def test_pad_rule_falls_back_to_eos_and_fails_without_either():
     tokenizer.eos_token = None
     with pytest.raises(ValueError, match="neither a pad nor an eos token"):
         pad_token_id(tokenizer)
+
+
+# --- OAR-P over spans (training.oar.span_tokens) -------------------------------------------------------
+
+
+@torch.no_grad()
+def oar_p_before_spans(model, probe: Probe, kind: str, chunk_tokens: int) -> torch.Tensor:
+    """OAR-P as it was computed before spans existed (one position per copy, prefix KV reuse): the
+    reference that span_tokens = 1 must reproduce bit for bit."""
+    from oar.method.importance import _cache_prefix, _expand
+
+    ids = torch.tensor([probe.ids(kind)])
+    keep = 1 if kind == "lt_logits" else len(probe.answer_ids) + 1
+    answer = torch.tensor([probe.answer_ids]) if kind != "lt_logits" else None
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+    clean = outcome_from_logits(out.logits, kind, answer)
+    cache = out.past_key_values
+    total, start, r = ids.shape[1], probe.reasoning_start, probe.reasoning_len
+    row = torch.empty(r, dtype=torch.float32)
+    j0 = 0
+    while j0 < r:
+        copies = max(1, min(r - j0, chunk_tokens // (total - start - j0)))
+        suffix = ids[:, start + j0 :].repeat(copies, 1)
+        suffix[torch.arange(copies), torch.arange(copies)] = probe.pad_id
+        out = model(input_ids=suffix, past_key_values=_cache_prefix(cache, start + j0, copies), use_cache=True,
+                    logits_to_keep=keep)
+        perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
+        row[j0 : j0 + copies] = divergence(_expand(clean, copies), perturbed)
+        j0 += copies
+    return row
+
+
+def direct_span_oar_p(model, probe: Probe, kind: str, width: int) -> torch.Tensor:
+    """The span definition by brute force: for each span of ``width`` reasoning tokens, a full forward of
+    the probe with the whole span substituted; every token of the span gets its divergence."""
+    ids = probe.ids(kind)
+    keep = 1 if kind == "lt_logits" else len(probe.answer_ids) + 1
+    answer = torch.tensor([probe.answer_ids]) if kind != "lt_logits" else None
+    r = probe.reasoning_len
+    scores = torch.empty(r)
+    with torch.no_grad():
+        clean = outcome_from_logits(model(torch.tensor([ids])).logits[:, -keep:], kind, answer)
+        for a in range(0, r, width):
+            b = min(a + width, r)
+            changed = list(ids)
+            changed[probe.reasoning_start + a : probe.reasoning_start + b] = [probe.pad_id] * (b - a)
+            logits = model(torch.tensor([changed])).logits[:, -keep:]
+            scores[a:b] = divergence(clean, outcome_from_logits(logits, kind, answer)).item()
+    return scores
+
+
+@pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
+@pytest.mark.parametrize("chunk_tokens", [5, 40, 4096])
+def test_span_of_one_token_is_todays_oar_p_bit_for_bit(model_and_tokenizer, kind, chunk_tokens):
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(11)
+    probes = [random_probe(tokenizer, g, 6, 9, 2), random_probe(tokenizer, g, 3, 15, 3, tail=0)]
+    result = score("oar_p", model, probes, ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, span_tokens=1))
+    model.eval()
+    for i, probe in enumerate(probes):
+        assert torch.equal(result.scores[i, : probe.reasoning_len], oar_p_before_spans(model, probe, kind, chunk_tokens))
+
+
+@pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
+@pytest.mark.parametrize("width, chunk_tokens", [(2, 5), (3, 40), (4, 4096), (7, 30)])
+def test_span_scores_equal_brute_force_span_substitution(model_and_tokenizer, kind, width, chunk_tokens):
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(12)
+    probes = [random_probe(tokenizer, g, 6, 9, 2), random_probe(tokenizer, g, 3, 15, 3, tail=0)]
+    result = score("oar_p", model, probes, ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, span_tokens=width))
+    for i, probe in enumerate(probes):
+        expected = direct_span_oar_p(model, probe, kind, width)
+        got = result.scores[i, : probe.reasoning_len]
+        assert torch.allclose(got, expected, rtol=1e-3, atol=2e-6), (got, expected)
+        # one value per span (the last span is shorter when the width does not divide R)
+        assert all(len(set(got[a : a + width].tolist())) == 1 for a in range(0, probe.reasoning_len, width))
+
+
+def test_a_span_over_the_whole_reasoning_gives_every_token_one_score(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(13)
+    probe = random_probe(tokenizer, g, 4, 12, 2)
+    calls = []
+    hook = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        result = score("oar_p", model, [probe], ScorerConfig(span_tokens=probe.reasoning_len))
+    finally:
+        hook.remove()
+    row = result.scores[0, : probe.reasoning_len]
+    assert len(calls) == 2  # the clean pass and one substituted copy
+    assert torch.equal(row, row[:1].expand_as(row)) and row[0] > 0
+    assert torch.allclose(row, direct_span_oar_p(model, probe, "as_mean", probe.reasoning_len), rtol=1e-3, atol=2e-6)
+    wider = score("oar_p", model, [probe], ScorerConfig(span_tokens=10 * probe.reasoning_len))
+    assert torch.equal(wider.scores, result.scores)
+
+
+def test_span_cost_accounting_follows_the_schedule(model_and_tokenizer):
+    """forward_equivalents counts the suffix tokens the span schedule runs: with a budget that fits one
+    copy per forward, width w runs ceil(R / w) suffixes, each from its span's start."""
+    from oar.method.importance import _oar_p_chunks
+
+    _, tokenizer = model_and_tokenizer
+    probe = random_probe(tokenizer, torch.Generator().manual_seed(14), 5, 20, 2)
+    total, suffix0 = len(probe.ids("as_mean")), len(probe.ids("as_mean")) - probe.reasoning_start
+    for width in (1, 2, 3, 6, 20):
+        chunks = list(_oar_p_chunks(probe, "as_mean", 1, span_tokens=width))
+        assert [j0 for j0, _ in chunks] == list(range(0, 20, width)) and all(c == 1 for _, c in chunks)
+        expected = (total + sum(suffix0 - j0 for j0 in range(0, 20, width))) / total
+        assert forward_equivalents(probe, "as_mean", 1, span_tokens=width) == pytest.approx(expected)
+    # a budget that fits every copy runs them all in one forward, each from the first span's start
+    for width in (1, 3, 7):
+        spans = -(-20 // width)
+        assert list(_oar_p_chunks(probe, "as_mean", 4096, span_tokens=width)) == [(0, spans)]
+        assert forward_equivalents(probe, "as_mean", 4096, span_tokens=width) == pytest.approx(
+            (total + spans * suffix0) / total)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True])
+def test_span_tokens_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="span_tokens"):
+        ScorerConfig(span_tokens=bad)
+
+
+# --- OAR-G's prompt cache: the same weights as the full-probe computation -------------------------------
+
+
+def full_probe_embedding_gradients(model, probes, kinds, config, objective, needs_clean, noise_sigma):
+    """The gradient scorers' computation before the prompt cache: clean pass, noisy pass and backward each
+    over the whole left-padded probe (prompt included), noise drawn row by row in micro-batch order."""
+    from oar.method.importance import _batched_outcomes, _keep, _left_pad, _micro_batches
+
+    embed = model.get_input_embeddings()
+    generator = torch.Generator(device="cpu").manual_seed(config.seed)
+    seqs = [p.ids(k) for p, k in zip(probes, kinds)]
+    results = [None] * len(probes)
+    for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
+        g_probes, g_kinds = [probes[i] for i in group], [kinds[i] for i in group]
+        ids, attention, positions, offsets = _left_pad([seqs[i] for i in group], probes[0].pad_id, "cpu")
+        keep = max(_keep(p, k) for p, k in zip(g_probes, g_kinds))
+        clean = None
+        if needs_clean:
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+                clean = _batched_outcomes(logits, g_probes, g_kinds)
+        clean_embeds = embed(ids).detach()
+        inputs = clean_embeds
+        if noise_sigma is not None:
+            noise = torch.zeros(clean_embeds.shape)
+            for r, (p, off) in enumerate(zip(g_probes, offsets)):
+                a = off + p.reasoning_start
+                noise[r, a : a + p.reasoning_len] = torch.randn((p.reasoning_len, clean_embeds.shape[-1]),
+                                                                generator=generator) * noise_sigma
+            inputs = clean_embeds.float() + noise
+        inputs = inputs.clone().requires_grad_(True)
+        with torch.enable_grad():
+            logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+            (grad,) = torch.autograd.grad(objective(_batched_outcomes(logits, g_probes, g_kinds), clean), inputs)
+        for r, (i, p, off) in enumerate(zip(group, g_probes, offsets)):
+            a = off + p.reasoning_start
+            results[i] = (grad[r, a : a + p.reasoning_len].float(), clean_embeds[r, a : a + p.reasoning_len].float())
+    return results
+
+
+def grouped_probes(tokenizer, seed: int) -> list[Probe]:
+    """Probes as a GRPO batch has them: groups of responses sharing one prompt, prompts of different
+    lengths, one probe without a prompt, one without an answer (LT-Logits fallback)."""
+    from dataclasses import replace
+
+    g = torch.Generator().manual_seed(seed)
+    probes = []
+    for prompt_len, sizes in ((7, (9, 14, 5)), (3, (11, 6)), (12, (8,))):
+        prompt = random_probe(tokenizer, g, prompt_len, 1, 0).prompt_ids
+        for r in sizes:
+            probes.append(replace(random_probe(tokenizer, g, 1, r, 3), prompt_ids=prompt))
+    probes.append(random_probe(tokenizer, g, 0, 10, 2))
+    probes.append(random_probe(tokenizer, g, 5, 9, 0))
+    return probes
+
+
+@pytest.mark.parametrize("method", ["oar_g", "grad_norm"])
+@pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
+@pytest.mark.parametrize("chunk_tokens", [20, 60, 4096])
+def test_gradient_scorers_with_the_prompt_cache_equal_the_full_probe_computation(
+        model_and_tokenizer, monkeypatch, method, kind, chunk_tokens):
+    from oar.method import importance
+    from oar.method.gate import gate
+
+    model, tokenizer = model_and_tokenizer
+    probes = grouped_probes(tokenizer, 21)
+    config = ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, seed=5, noise_sigma=1e-2)
+    now = score(method, model, probes, config)
+    monkeypatch.setattr(importance, "_embedding_gradients", full_probe_embedding_gradients)
+    before = score(method, model, probes, config)
+    assert (before.scores.abs() > 0).any()
+    scale = before.scores.abs().amax(dim=1, keepdim=True)
+    assert torch.allclose(now.scores, before.scores, rtol=1e-3, atol=1e-4 * float(scale.max())), \
+        (now.scores - before.scores).abs().max()
+    assert torch.allclose(gate(now.scores, now.reasoning_mask, 0.4, 2.0),
+                          gate(before.scores, before.reasoning_mask, 0.4, 2.0), rtol=1e-3, atol=1e-3)
+
+
+def test_gradient_scorers_leave_the_parameters_gradients_alone_with_the_prompt_cache(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    probes = grouped_probes(tokenizer, 22)
+    for p in model.parameters():
+        p.grad = None
+    score("oar_g", model, probes, ScorerConfig(chunk_tokens=40))
+    assert all(p.grad is None for p in model.parameters())

@@ -319,3 +319,19 @@ def test_grading_reaches_rewards_probes_and_evaluation():
     assert (oar["answer_statement"], oar["fallback_last_number"]) == (False, False)
     options = shlex.split(cli(**reg.eval_settings("smollm2", "math500")))
     assert "--no-answer-statement" in options and "--no-fallback-last-number" in options
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "step"])
+def test_schema_rejects_a_span_width_below_one_naming_the_key(value):
+    """training.oar.span_tokens (OAR-P's substitution width) is an integer >= 1; the Snakefile reports the
+    schema's error path as ``config error at training.oar.span_tokens``."""
+    jsonschema = pytest.importorskip("jsonschema")
+    cfg = _set(load(FIXTURE), "training.oar.span_tokens", value)
+    with pytest.raises(Exception) as err:
+        resolved(cfg)
+    cause = err.value.__context__ if not isinstance(err.value, jsonschema.ValidationError) else err.value
+    assert ".".join(str(p) for p in cause.absolute_path) == "training.oar.span_tokens"
+
+
+def test_schema_default_span_is_exact_oar_p():
+    assert resolved(load(FIXTURE))["training"]["oar"]["span_tokens"] == 1

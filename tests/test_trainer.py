@@ -160,11 +160,21 @@ def test_settings_are_validated_with_the_key_named():
         ({"trainer": {"per_device_train_batch_size": 6}}, "per_device_train_batch_size"),
         ({"trainer": {"learning_rate": "2e-5"}}, "trainer.learning_rate"),  # YAML's reading of 2e-5
         ({"oar": {"beta": True}}, "oar.beta"),
+        ({"oar": {"span_tokens": 0}}, "oar.span_tokens"),
+        ({"oar": {"span_tokens": 2.5}}, "oar.span_tokens"),
     ]:
         with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
             resolve_settings(base | bad)
     with pytest.raises(SettingsError, match="model"):
         resolve_settings({"run_id": "r", "train_file": "f"})
+
+
+def test_span_tokens_reaches_the_trainer_config(tmp_path):
+    from oar.training.run import build_config
+
+    base = {"run_id": "r", "model": "m", "train_file": "f"}
+    assert build_config(resolve_settings(base), tmp_path, [0]).oar_span_tokens == 1  # exact OAR-P by default
+    assert build_config(resolve_settings(base | {"oar": {"span_tokens": 4}}), tmp_path, [0]).oar_span_tokens == 4
 
 
 def write_run_inputs(tmp_path, model_dir, method, max_steps, save_steps):

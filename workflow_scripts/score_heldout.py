@@ -33,6 +33,8 @@ def parse_args(argv):
     p.add_argument("--probe", default="as_mean", help="outcome probe: lt_logits, as_mean or as_joint")
     p.add_argument("--noise-sigma", type=float, default=1e-3, help="OAR-G's Gaussian noise on the embeddings")
     p.add_argument("--chunk-tokens", type=int, default=512, help="token budget of one scoring forward")
+    p.add_argument("--span-tokens", type=int, default=1,
+                   help="OAR-P substitutes this many consecutive reasoning tokens at once (1: exact OAR-P)")
     p.add_argument("--seed", type=int, default=0, help="seed of OAR-G's noise and the random scorer")
     return p.parse_args(argv)
 
@@ -49,7 +51,7 @@ def main(argv=None):
                           own_conclusion=not args.appended_conclusion, substitute=args.substitute,
                           answer_statement=not args.no_answer_statement)
     config = ScorerConfig(probe=args.probe, noise_sigma=args.noise_sigma, chunk_tokens=args.chunk_tokens,
-                          seed=args.seed)
+                          span_tokens=args.span_tokens, seed=args.seed)
     out = []
     total = 0.0
     for row, probe in zip(rows, probes):

@@ -43,12 +43,16 @@ class ScorerConfig:
         launch more forwards: 512 was fastest on 2 CPU cores (bench/scoring_cost.py); on a GPU, where
         a forward's fixed cost dominates, use several thousand.
     seed: noise (OAR-G) and random-control seed; scores are reproducible for a fixed seed.
+    span_tokens: OAR-P substitutes this many consecutive reasoning tokens at once and gives the span's
+        divergence to each of its tokens; 1 is the exact one-token-at-a-time definition. A width w
+        runs about R / w substituted suffixes instead of R (cost ~R^2 / (2 w) token-forwards).
     """
 
     probe: str = "as_mean"
     noise_sigma: float = 1e-3
     chunk_tokens: int = 512
     seed: int = 0
+    span_tokens: int = 1
 
     def __post_init__(self):
         if self.probe not in PROBES:
@@ -57,6 +61,8 @@ class ScorerConfig:
             raise ValueError(f"noise_sigma must be > 0, got {self.noise_sigma}")
         if self.chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+        if isinstance(self.span_tokens, bool) or not isinstance(self.span_tokens, int) or self.span_tokens < 1:
+            raise ValueError(f"span_tokens must be an integer >= 1, got {self.span_tokens!r}")
 
 
 @dataclass
@@ -215,33 +221,64 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     Exact, and cheaper than the authors' all-copies batch in two ways: substituting token j cannot
     change positions before it, so each chunk of copies j0..j1 reuses the clean KV cache of
     ``probe[:prompt + j0]`` and only runs the suffix; and only the last ``A + 1`` logits are computed.
-    """
-    device = _device(model)
-    pad_id = _batch_pad_id(probes)
-    results = []
-    for probe, kind in zip(probes, kinds):
-        ids = torch.tensor([probe.ids(kind)], device=device)
-        keep = _keep(probe, kind)
-        answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
-        out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
-        clean = outcome_from_logits(out.logits, kind, answer)
-        cache = out.past_key_values
 
-        start = probe.reasoning_start
-        row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
-        for j0, copies in _oar_p_chunks(probe, kind, config.chunk_tokens):
-            suffix = ids[:, start + j0 :].repeat(copies, 1)
-            suffix[torch.arange(copies, device=device), torch.arange(copies, device=device)] = pad_id
-            out = model(
-                input_ids=suffix,
-                past_key_values=_cache_prefix(cache, start + j0, copies),
-                use_cache=True,
-                logits_to_keep=keep,
-            )
-            perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
-            row[j0 : j0 + copies] = divergence(_expand(clean, copies), perturbed)
-        results.append(row)
-    return results
+    With ``config.span_tokens`` w > 1, each copy substitutes a span of w consecutive reasoning tokens
+    (``reasoning_spans``) and every token of the span gets the span's divergence; w = 1 is the
+    definition above, computed by the very same operations.
+    """
+    pad_id = _batch_pad_id(probes)
+    return [span_substitution_scores(model, probe, kind, reasoning_spans(probe.reasoning_len, config.span_tokens),
+                                     config.chunk_tokens, pad_id)
+            for probe, kind in zip(probes, kinds)]
+
+
+@torch.no_grad()
+def span_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tuple[int, int]], chunk_tokens: int,
+                             pad_id: int) -> Tensor:
+    """One probe's OAR-P scores over given substitution spans: consecutive [start, end) reasoning
+    positions in order, covering the reasoning. Each copy replaces one span by ``pad_id`` and runs only
+    the suffix after the clean prefix it shares (KV cache); every token of the span gets its divergence."""
+    device = _device(model)
+    ids = torch.tensor([probe.ids(kind)], device=device)
+    keep = _keep(probe, kind)
+    answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+    clean = outcome_from_logits(out.logits, kind, answer)
+    cache = out.past_key_values
+
+    start = probe.reasoning_start
+    row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
+    for k0, copies in _span_chunks(probe, kind, chunk_tokens, spans):
+        chunk = spans[k0 : k0 + copies]
+        j0 = chunk[0][0]
+        suffix = ids[:, start + j0 :].repeat(copies, 1)
+        suffix[_substituted(chunk, j0, suffix.shape[1], device)] = pad_id
+        out = model(
+            input_ids=suffix,
+            past_key_values=_cache_prefix(cache, start + j0, copies),
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
+        spread = divergence(_expand(clean, copies), perturbed)
+        for (a, b), value in zip(chunk, spread):
+            row[a:b] = value  # a span's divergence is the score of each of its tokens
+    return row
+
+
+def reasoning_spans(reasoning_len: int, span_tokens: int) -> list[tuple[int, int]]:
+    """OAR-P's substitution units: consecutive [start, end) spans of ``span_tokens`` reasoning positions
+    covering the reasoning (the last one shorter when ``span_tokens`` does not divide it)."""
+    return [(a, min(a + span_tokens, reasoning_len)) for a in range(0, reasoning_len, span_tokens)]
+
+
+def _substituted(chunk: Sequence[tuple[int, int]], j0: int, width: int, device) -> Tensor:
+    """[copies, width] mask of the suffix positions copy c substitutes: its span, shifted by ``j0``
+    (the suffix starts at reasoning position ``j0``)."""
+    mask = torch.zeros((len(chunk), width), dtype=torch.bool, device=device)
+    for c, (a, b) in enumerate(chunk):
+        mask[c, a - j0 : b - j0] = True
+    return mask
 
 
 def _expand(outcome: Outcome, copies: int) -> Outcome:
@@ -264,44 +301,125 @@ def _embedding_gradients(
 ) -> list[tuple[Tensor, Tensor]]:
     """(gradient, clean embedding) on the reasoning positions of each probe, in micro-batches.
 
+    Only the reasoning is noised and only its gradient is read, so the prompt before it is the same in
+    the clean and the noisy pass and no gradient needs to cross it: each distinct prompt runs once,
+    without gradient, into a KV cache (``_prompt_caches``; a GRPO group shares one prompt), and both
+    passes and the backward run only ``reasoning | conclude | answer`` on top of it. The result is the
+    full-probe computation's, to float rounding.
+
     The gradient is taken with ``torch.autograd.grad`` with respect to the input embeddings only:
     nothing is accumulated into (or cleared from) any parameter's ``.grad``.
     """
     device = _device(model)
     pad_id = _batch_pad_id(probes)
     embed = model.get_input_embeddings()
-    generator = torch.Generator(device="cpu").manual_seed(config.seed)
     seqs = [p.ids(k) for p, k in zip(probes, kinds)]
+    with _phase("inputs"):
+        noises = _reasoning_noise(probes, seqs, config.seed, noise_sigma, embed.weight.shape[-1])
+    with _phase("prefix"):
+        prompts = _prompt_caches(model, probes, pad_id, config.chunk_tokens)
+    suffixes = [s[p.reasoning_start :] for s, p in zip(seqs, probes)]
     results: list[tuple[Tensor, Tensor] | None] = [None] * len(probes)
-    for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
+    for group in _micro_batches([len(s) for s in suffixes], config.chunk_tokens):
         g_probes = [probes[i] for i in group]
         g_kinds = [kinds[i] for i in group]
-        ids, attention, positions, offsets = _left_pad([seqs[i] for i in group], pad_id, device)
+        with _phase("inputs"):
+            ids, attention, positions, offsets = _left_pad([suffixes[i] for i in group], pad_id, device)
+            prefix, prefix_mask, prompt_lens = _stacked_prefix([prompts[p.prompt_ids] for p in g_probes], device)
+            attention = torch.cat([prefix_mask, attention], dim=1)  # the prompt's keys, then the suffix's
+            positions = positions + prompt_lens[:, None]  # the suffix continues its own prompt's positions
         keep = max(_keep(p, k) for p, k in zip(g_probes, g_kinds))
         clean = None
         if needs_clean:
-            with torch.no_grad():
-                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+            with torch.no_grad(), _phase("clean_forward"):
+                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                               past_key_values=_cache_of(prefix), logits_to_keep=keep).logits
                 clean = _batched_outcomes(logits, g_probes, g_kinds)
-        clean_embeds = embed(ids).detach()
-        inputs = clean_embeds
-        if noise_sigma is not None:
-            noise = torch.zeros(clean_embeds.shape, dtype=torch.float32)
-            for r, (p, off) in enumerate(zip(g_probes, offsets)):
-                a = off + p.reasoning_start
-                noise[r, a : a + p.reasoning_len] = torch.randn(
-                    (p.reasoning_len, clean_embeds.shape[-1]), generator=generator
-                ) * noise_sigma
-            inputs = (clean_embeds.float() + noise.to(device)).to(clean_embeds.dtype)
-        inputs = inputs.clone().requires_grad_(True)
+        with _phase("inputs"):
+            clean_embeds = embed(ids).detach()
+            inputs = clean_embeds
+            if noise_sigma is not None:
+                noise = torch.zeros(clean_embeds.shape, dtype=torch.float32)
+                for r, (i, off) in enumerate(zip(group, offsets)):
+                    noise[r, off : off + probes[i].reasoning_len] = noises[i]
+                inputs = (clean_embeds.float() + noise.to(device)).to(clean_embeds.dtype)
+            inputs = inputs.clone().requires_grad_(True)
         with torch.enable_grad():
-            logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
-            perturbed = _batched_outcomes(logits, g_probes, g_kinds)
-            (grad,) = torch.autograd.grad(objective(perturbed, clean), inputs)
+            with _phase("noisy_forward"):
+                logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions,
+                               past_key_values=_cache_of(prefix), logits_to_keep=keep).logits
+                perturbed = _batched_outcomes(logits, g_probes, g_kinds)
+                objective_value = objective(perturbed, clean)
+            with _phase("backward"):
+                (grad,) = torch.autograd.grad(objective_value, inputs)
         for r, (i, p, off) in enumerate(zip(group, g_probes, offsets)):
-            a = off + p.reasoning_start
-            results[i] = (grad[r, a : a + p.reasoning_len].float(), clean_embeds[r, a : a + p.reasoning_len].float())
+            results[i] = (grad[r, off : off + p.reasoning_len].float(),
+                          clean_embeds[r, off : off + p.reasoning_len].float())
     return results
+
+
+def _reasoning_noise(probes: Sequence[Probe], seqs: Sequence[list[int]], seed: int, sigma: float | None,
+                     hidden: int) -> list[Tensor | None]:
+    """Each probe's noise on its reasoning embeddings [R, hidden], float32, drawn from one seeded
+    generator in a fixed order (longest probe first, the order of the full-probe micro-batches), so a
+    probe's noise does not depend on how the batch is split."""
+    if sigma is None:
+        return [None] * len(probes)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    noises: list[Tensor | None] = [None] * len(probes)
+    for i in sorted(range(len(probes)), key=lambda i: -len(seqs[i])):
+        noises[i] = torch.randn((probes[i].reasoning_len, hidden), generator=generator) * sigma
+    return noises
+
+
+@torch.no_grad()
+def _prompt_caches(model, probes: Sequence[Probe], pad_id: int, budget: int) -> dict[tuple[int, ...], list]:
+    """Each distinct prompt's KV cache, per layer (keys, values) [1, heads, prompt, dim], run once without
+    gradient in left-padded micro-batches of at most ``budget`` tokens; an empty prompt has none."""
+    distinct = list(dict.fromkeys(p.prompt_ids for p in probes if p.prompt_ids))
+    caches: dict[tuple[int, ...], list] = {(): []}
+    device = _device(model)
+    for group in _micro_batches([len(d) for d in distinct], budget):
+        ids, attention, positions, offsets = _left_pad([list(distinct[i]) for i in group], pad_id, device)
+        cache = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                      logits_to_keep=1).past_key_values
+        for r, (i, off) in enumerate(zip(group, offsets)):
+            caches[distinct[i]] = [(layer.keys[r : r + 1, :, off:], layer.values[r : r + 1, :, off:])
+                                   for layer in cache.layers]
+    return caches
+
+
+def _stacked_prefix(caches: Sequence[list], device) -> tuple[list[tuple[Tensor, Tensor]], Tensor, Tensor]:
+    """Per-prompt caches stacked into one left-padded batch: per layer (keys, values) [B, heads, P, dim]
+    (zeros where padded), the padding mask [B, P] and each row's prompt length [B]."""
+    lengths = [c[0][0].shape[2] if c else 0 for c in caches]
+    longest = max(lengths)
+    mask = torch.zeros((len(caches), longest), dtype=torch.long, device=device)
+    for r, n in enumerate(lengths):
+        mask[r, longest - n :] = 1
+    layers = []
+    reference = next((c for c in caches if c), None)
+    for layer in range(len(reference) if reference is not None else 0):
+        k0, v0 = reference[layer]
+        keys = k0.new_zeros((len(caches), k0.shape[1], longest, k0.shape[3]))
+        values = v0.new_zeros((len(caches), v0.shape[1], longest, v0.shape[3]))
+        for r, (c, n) in enumerate(zip(caches, lengths)):
+            if n:
+                keys[r, :, longest - n :] = c[layer][0][0]
+                values[r, :, longest - n :] = c[layer][1][0]
+        layers.append((keys, values))
+    return layers, mask, torch.tensor(lengths, device=device)
+
+
+def _cache_of(prefix: list[tuple[Tensor, Tensor]]) -> DynamicCache | None:
+    """A fresh cache holding ``prefix`` (a forward appends to its cache, so each pass gets its own)."""
+    return DynamicCache(prefix) if prefix else None
+
+
+def _phase(name: str):
+    """A named region of the gradient scorers for torch.profiler (bench/oar_g_breakdown.py); free when no
+    profiler runs."""
+    return torch.profiler.record_function(f"embedding_gradients:{name}")
 
 
 @register("oar_g")
@@ -387,20 +505,34 @@ def random_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: 
     return [torch.rand(p.reasoning_len, generator=generator) for p in probes]
 
 
-def _oar_p_chunks(probe: Probe, kind: str, chunk_tokens: int):
-    """OAR-P's schedule: (first substituted position j0, number of copies) per forward. A chunk runs
-    ``copies`` suffixes of ``len(probe) - prompt - j0`` tokens, at most ``chunk_tokens`` in all (at
-    least one copy)."""
-    total, start, r = len(probe.ids(kind)), probe.reasoning_start, probe.reasoning_len
-    j0 = 0
-    while j0 < r:
-        copies = max(1, min(r - j0, chunk_tokens // (total - start - j0)))
-        yield j0, copies
-        j0 += copies
-
-
-def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int) -> float:
-    """OAR-P's cost for one probe in clean-forward token equivalents (tokens run / probe length)."""
+def _span_chunks(probe: Probe, kind: str, chunk_tokens: int, spans: Sequence[tuple[int, int]]):
+    """OAR-P's schedule over substitution spans: (first span k0, number of copies) per forward. A chunk
+    runs ``copies`` suffixes from the first span's start, ``len(probe) - prompt - spans[k0][0]`` tokens
+    each, at most ``chunk_tokens`` in all (at least one copy)."""
     total, start = len(probe.ids(kind)), probe.reasoning_start
-    tokens = total + sum(copies * (total - start - j0) for j0, copies in _oar_p_chunks(probe, kind, chunk_tokens))
+    k0 = 0
+    while k0 < len(spans):
+        copies = max(1, min(len(spans) - k0, chunk_tokens // (total - start - spans[k0][0])))
+        yield k0, copies
+        k0 += copies
+
+
+def _oar_p_chunks(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1):
+    """OAR-P's schedule in positions: (first substituted reasoning position j0, number of copies) per
+    forward; each copy runs ``len(probe) - prompt - j0`` tokens (``_span_chunks``)."""
+    spans = reasoning_spans(probe.reasoning_len, span_tokens)
+    for k0, copies in _span_chunks(probe, kind, chunk_tokens, spans):
+        yield spans[k0][0], copies
+
+
+def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1) -> float:
+    """OAR-P's cost for one probe in clean-forward token equivalents (tokens run / probe length)."""
+    return span_forward_equivalents(probe, kind, chunk_tokens, reasoning_spans(probe.reasoning_len, span_tokens))
+
+
+def span_forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, spans: Sequence[tuple[int, int]]) -> float:
+    """:func:`forward_equivalents` for given substitution spans (``span_substitution_scores``)."""
+    total, start = len(probe.ids(kind)), probe.reasoning_start
+    runs = _span_chunks(probe, kind, chunk_tokens, spans)
+    tokens = total + sum(copies * (total - start - spans[k0][0]) for k0, copies in runs)
     return tokens / total if total else math.nan

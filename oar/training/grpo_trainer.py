@@ -57,6 +57,9 @@ class OARConfig(GRPOConfig):
         default=True, metadata={"help": "probes continue a response's own concluding statement (oar.method.probes)"}
     )
     oar_substitute: str = field(default="pad", metadata={"help": "OAR-P's substitute: 'pad' or a one-token text"})
+    oar_span_tokens: int = field(
+        default=1, metadata={"help": "OAR-P substitutes this many consecutive reasoning tokens at once (1: exact)"}
+    )
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
     oar_score_all: bool = field(
         default=False,
@@ -73,6 +76,8 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"oar_tau must be in [0, 1], got {self.oar_tau}")
         if self.oar_beta < 0:
             raise ValueError(f"oar_beta must be >= 0, got {self.oar_beta}")
+        if self.oar_span_tokens < 1:
+            raise ValueError(f"oar_span_tokens must be >= 1, got {self.oar_span_tokens}")
 
 
 def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:
@@ -201,6 +206,7 @@ class OARTrainer(GRPOTrainer):
                 probe="lt_logits" if step < args.oar_warmup_steps else args.oar_probe,
                 noise_sigma=args.oar_noise_sigma,
                 chunk_tokens=args.oar_chunk_tokens,
+                span_tokens=args.oar_span_tokens,
                 seed=args.seed * 1_000_003 + step,  # fresh noise every step, reproducible per run
             )
             model = self.accelerator.unwrap_model(self.model)

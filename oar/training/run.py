@@ -54,6 +54,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
         "answer_statement": True,
         "own_conclusion": True,
         "substitute": "pad",
+        "span_tokens": 1,
         "score_all": False,
     },
     # Passed to trl.GRPOConfig. The loss is the paper's: loss_type grpo, no KL, eps 0.2, group scaling.
@@ -163,6 +164,9 @@ def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         raise SettingsError(f"settings key 'oar.tau' must be in [0, 1], got {resolved['oar']['tau']}")
     if float(resolved["oar"]["beta"]) < 0:
         raise SettingsError(f"settings key 'oar.beta' must be >= 0, got {resolved['oar']['beta']}")
+    span = resolved["oar"]["span_tokens"]
+    if isinstance(span, bool) or not isinstance(span, int) or span < 1:
+        raise SettingsError(f"settings key 'oar.span_tokens' must be an integer >= 1, got {span!r}")
     trainer = resolved["trainer"]
     if trainer["per_device_train_batch_size"] % trainer["num_generations"]:
         raise SettingsError(
@@ -295,6 +299,7 @@ def build_config(settings: Mapping[str, Any], checkpoint_dir: Path,
         oar_answer_statement=bool(oar["answer_statement"]),
         oar_own_conclusion=bool(oar["own_conclusion"]),
         oar_substitute=str(oar["substitute"]),
+        oar_span_tokens=int(oar["span_tokens"]),
         oar_score_all=bool(oar["score_all"]),
         **trainer,
     )

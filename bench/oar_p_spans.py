@@ -1,0 +1,171 @@
+"""OAR-P over spans against exact OAR-P on the testbed: fidelity, decisive-token recall and cost.
+
+Exact OAR-P substitutes one reasoning token at a time and reruns the suffix after it: about R^2 / 2
+token-forwards per response. With ``training.oar.span_tokens`` w it substitutes w consecutive tokens at
+once and gives each the span's divergence: about R^2 / (2 w). This scores the held-out responses of a
+workflow run (sampled at the training temperature from the pretrained chain policy) with exact OAR-P, with
+every width of ``--widths`` and with the reasoning's own sentences as spans (each ends at a ``.`` or a
+line break), and reports per variant:
+
+- the Spearman correlation of each response's scores with exact OAR-P's (median and mean over responses;
+  responses whose variant scores are constant have none and are counted);
+- recall@10% of the parsed decisive tokens (each step's relation and result), as oar.analysis.results
+  computes it for the causal-recall table (ties, which spans create, go to the earlier token);
+- the ceiling of any span scorer on the same spans: the Spearman of exact OAR-P's scores max-pooled over
+  each span (constant within a span, as every span score is) with exact OAR-P's own;
+- the cost: tokens run in clean-forward equivalents (``span_forward_equivalents``) and the measured
+  scoring time (median over repeats, in this process), both relative to exact;
+- the token-forwards of one response at R = 1,024 and 3,072 reasoning tokens for each width.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/oar_p_spans.py --model results/models/chain_f1 \\
+        --responses results/analysis/heldout/responses.jsonl --substitute .
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+
+from oar.analysis.results import ground_truth_tokens
+from oar.method.importance import reasoning_spans, span_forward_equivalents, span_substitution_scores
+from oar.method.metrics import default_k, recall_at_k, spearman
+from oar.method.probes import build_probes, resolve_probe_kind
+
+# conclude + answer tokens after the reasoning in the token-forward counts at long lengths (the testbed's
+# own conclusion and a short answer: about this many)
+TAIL_TOKENS = 16
+
+
+def sentence_spans(tokens: list[str]) -> list[tuple[int, int]]:
+    """The reasoning's own sentences as spans: a span ends after a token that ends with '.', '!', '?' or
+    holds a line break; the rest of the reasoning is the last span."""
+    spans, a = [], 0
+    for j, t in enumerate(tokens):
+        if "\n" in t or t.rstrip().endswith((".", "!", "?")):
+            spans.append((a, j + 1))
+            a = j + 1
+    if a < len(tokens):
+        spans.append((a, len(tokens)))
+    return spans
+
+
+def suffix_token_forwards(r: int, width: int, tail: int = TAIL_TOKENS) -> int:
+    """Token-forwards of the substituted suffixes of one response with R = ``r`` reasoning tokens: each
+    span runs from its start to the probe's end (the shared prefix comes from the clean KV cache)."""
+    return sum(r - a + tail for a, _ in reasoning_spans(r, width))
+
+
+def span_pooled(scores: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
+    """Exact scores made constant within each span (the span's largest): what the best span scorer
+    could give, so its Spearman to exact bounds any span variant's."""
+    pooled = scores.clone()
+    for a, b in spans:
+        pooled[a:b] = scores[a:b].max()
+    return pooled
+
+
+def timed(fn, repeats: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="the pretrained chain policy (results/models/chain_f1)")
+    p.add_argument("--responses", required=True, help="held-out responses (results/analysis/heldout/responses.jsonl)")
+    p.add_argument("--substitute", default=".", help="what replaces a reasoning token (the testbed's: '.')")
+    p.add_argument("--probe", default="as_mean")
+    p.add_argument("--widths", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
+    p.add_argument("--no-sentences", action="store_true", help="leave out the sentence spans")
+    p.add_argument("--chunk-tokens", type=int, default=512)
+    p.add_argument("--repeats", type=int, default=3, help="timing repeats (the median is reported)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", help="optional JSON file for the results")
+    args = p.parse_args()
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(args.threads)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    rows = [json.loads(line) for line in open(args.responses)]
+    probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
+                          own_conclusion=True, substitute=args.substitute)
+    keep = [i for i, pr in enumerate(probes) if pr.reasoning_len > 1]
+    probes = [probes[i] for i in keep]
+    kinds = [resolve_probe_kind(pr, args.probe) for pr in probes]
+    tokens = [[tokenizer.decode([t]) for t in pr.response_ids[: pr.reasoning_len]] for pr in probes]
+    truth = ground_truth_tokens([{"index": i, "reasoning_len": len(t), "reasoning_tokens": t}
+                                 for i, t in enumerate(tokens)])
+
+    variants: dict[str, list[list[tuple[int, int]]]] = {
+        f"w={w}": [reasoning_spans(pr.reasoning_len, w) for pr in probes] for w in args.widths}
+    if not args.no_sentences:
+        variants["sentences"] = [sentence_spans(t) for t in tokens]
+    if "w=1" not in variants:
+        variants = {"w=1": [reasoning_spans(pr.reasoning_len, 1) for pr in probes], **variants}
+
+    def run(spans_of):
+        return [span_substitution_scores(model, pr, k, s, args.chunk_tokens, pr.pad_id)
+                for pr, k, s in zip(probes, kinds, spans_of)]
+
+    run(variants["w=1"][:4])  # warm-up
+    exact_s, exact = timed(lambda: run(variants["w=1"]), args.repeats)
+    report = {"responses": len(probes), "reasoning_tokens_mean": statistics.mean(pr.reasoning_len for pr in probes),
+              "threads": args.threads, "variants": {}}
+    exact_fe = sum(span_forward_equivalents(pr, k, args.chunk_tokens, s)
+                   for pr, k, s in zip(probes, kinds, variants["w=1"]))
+    for name, spans_of in variants.items():
+        seconds, scores = (exact_s, exact) if name == "w=1" else timed(lambda: run(spans_of), args.repeats)
+        rho = [spearman(s.tolist(), e.tolist()) for s, e in zip(scores, exact)]
+        defined = [r for r in rho if not math.isnan(r)]
+        recall = [recall_at_k(s.tolist(), t["causal"], default_k(len(s))) for s, t in zip(scores, truth) if t["causal"]]
+        ceiling = [spearman(span_pooled(e, s).tolist(), e.tolist()) for e, s in zip(exact, spans_of)]
+        ceiling = [c for c in ceiling if not math.isnan(c)]
+        fe = sum(span_forward_equivalents(pr, k, args.chunk_tokens, s) for pr, k, s in zip(probes, kinds, spans_of))
+        report["variants"][name] = {
+            "spearman_median": statistics.median(defined) if defined else math.nan,
+            "spearman_mean": statistics.mean(defined) if defined else math.nan,
+            "share_spearman_ge_0.9": sum(r >= 0.9 for r in defined) / len(defined) if defined else math.nan,
+            "spearman_undefined": len(rho) - len(defined),
+            "ceiling_spearman_median": statistics.median(ceiling) if ceiling else math.nan,
+            "recall_at_10": statistics.mean(recall) if recall else math.nan,
+            "spans_per_response": statistics.mean(len(s) for s in spans_of),
+            "forward_equivalents_vs_exact": fe / exact_fe,
+            "seconds": seconds,
+            "seconds_vs_exact": seconds / exact_s,
+        }
+    report["token_forwards"] = {
+        str(r): {f"w={w}": suffix_token_forwards(r, w) for w in args.widths} for r in (1024, 3072)}
+
+    print(f"{len(probes)} responses, mean R {report['reasoning_tokens_mean']:.1f}, {args.threads} thread(s), "
+          f"timing medians of {args.repeats}\n")
+    print("| spans | Spearman to exact, median | mean | share >= 0.9 | undefined | ceiling (span-max of exact), median "
+          "| recall@10% decisive | spans / response | tokens run / exact | time / exact |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, v in report["variants"].items():
+        print(f"| {name} | {v['spearman_median']:.3f} | {v['spearman_mean']:.3f} | {v['share_spearman_ge_0.9']:.2f} | "
+              f"{v['spearman_undefined']} | {v['ceiling_spearman_median']:.3f} | {v['recall_at_10']:.3f} | {v['spans_per_response']:.1f} | "
+              f"{v['forward_equivalents_vs_exact']:.3f} | {v['seconds_vs_exact']:.3f} |")
+    print(f"\nsuffix token-forwards of one response (R reasoning tokens + {TAIL_TOKENS} conclude/answer tokens; "
+          "the clean prefix comes from the KV cache):\n")
+    print("| R | " + " | ".join(f"w={w}" for w in args.widths) + " |")
+    print("|---:|" + "---:|" * len(args.widths))
+    for r, counts in report["token_forwards"].items():
+        print(f"| {int(r):,} | " + " | ".join(f"{c:,}" for c in counts.values()) + " |")
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(report, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
