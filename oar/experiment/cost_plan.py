@@ -215,14 +215,19 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
     return work
 
 
-def oar_g_work(shape: Shape, probe: float, keep: int, chunk_tokens: int, clean: bool = True) -> Work:
-    """One response: a no-grad clean forward (OAR-G; grad_norm has none), a forward with grad on the input
-    embeddings and its backward to the inputs only (``torch.autograd.grad(..., inputs)``: no weight
-    gradients), in micro-batches of ``chunk_tokens // probe`` probes."""
-    per_batch = max(1, int(chunk_tokens // probe))
-    fwd = forward_flops(shape, probe, keep=keep)
-    work = Work(flops=(2 if clean else 1) * fwd + backward_flops(shape, probe, keep=keep, weights=False))
-    work.calls = (3 if clean else 2) / per_batch
+def oar_g_work(shape: Shape, prompt: float, probe: float, keep: int, chunk_tokens: int, clean: bool = True,
+               group: int = 1) -> Work:
+    """One response, as ``oar.method.importance._embedding_gradients`` runs it: its prompt once without
+    gradient into a KV cache (shared by the ``group`` responses of a GRPO group), then on top of that cache
+    a no-grad clean forward (OAR-G; grad_norm has none), a forward with grad on the input embeddings and
+    its backward to the inputs only (``torch.autograd.grad(..., inputs)``: no weight gradients), of
+    ``reasoning | conclude | answer`` alone, in micro-batches of ``chunk_tokens // suffix`` probes."""
+    suffix = probe - prompt
+    per_batch = max(1, int(chunk_tokens // suffix))
+    fwd = forward_flops(shape, suffix, prompt, keep=keep)
+    work = Work(flops=forward_flops(shape, prompt, keep=1) / group + (2 if clean else 1) * fwd
+                + backward_flops(shape, suffix, prompt, keep=keep, weights=False))
+    work.calls = (3 if clean else 2) / per_batch + 1 / (group * max(1, int(chunk_tokens // max(prompt, 1))))
     return work
 
 
@@ -292,7 +297,8 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
     if method == "oar_p":
         score = _scale(oar_p_work(shape, prompt, reasoning, probe, keep, chunk, oar.get("span_tokens", 1)), scored)
     elif method in ("oar_g", "grad_norm"):
-        score = _scale(oar_g_work(shape, probe, keep, chunk, clean=method == "oar_g"), scored)
+        score = _scale(oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g",
+                                        group=trainer["num_generations"]), scored)
     elif method == "entropy":
         seq = prompt + reasoning
         score = _scale(Work(forward_flops(shape, seq, keep=reasoning + 1), 1 / max(1, int(chunk // seq))), scored)
@@ -493,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--completion-fill", type=float, default=Assumptions.completion_fill)
     parser.add_argument("--scored-share", type=float, default=Assumptions.scored_share,
                         help="share of rows with advantage != 0 (scored)")
+    parser.add_argument("--span-tokens", type=int,
+                        help="plan OAR-P over spans of this many tokens (training.oar.span_tokens) instead of "
+                             "the config's, to see what the cheaper, less faithful variant would cost")
     args = parser.parse_args(argv)
     try:
         for flag, value in (("--scored-share", args.scored_share), ("--completion-fill", args.completion_fill)):
@@ -502,11 +511,17 @@ def main(argv: list[str] | None = None) -> int:
         hw = hardware(args.hardware, mfu=args.mfu, bandwidth_util=args.bandwidth_util)
         if args.calibration:
             hw = calibrate(args.calibration, hw)
-        plan = plan_config(load_config(args.config), hw, assume)
+        config = load_config(args.config)
+        if args.span_tokens is not None:
+            if args.span_tokens < 1:
+                raise PlanError(f"--span-tokens: {args.span_tokens} is not a positive number of tokens")
+            config["training"]["oar"]["span_tokens"] = args.span_tokens
+        plan = plan_config(config, hw, assume)
     except PlanError as error:
         print(f"cost plan: {error}", file=sys.stderr)
         return 2
-    print(f"Cost plan of {args.config}\n")
+    spans = f" with OAR-P over spans of {args.span_tokens} tokens" if args.span_tokens is not None else ""
+    print(f"Cost plan of {args.config}{spans}\n")
     print(table(plan))
     try:
         plan.check()
