@@ -194,6 +194,7 @@ def test_unknown_hardware_names_the_flag():
 def test_run_longer_than_its_job_allows_names_the_key():
     config = load_config("config/paper.yaml")
     config["resources"]["train"]["runtime"] = 1  # one minute, no run fits
+    config["models"]["qwen2.5-7b"]["resources"]["train"]["runtime"] = 60  # one hour: a 7B run does not fit
     plan = cp.plan_config(config, cp.hardware("h100"), cp.Assumptions())
     with pytest.raises(PlanError, match=r"^resources\.train\.runtime: run qwen2\.5-math-1\.5b/"):
         plan.check()
