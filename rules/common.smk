@@ -201,5 +201,7 @@ def evaluate_args(wildcards, input, output, threads):
         summary=output.summary,
         threads=threads,
         quiet=True,
+        # Snakemake reruns an evaluation only when its model or settings changed: old samples are stale
+        replace_stale=True,
         **settings,
     )

@@ -178,6 +178,14 @@ def test_run_generation_writes_samples_and_resumes_after_a_kill(tmp_path):
         run_generation(PROBLEMS, tmp_path, fake_factory([]), EvalSettings(n=2, temperature=0.7, top_p=0.9,
                                                                           max_new_tokens=9), progress=False)
 
+    # told the samples are stale (the workflow, after a retrain): all of them generated again
+    made4: list = []
+    other = EvalSettings(n=2, temperature=0.7, top_p=0.9, max_new_tokens=9)
+    _, stats4 = run_generation(PROBLEMS, tmp_path, fake_factory(made4), other, progress=False, replace_stale=True)
+    assert stats4.resumed_problems == 0 and stats4.generated_problems == len(PROBLEMS)
+    assert len((tmp_path / SAMPLES_FILE).read_text().splitlines()) == 2 * len(PROBLEMS)
+    assert '"max_new_tokens": 9' in (tmp_path / CONFIG_FILE).read_text()
+
 
 def test_read_samples_rejects_corruption_in_the_middle(tmp_path):
     path = tmp_path / SAMPLES_FILE

@@ -72,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a response without \\boxed{} or statement has no answer (default: its last number is the answer)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the 95%% interval")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--replace-stale", action="store_true",
+                   help="samples made by another model or other settings are deleted and generated again "
+                        "(default: stop naming the setting)")
     args = p.parse_args(argv)
     if not 0 < args.gpu_memory_utilization <= 1:
         p.error(f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization}")
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
         problems, args.out_dir,
         lambda: make_generator(args.backend, args.model, batch_size=args.batch_size, device=args.device,
                                dtype=args.dtype, seed=args.seed, chat=chat, **vllm_options),
-        settings, run_config=run_config, progress=not args.quiet,
+        settings, run_config=run_config, progress=not args.quiet, replace_stale=args.replace_stale,
     )
     summary = {
         "benchmark": args.benchmark,

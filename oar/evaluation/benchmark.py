@@ -8,7 +8,9 @@ Files in an evaluation folder:
   and flushed, so a kill loses at most the problems in flight.
 - ``eval_config.json``: the settings that determine the samples (model, benchmark checksum, n,
   temperature, top-p, max new tokens, seed, backend, chunking). A rerun with different settings in the
-  same folder stops with an error naming the setting.
+  same folder stops with an error naming the setting, unless it is told the samples are stale
+  (``replace_stale``: the workflow reruns an evaluation only when its model or settings changed, so the
+  old samples are deleted, saying which setting differed, and generated again).
 - ``summary.json``: written last (by the caller, atomically) from the samples alone, so deleting it and
   rerunning regenerates it without generating anything.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -149,8 +152,17 @@ def grade_outputs(problem: Mapping[str, Any], outputs: Sequence[GenerationOutput
     return lines
 
 
-def check_config(path: Path, config: Mapping[str, Any]) -> None:
-    """Write ``eval_config.json``, or check an existing one matches ``config``."""
+def check_config(path: Path, config: Mapping[str, Any], replace_stale: bool = False) -> None:
+    """Write ``eval_config.json``, or check an existing one matches ``config``. With ``replace_stale`` a
+    mismatch deletes the folder's samples and config (reported on stderr) instead of stopping."""
+    if path.exists() and replace_stale:
+        try:
+            check_config(path, config)
+            return
+        except EvalConfigMismatch as stale:
+            print(f"replacing stale samples: {stale}", file=sys.stderr)
+            (path.parent / SAMPLES_FILE).unlink(missing_ok=True)
+            path.unlink()
     if path.exists():
         old = json.loads(path.read_text())
         for key in sorted(set(old) | set(config)):
@@ -183,6 +195,7 @@ def run_generation(
     settings: EvalSettings,
     run_config: Mapping[str, Any] | None = None,
     progress: bool = True,
+    replace_stale: bool = False,
 ) -> tuple[dict[str, list[dict[str, Any]]], RunStats]:
     """Generate and grade what is missing in ``out_dir/samples.jsonl``; return all samples by problem.
 
@@ -192,7 +205,7 @@ def run_generation(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sample_settings = {k: v for k, v in asdict(settings).items() if k not in NOT_CHECKED_ON_RESUME}
-    check_config(out_dir / CONFIG_FILE, {**(run_config or {}), **sample_settings})
+    check_config(out_dir / CONFIG_FILE, {**(run_config or {}), **sample_settings}, replace_stale)
     samples_path = out_dir / SAMPLES_FILE
     done = read_samples(samples_path, settings.n)
     stats = RunStats(resumed_problems=sum(1 for p in problems if p["id"] in done))
