@@ -331,6 +331,26 @@ def test_resume_falls_back_past_a_checkpoint_cut_off_mid_write(tiny_model_dir, t
     assert json.loads(state.read_text())["global_step"] == 4  # the rerun saved checkpoint-4 afresh
 
 
+def test_a_rerun_with_other_settings_starts_afresh(tiny_model_dir, tmp_path):
+    """Snakemake reruns a run whose settings.yaml changed: its old checkpoints were trained under the old
+    settings and must not be resumed from (the rerun would silently be the old run)."""
+    settings = write_run_inputs(tmp_path, tiny_model_dir, "grpo", max_steps=3, save_steps=2)
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    out = tmp_path / "run"
+    subprocess.run(train_command(settings, out), check=True, capture_output=True, env=env, timeout=600)
+    same = subprocess.run(train_command(settings, out), capture_output=True, text=True, env=env, timeout=600)
+    assert same.returncode == 0 and "resuming grpo-test from" in same.stdout, same.stderr[-3000:]
+
+    changed = yaml.safe_load(settings.read_text())
+    changed["trainer"]["learning_rate"] = 3.0e-5
+    settings.write_text(yaml.safe_dump(changed))
+    rerun = subprocess.run(train_command(settings, out), capture_output=True, text=True, env=env, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "saved under other settings" in rerun.stdout and "resuming" not in rerun.stdout
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]  # trained from the start
+
+
 def test_a_checkpoint_reads_back_only_when_every_file_resume_loads_does(tmp_path):
     """Real files in the Trainer's formats, cut or missing one at a time."""
     from safetensors.torch import save_file

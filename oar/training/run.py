@@ -4,13 +4,15 @@ A run folder (``results/runs/<run_id>/``) holds, when complete:
 ``model/`` (final model folder), ``metrics.jsonl`` (one line per logged step), ``run.yaml`` (resolved
 settings, seed, versions, commit; written by the caller) and ``done`` (written last, by the caller).
 ``checkpoints/`` holds TRL checkpoints; rerunning the same run resumes from the newest one that reads back
-and finishes with the same number of steps, and ``metrics.jsonl`` is rebuilt from that checkpoint's
+and was saved under the same settings (their fingerprint in its trainer state), and finishes with the same number of
+steps; ``metrics.jsonl`` is rebuilt from that checkpoint's
 log history so no step is duplicated or lost.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
 import os
@@ -26,6 +28,7 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 from oar.evaluation.generation import eos_token_ids
 from oar.method.probes import PROBES
@@ -333,6 +336,30 @@ class MetricsFile(TrainerCallback):
                 handle.write(json.dumps(line) + "\n")
 
 
+def settings_fingerprint(settings: Mapping[str, Any]) -> str:
+    """The resolved settings' SHA-256: what a checkpoint was trained under."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class SettingsFingerprint(TrainerCallback, ExportableState):
+    """Carries the run's settings fingerprint into every checkpoint's ``trainer_state.json`` (the Trainer
+    saves an ExportableState callback's ``state()`` there, in the same write as the step), so that a rerun
+    with other settings (Snakemake reruns a run whose settings.yaml changed) never resumes from it."""
+
+    def __init__(self, fingerprint: str):
+        self.fingerprint = fingerprint
+
+    def state(self) -> dict:
+        return {"args": {"fingerprint": self.fingerprint}, "attributes": {}}
+
+
+def saved_fingerprint(trainer_state: Mapping[str, Any]) -> str | None:
+    stored = trainer_state.get("stateful_callbacks", {}).get(SettingsFingerprint.__name__)
+    if isinstance(stored, list):
+        stored = stored[0] if stored else None
+    return stored.get("args", {}).get("fingerprint") if isinstance(stored, dict) else None
+
+
 def _torch_file_problem(path: Path) -> str | None:
     """torch.save writes a zip archive whose directory is at its end: a file cut short has none."""
     if not path.is_file() or path.stat().st_size == 0:
@@ -390,7 +417,7 @@ def _optimizer_problem(checkpoint: Path) -> str | None:
     return next((problem for problem in problems if problem), None)
 
 
-def checkpoint_problem(checkpoint: Path, world_size: int) -> str | None:
+def checkpoint_problem(checkpoint: Path, world_size: int, fingerprint: str | None = None) -> str | None:
     """Why a checkpoint cannot be resumed from, or None when everything resume reads reads back.
 
     The Trainer writes weights, optimizer and scheduler, each process's random state, then
@@ -407,20 +434,24 @@ def checkpoint_problem(checkpoint: Path, world_size: int) -> str | None:
         return f"trainer_state.json does not read back ({error.__class__.__name__})"
     if not isinstance(state, dict) or state.get("global_step") != int(match.group(1)):
         return "trainer_state.json does not hold this checkpoint's global_step"
+    if fingerprint is not None and saved_fingerprint(state) != fingerprint:
+        return "saved under other settings (the settings changed since; a checkpoint carries their fingerprint)"
     rng_files = ["rng_state.pth"] if world_size <= 1 else [f"rng_state_{rank}.pth" for rank in range(world_size)]
     problems = [_weights_problem(checkpoint), _optimizer_problem(checkpoint)]
     problems += [_torch_file_problem(checkpoint / name) for name in rng_files]
     return next((problem for problem in problems if problem), None)
 
 
-def readable_checkpoints(checkpoint_dir: Path, world_size: int) -> tuple[list[Path], dict[Path, str]]:
+def readable_checkpoints(checkpoint_dir: Path, world_size: int,
+                         fingerprint: str | None = None) -> tuple[list[Path], dict[Path, str]]:
     """(checkpoints that read back, oldest first; every other checkpoint folder with why it does not).
+    With ``fingerprint``, a checkpoint saved under other settings does not count as readable.
 
     Every process reaches the same verdicts: they read the same files, and removing a bad checkpoint
     (rank 0) can only make it worse."""
     found, bad = [], {}
     for path in checkpoint_dir.glob("checkpoint-*"):
-        problem = checkpoint_problem(path, world_size)
+        problem = checkpoint_problem(path, world_size, fingerprint)
         if problem is None:
             found.append((int(path.name.split("-")[1]), path))
         elif re.fullmatch(r"checkpoint-\d+", path.name):
@@ -449,9 +480,11 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
 
-    # A checkpoint cut off mid-save (a kill, preemption, a node failure) is never resumed from: the
-    # newest one that reads back is, and the others are removed (they would also block later reruns).
-    readable, unreadable = readable_checkpoints(checkpoint_dir, world_size())
+    # A checkpoint cut off mid-save (a kill, preemption, a node failure) or saved under other settings is
+    # never resumed from: the newest one that reads back and was trained under these settings is, and the
+    # others are removed (they would also block later reruns).
+    fingerprint = settings_fingerprint(settings)
+    readable, unreadable = readable_checkpoints(checkpoint_dir, world_size(), fingerprint)
     resume = readable[-1] if readable else None
     if is_main_process():
         for path, problem in sorted(unreadable.items()):
@@ -474,7 +507,7 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[MetricsFile(metrics_path)],
+        callbacks=[MetricsFile(metrics_path), SettingsFingerprint(fingerprint)],
     )
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     # transformers stops "at step 0" with a warning when one step's batch needs more problems than the
