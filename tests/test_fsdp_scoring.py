@@ -11,6 +11,7 @@ Without the gathering, the first training step after unequal scoring fails (gloo
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 
 import pytest
@@ -62,7 +63,7 @@ def worker(rank, mode, out_dir, init_file):
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=20))
+                            timeout=datetime.timedelta(seconds=120))  # a hang still fails, a loaded machine does not
     from oar.models.tiny import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=0)
@@ -99,6 +100,10 @@ def worker(rank, mode, out_dir, init_file):
              for k, v in scored.state_dict().items()}
     torch.save({"rounds": rounds, "passes": passes, "state": state}, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.barrier()
+    # DDP's reducer holds the process group: drop it first, so that the group's gloo threads are joined
+    # here and not during interpreter shutdown, where a still-joinable thread aborts the process.
+    del trained, scored, model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 
