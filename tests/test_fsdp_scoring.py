@@ -62,8 +62,9 @@ def worker(rank, mode, out_dir, init_file):
     torch.set_num_threads(1)
     import torch.distributed as dist
 
+    # A hang still fails within the timeout; a heavily loaded CI machine does not reach it.
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=120))  # a hang still fails, a loaded machine does not
+                            timeout=datetime.timedelta(seconds=120))
     from oar.models.tiny import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=0)
