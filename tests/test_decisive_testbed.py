@@ -154,6 +154,35 @@ def test_the_truth_gate_boosts_exactly_the_decisive_tokens(tokenizer):
     assert weights.sum().item() == pytest.approx(probe.reasoning_len)
 
 
+def test_the_graded_truth_gate_suppresses_the_choices_that_cannot_change_the_answer(tokenizer):
+    from oar.training.grpo_trainer import with_decisive_tokens
+
+    text = "3 + 1 ~ 5. Note: owl cat teal. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}."
+    probe, response = _probe(tokenizer, text, own_conclusion=True)
+    with pytest.raises(ValueError, match="scorer 'truth_graded' needs the decisive and irrelevant positions"):
+        score("truth_graded", torch.nn.Linear(1, 1), [probe])
+    probe = with_decisive_tokens(tokenizer, probe)
+    result = score("truth_graded", torch.nn.Linear(1, 1), [probe])
+    decoded, starts, ends = token_char_spans(tokenizer, response[: probe.reasoning_len])
+    scores = result.scores[0, : probe.reasoning_len]
+
+    def marked(value):
+        return "".join(decoded[starts[j]:ends[j]] for j in range(probe.reasoning_len) if scores[j] == value)
+
+    assert marked(1.0).replace(" ", "") == "~5=10"
+    assert marked(0.0).split() == ["owl", "cat", "teal"]
+    assert (scores == 0.5).sum() == probe.reasoning_len - len(probe.decisive) - 3  # what the text before forces
+    weights = gate(result.scores, result.reasoning_mask, tau=0.4, beta=2.0)[0, : probe.reasoning_len]
+    binary = score("truth", torch.nn.Linear(1, 1), [probe])
+    binary_weights = gate(binary.scores, binary.reasoning_mask, tau=0.4, beta=2.0)[0, : probe.reasoning_len]
+    # the note's words fall in the suppression band, to the floor; the truth gate leaves them at the rest's weight
+    irrelevant, forced, decisive = scores == 0.0, scores == 0.5, scores == 1.0
+    assert torch.allclose(weights[irrelevant] / weights[forced].mean(), torch.tensor(0.1))
+    assert torch.allclose(weights[decisive] / weights[forced].mean(), torch.tensor(3.0))
+    assert torch.allclose(binary_weights[irrelevant], binary_weights[forced].mean())
+    assert weights.sum().item() == pytest.approx(probe.reasoning_len)
+
+
 def _registry(cfg):
     import copy
     from pathlib import Path
@@ -187,6 +216,9 @@ def test_the_truth_scorer_and_long_chains_are_checked_before_any_job():
     cfg["data"]["arith_train"] = {"source": "generated"}
     cfg["training"]["dataset"] = "arith_train"
     with pytest.raises(ConfigError, match="^config error at runs.main.methods: method 'truth'"):
+        _registry(cfg)
+    cfg["runs"]["main"]["methods"] = ["grpo", "truth_graded"]
+    with pytest.raises(ConfigError, match="^config error at runs.main.methods: method 'truth_graded'"):
         _registry(cfg)
     cfg = _config()
     cfg["models"]["chain_f1"]["pretrain"]["steps"] = 5

@@ -105,8 +105,8 @@ def test_schema_matches_library():
 
     defs = load(SCHEMA)["$defs"]
     assert set(defs["method"]["enum"]) == set(METHODS)
-    # held-out scoring runs every scorer but truth, which reads decisive positions only training attaches
-    assert set(defs["scorer"]["enum"]) == set(SCORERS) - {"truth"}
+    # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
+    assert set(defs["scorer"]["enum"]) == set(SCORERS) - {"truth", "truth_graded"}
     assert set(defs["probe"]["enum"]) == set(PROBES)
     assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
     assert set(defs["trainer"]["properties"]) == set(DEFAULT_SETTINGS["trainer"])
@@ -129,7 +129,7 @@ def expected_runs(cfg: dict) -> set[str]:
         probe = oar["probe"] if probe is None else probe
         if method == "grpo":
             return f"{model}/grpo-seed{seed}"
-        if method in ("entropy", "position", "random", "truth"):
+        if method in ("entropy", "position", "random", "truth", "truth_graded"):
             return f"{model}/{method}-tau{float(tau)!r}-beta{float(beta)!r}-seed{seed}"
         return f"{model}/{method}-tau{float(tau)!r}-beta{float(beta)!r}-{probe}-seed{seed}"
 

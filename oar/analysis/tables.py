@@ -29,6 +29,7 @@ METHOD_NAMES = {
     "base": "Base model",
     "grpo": "GRPO",
     "truth": "truth gate",
+    "truth_graded": "graded truth gate",
     "oar_p": "OAR-P",
     "oar_g": "OAR-G",
     "grad_norm": "grad-norm",

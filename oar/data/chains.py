@@ -220,6 +220,15 @@ def decisive_tokens(text: str, starts: list[int], ends: list[int]) -> list[int]:
     return [j for j, (a, b) in enumerate(zip(starts, ends)) if any(a < e and s < b for s, e in spans)]
 
 
+IRRELEVANT_CLASSES = ("remark", "distractor")  # choices that cannot change the answer
+
+
+def irrelevant_tokens(text: str, starts: list[int], ends: list[int]) -> list[int]:
+    """Indices of the tokens [start, end) of ``text`` whose class is a choice that cannot change the answer
+    (a remark's first word, a distractor note's words: :data:`IRRELEVANT_CLASSES`)."""
+    return [j for j, name in enumerate(token_classes(text, starts, ends)) if name in IRRELEVANT_CLASSES]
+
+
 def results(reasoning: str) -> list[int]:
     """The written result of every equation, in order."""
     return [int(m.group(5)) for m in _EQUATION.finditer(reasoning)]

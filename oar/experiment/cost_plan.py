@@ -265,7 +265,7 @@ class StepPlan:
         return self.generation + self.scoring + self.update
 
 
-SCORERS_WITHOUT_MODEL = ("grpo", "truth", "position", "random")
+SCORERS_WITHOUT_MODEL = ("grpo", "truth", "truth_graded", "position", "random")
 
 
 def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions, processes: int = 1) -> StepPlan:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth")
+METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded")
 GATED = METHODS[1:]  # methods whose weights come from the bi-level gate
 USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # methods whose scores read an outcome probe
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
@@ -261,9 +261,10 @@ class Registry:
         config = self.config
         steps = chain_steps(config["training"]["dataset"])
         for group in GROUPS:
-            if "truth" in config["runs"][group].get("methods", []) and steps is None:
+            truth = [m for m in config["runs"][group].get("methods", []) if m in ("truth", "truth_graded")]
+            if truth and steps is None:
                 raise ConfigError(f"runs.{group}.methods",
-                                  f"method 'truth' scores the decisive tokens parsed from the chain task's responses; "
+                                  f"method {truth[0]!r} scores the decisive tokens parsed from the chain task's responses; "
                                   f"training.dataset {config['training']['dataset']!r} has none to parse")
         for name, spec in config["models"].items():
             if spec["source"] != "chain" or steps is None:

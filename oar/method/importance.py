@@ -492,6 +492,30 @@ def truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     return out
 
 
+@register("truth_graded")
+def graded_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """The truth gate with the reward-irrelevant tokens ranked last: 1 on the decisive tokens, 0 on the
+    choices that cannot change the answer (``Probe.irrelevant``: remark and note words), 0.5 on the rest
+    (tokens the text before forces). With the truth scorer's binary scores the zeros tie at the gate's
+    tau-quantile and nothing is suppressed; ranked this way the gate suppresses the irrelevant choices,
+    as a continuous scorer that ranked them lowest would. Reads no model."""
+    missing = [i for i, p in enumerate(probes) if p.decisive is None or p.irrelevant is None]
+    if missing:
+        raise ValueError(f"scorer 'truth_graded' needs the decisive and irrelevant positions of every probe; rows "
+                         f"{missing[:5]} have none (only a task whose grammar marks them, the chain task, has them)")
+    out = []
+    for p in probes:
+        row = torch.full((p.reasoning_len,), 0.5, dtype=torch.float32)
+        row[[j for j in p.irrelevant if j < p.reasoning_len]] = 0.0
+        row[[j for j in p.decisive if j < p.reasoning_len]] = 1.0
+        out.append(row)
+    return out
+
+
+# Scorers that read the task's parsed grammar instead of a model: training attaches the positions they need.
+GROUND_TRUTH_METHODS = ("truth", "truth_graded")
+
+
 @register("position")
 def position_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
     """Recency control: the token's index in the response."""

@@ -24,7 +24,7 @@ from trl import GRPOConfig, GRPOTrainer
 from oar.data import chains
 from oar.grading import grade
 from oar.method.gate import gate
-from oar.method.importance import SCORERS, ScorerConfig, score
+from oar.method.importance import GROUND_TRUTH_METHODS, SCORERS, ScorerConfig, score
 from oar.method.probes import PROBES, Probe, probes_from_padded, token_char_spans
 from oar.method.metrics import ess_ratio, top_mass
 from oar.training.collective import gathered_for_scoring
@@ -81,10 +81,12 @@ class OARConfig(GRPOConfig):
 
 
 def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:
-    """``probe`` with the positions of its decisive reasoning tokens, parsed from the reasoning's text by
-    the chain task's grammar (``oar.data.chains.decisive_spans``); what the truth scorer reads."""
+    """``probe`` with the positions of its decisive reasoning tokens and of those that cannot change the
+    answer, parsed from the reasoning's text by the chain task's grammar (``oar.data.chains``); what the
+    truth scorers read."""
     text, starts, ends = token_char_spans(tokenizer, probe.response_ids[: probe.reasoning_len])
-    return replace(probe, decisive=tuple(chains.decisive_tokens(text, starts, ends)))
+    return replace(probe, decisive=tuple(chains.decisive_tokens(text, starts, ends)),
+                   irrelevant=tuple(chains.irrelevant_tokens(text, starts, ends)))
 
 
 def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0, answer_statement: bool = True):
@@ -199,7 +201,7 @@ class OARTrainer(GRPOTrainer):
                 substitute=args.oar_substitute,
                 answer_statement=args.oar_answer_statement,
             )
-            if args.oar_method == "truth":
+            if args.oar_method in GROUND_TRUTH_METHODS:
                 probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
             step = self.state.global_step
             config = ScorerConfig(
