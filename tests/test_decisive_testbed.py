@@ -181,6 +181,11 @@ def test_the_graded_truth_gate_suppresses_the_choices_that_cannot_change_the_ans
     assert torch.allclose(weights[decisive] / weights[forced].mean(), torch.tensor(3.0))
     assert torch.allclose(binary_weights[irrelevant], binary_weights[forced].mean())
     assert weights.sum().item() == pytest.approx(probe.reasoning_len)
+    # without such words (no notes, no remarks) the two gates weigh every token alike
+    plain, _ = _probe(tokenizer, "3 + 1 ~ 5. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}.", own_conclusion=True)
+    plain = with_decisive_tokens(tokenizer, plain)
+    same = [score(name, torch.nn.Linear(1, 1), [plain]) for name in ("truth", "truth_graded")]
+    assert torch.equal(*(gate(r.scores, r.reasoning_mask, tau=0.4, beta=2.0) for r in same))
 
 
 def _registry(cfg):
