@@ -25,7 +25,7 @@ run: setup
 run-ablations: setup
 	$(BIN)/snakemake --cores 2 all --configfile config/config.yaml config/ablations.yaml
 
-# The decisive run (config/decisive.yaml): two distractor levels, the truth gate beside GRPO, OAR-P,
+# The decisive run (config/decisive.yaml): two distractor levels, the truth gates beside GRPO, OAR-P,
 # OAR-G and entropy, ten paired seeds, in its own results folder.
 run-decisive: setup
 	$(BIN)/snakemake --cores 2 all --configfile config/decisive.yaml --config results=results-decisive
@@ -112,7 +112,7 @@ Usage: make <target>
 Try it
   run              set up .venv, then run the credit-assignment testbed, the embedded default (CPU, 2 cores)
   run-ablations    the testbed's length sweep and ablations (config/ablations.yaml); reuses the runs of `run`
-  run-decisive     the decisive overlay: distractor levels x GRPO, truth gate, OAR-P, OAR-G, entropy (config/decisive.yaml)
+  run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy (config/decisive.yaml)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
 
