@@ -477,7 +477,7 @@ def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config:
 
 @register("truth")
 def truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
-    """The upper bound of scoring: 1 on the response's decisive tokens (``Probe.decisive``, parsed from its
+    """Exactly right scores that only boost: 1 on the response's decisive tokens (``Probe.decisive``, parsed from its
     text by the task's grammar), 0 elsewhere. Through the gate it shows what reshaping can do when the
     scores are exactly right; it reads no model. Not the intervention oracle of the causal-token study."""
     missing = [i for i, p in enumerate(probes) if p.decisive is None]
