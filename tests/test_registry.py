@@ -286,6 +286,15 @@ def test_the_decisive_run_pairs_six_arms_over_ten_seeds_at_two_distractor_levels
     assert "gradient_share" in reg.tables
 
 
+def test_the_run_part_of_the_decisive_run_is_its_own_runs():
+    full = registry(load("decisive.yaml"))
+    part = registry(deep_merge(load("decisive.yaml"), load("decisive-truth.yaml")))
+    assert {part.runs[r]["method"] for r in part.groups["main"]} == {"grpo", "truth", "truth_graded"}
+    assert {r.split("/")[0] for r in part.groups["main"]} == {"chain_d8"}
+    assert len(part.groups["main"]) == 30
+    assert all(part.runs[r] == full.runs[r] for r in part.runs)  # the same runs the full design trains
+
+
 def test_the_smollm2_experiment_keeps_its_config():
     reg = registry(load("smollm2.yaml"))
     assert reg.config["models"]["smollm2"]["source"] == "packaged" and reg.config["training"]["dataset"] == "arith_train"
