@@ -8,8 +8,8 @@ given: the truth gate's (the parsed decisive tokens 1, every other reasoning tok
 at the gate's quantile, so nothing falls in its suppression band; the graded scoring shows what the same
 gate does when the reward-irrelevant tokens rank lowest, as a continuous scorer's can.
 
-    python bench/gated_gradient_share.py --model results-decisive/models/chain_d16 \
-        --dataset results-decisive/data/chain5_test.jsonl --gates 0.4:2.0 1.0:2.0 0.0:2.0
+    python bench/gated_gradient_share.py --model results-decisive/models/chain_d8 \
+        --dataset results-decisive/data/chain5_test.jsonl --problems 32 --gates 0.4:2.0 1.0:2.0
 """
 
 from __future__ import annotations
@@ -23,33 +23,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from oar.data import chains
 from oar.prompting import build_prompt
 from oar.method.gate import gate
-from oar.method.probes import token_char_spans
+from oar.training.pretrain import token_pushes
 
 
 DECISIVE = ("relation", "result")
-IRRELEVANT = ("distractor", "remark")  # cannot change the answer
 
 
 def sampled_tokens(model, tokenizer, problems, group: int, temperature: float, max_new_tokens: int):
-    """Per sampled response: the class of each completion token, its ||e_y - pi||, and whether it is
-    reasoning (before the concluding sentence)."""
-    special = set(tokenizer.all_special_ids)
+    """Per response sampled for each problem: its tokens' classes and ||e_y - pi|| (``token_pushes``)."""
     for text_in in problems:
         prompt = tokenizer(build_prompt(text_in, tokenizer), add_special_tokens=False, return_tensors="pt")
         ids = prompt["input_ids"].repeat(group, 1)
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=temperature,
                              top_p=1.0, top_k=0, max_new_tokens=max_new_tokens,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        logits = model(input_ids=out, attention_mask=torch.ones_like(out)).logits.float()
-        probs = torch.softmax(logits[:, ids.shape[1] - 1: -1] / temperature, dim=-1)
-        for row, p in zip(out[:, ids.shape[1]:].tolist(), probs):
-            n = next((i for i, t in enumerate(row) if t in special), len(row))
-            if n == 0:
-                continue
-            text, starts, ends = token_char_spans(tokenizer, row[:n])
-            taken = p[torch.arange(n), torch.tensor(row[:n])]
-            norm = (1 - 2 * taken + (p[:n] ** 2).sum(dim=-1)).clamp_min(0).sqrt()
-            yield chains.token_classes(text, starts, ends), norm
+        yield from token_pushes(model, tokenizer, out, ids.shape[1], temperature)
 
 
 def main() -> None:
@@ -81,7 +69,8 @@ def main() -> None:
                                         args.max_new_tokens):
         reasoning = torch.tensor([c != "template" for c in classes])
         binary = torch.tensor([1.0 if c in DECISIVE else 0.0 for c in classes])
-        graded = torch.tensor([1.0 if c in DECISIVE else 0.0 if c in IRRELEVANT else 0.5 for c in classes])
+        graded = torch.tensor([1.0 if c in DECISIVE else 0.0 if c in chains.IRRELEVANT_CLASSES else 0.5
+                               for c in classes])
         for c in classes:
             count[c] += 1
         for label, setting in settings:

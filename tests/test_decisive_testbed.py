@@ -135,17 +135,24 @@ def test_the_substitute_is_a_setting(tokenizer):
         substitute_token_id(tokenizer, "Note: owl")
 
 
-def test_the_truth_gate_boosts_exactly_the_decisive_tokens(tokenizer):
+def _ground_truth_scored(tokenizer, text: str, scorer: str, missing: str):
+    """``text``'s probe scored by a truth scorer, which stops (``missing``) until training attaches the parsed
+    positions; with the text of each reasoning token."""
     from oar.training.grpo_trainer import with_decisive_tokens
 
-    text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}."
     probe, response = _probe(tokenizer, text, own_conclusion=True)
-    with pytest.raises(ValueError, match="scorer 'truth' needs the decisive positions"):
-        score("truth", torch.nn.Linear(1, 1), [probe])
+    with pytest.raises(ValueError, match=missing):
+        score(scorer, torch.nn.Linear(1, 1), [probe])
     probe = with_decisive_tokens(tokenizer, probe)
-    result = score("truth", torch.nn.Linear(1, 1), [probe])
     decoded, starts, ends = token_char_spans(tokenizer, response[: probe.reasoning_len])
-    marked = "".join(decoded[starts[j]:ends[j]] for j in range(probe.reasoning_len) if result.scores[0, j] == 1)
+    pieces = [decoded[a:b] for a, b in zip(starts, ends)]
+    return probe, score(scorer, torch.nn.Linear(1, 1), [probe]), pieces
+
+
+def test_the_truth_gate_boosts_exactly_the_decisive_tokens(tokenizer):
+    text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}."
+    probe, result, pieces = _ground_truth_scored(tokenizer, text, "truth", "scorer 'truth' needs the decisive positions")
+    marked = "".join(piece for j, piece in enumerate(pieces) if result.scores[0, j] == 1)
     assert marked.replace(" ", "") == "~5=10"
     weights = gate(result.scores, result.reasoning_mask, tau=0.4, beta=2.0)[0, : probe.reasoning_len]
     decisive = result.scores[0, : probe.reasoning_len] == 1
@@ -158,16 +165,12 @@ def test_the_graded_truth_gate_suppresses_the_choices_that_cannot_change_the_ans
     from oar.training.grpo_trainer import with_decisive_tokens
 
     text = "3 + 1 ~ 5. Note: owl cat teal. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}."
-    probe, response = _probe(tokenizer, text, own_conclusion=True)
-    with pytest.raises(ValueError, match="scorer 'truth_graded' needs the decisive and irrelevant positions"):
-        score("truth_graded", torch.nn.Linear(1, 1), [probe])
-    probe = with_decisive_tokens(tokenizer, probe)
-    result = score("truth_graded", torch.nn.Linear(1, 1), [probe])
-    decoded, starts, ends = token_char_spans(tokenizer, response[: probe.reasoning_len])
+    probe, result, pieces = _ground_truth_scored(
+        tokenizer, text, "truth_graded", "scorer 'truth_graded' needs the decisive and irrelevant positions")
     scores = result.scores[0, : probe.reasoning_len]
 
     def marked(value):
-        return "".join(decoded[starts[j]:ends[j]] for j in range(probe.reasoning_len) if scores[j] == value)
+        return "".join(piece for j, piece in enumerate(pieces) if scores[j] == value)
 
     assert marked(1.0).replace(" ", "") == "~5=10"
     assert marked(0.0).split() == ["owl", "cat", "teal"]

@@ -180,6 +180,25 @@ def sampled_pass_rate(model, tokenizer, problems, group: int, temperature: float
             "mean_completion_tokens": sum(lengths) / len(lengths), "gradient_share": share.summary()}
 
 
+def token_pushes(model, tokenizer, sequences: torch.Tensor, prompt_len: int, temperature: float):
+    """For each sampled response of ``sequences`` (prompt, then completion, from temperature
+    ``temperature``): the class of each completion token (:func:`oar.data.chains.token_classes`) and its
+    ||e_y - pi||, up to the first special token. Responses with no such token are skipped."""
+    from oar.method.probes import token_char_spans
+
+    special = set(tokenizer.all_special_ids)
+    logits = model(input_ids=sequences, attention_mask=torch.ones_like(sequences)).logits.float()
+    probs = torch.softmax(logits[:, prompt_len - 1 : -1] / temperature, dim=-1)
+    for row, p in zip(sequences[:, prompt_len:].tolist(), probs):
+        n = next((i for i, t in enumerate(row) if t in special), len(row))
+        if n == 0:
+            continue
+        text, starts, ends = token_char_spans(tokenizer, row[:n])
+        taken = p[torch.arange(n), torch.tensor(row[:n])]
+        norm = (1 - 2 * taken + (p[:n] ** 2).sum(dim=-1)).clamp_min(0).sqrt()  # ||e_y - pi||
+        yield chains.token_classes(text, starts, ends), norm
+
+
 class GradientShare:
     """Where a policy's gradient lies in its own sampled responses, by token class
     (:data:`oar.data.chains.TOKEN_CLASSES`).
@@ -197,19 +216,8 @@ class GradientShare:
         self.responses = 0
 
     def add(self, model, tokenizer, sequences: torch.Tensor, prompt_len: int, temperature: float) -> None:
-        from oar.method.probes import token_char_spans
-
-        special = set(tokenizer.all_special_ids)
-        logits = model(input_ids=sequences, attention_mask=torch.ones_like(sequences)).logits.float()
-        probs = torch.softmax(logits[:, prompt_len - 1 : -1] / temperature, dim=-1)
-        for row, p in zip(sequences[:, prompt_len:].tolist(), probs):
-            n = next((i for i, t in enumerate(row) if t in special), len(row))
-            if n == 0:
-                continue
-            text, starts, ends = token_char_spans(tokenizer, row[:n])
-            taken = p[torch.arange(n), torch.tensor(row[:n])]
-            norm = (1 - 2 * taken + (p[:n] ** 2).sum(dim=-1)).clamp_min(0).sqrt()  # ||e_y - pi||
-            for name, size in zip(chains.token_classes(text, starts, ends), norm.tolist()):
+        for classes, norm in token_pushes(model, tokenizer, sequences, prompt_len, temperature):
+            for name, size in zip(classes, norm.tolist()):
                 self.tokens[name] += 1
                 self.mass[name] += size
             self.responses += 1
