@@ -128,6 +128,10 @@ def table_inputs(wildcards):
             "summaries": [f"{R}/models/{m}.summary.json" for m in REG.chain_models()]
         },
         "paired_differences": {"differences": rules.paired_analysis.output.differences},
+        "decisive": {
+            "differences": rules.paired_analysis.output.differences,
+            "outcomes": rules.paired_analysis.output.outcomes,
+        },
         "length_sweep": {
             "outcomes": rules.paired_analysis.output.outcomes,
             "accuracy": rules.paired_analysis.input.accuracy,

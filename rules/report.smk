@@ -38,6 +38,9 @@ rule table:
         # the declared primary comparisons (Holm over them) and the comparison tests this config does not run
         primary=REG.primary,
         not_run=REG.comparisons_not_run(),
+        # the decisive reading's levels: each main chain policy's remarks and note words per step
+        levels=REG.distractor_levels(),
+        baseline=REG.paired["baseline"],
     script:
         "../workflow_scripts/tables.py"
 
@@ -139,7 +142,7 @@ rule cost:
 
 rule paired_differences:
     input:
-        table_files("paired_differences", "length_sweep"),
+        table_files("paired_differences", "length_sweep", "decisive"),
         figure_files("main_comparison", "length_sweep"),
 
 

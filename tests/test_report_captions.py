@@ -61,7 +61,7 @@ def test_figure_captions_follow_the_config():
 
 @pytest.mark.parametrize("name", ["main_table", "ablation_gating", "ablation_grid", "ablation_probe", "controls",
                                   "causal_recall", "fidelity", "cost", "paired_differences",
-                                  "length_sweep"])
+                                  "length_sweep", "decisive"])
 def test_every_table_caption_renders_without_docutils_warnings(name):
     html = render("table.rst", resolved(ROOT / "config" / "paper.yaml"), name)
     assert f"Table {name}." not in html and len(html) > 100

@@ -59,13 +59,16 @@ def test_pretrained_policies_carry_their_report(workflow):
 def test_paired_differences_pair_every_seed_per_model(workflow):
     results = workflow / "results"
     outcomes = pd.read_csv(results / "analysis" / "paired" / "outcomes.csv")
-    assert len(outcomes) == 2 * 2 * 2  # models x methods x seeds
+    # seeds x (chain_a: GRPO, OAR-G, truth gate; chain_b: those and the graded truth gate, which on chain_a,
+    # without remarks, would be the truth gate's run twice)
+    assert len(outcomes) == 2 * (3 + 4)
+    assert set(outcomes[outcomes["model"] == "chain_a"]["method"]) == {"grpo", "oar_g", "truth"}
     assert set(outcomes["steps"]) == {3}
     diffs = pd.read_csv(results / "analysis" / "paired" / "differences.csv")
-    assert set(diffs["model"]) == {"chain_a", "chain_b"} and set(diffs["method"]) == {"oar_g"}
-    assert set(diffs["n_seeds"]) == {2} and len(diffs) == 2 * 3  # models x metrics
+    assert set(diffs["model"]) == {"chain_a", "chain_b"} and set(diffs["method"]) == {"oar_g", "truth", "truth_graded"}
+    assert set(diffs["n_seeds"]) == {2} and len(diffs) == (2 + 3) * 3  # model-arms x metrics
     for _, d in diffs.iterrows():
-        own = outcomes[(outcomes["model"] == d["model"]) & (outcomes["method"] == "oar_g")].set_index("seed")
+        own = outcomes[(outcomes["model"] == d["model"]) & (outcomes["method"] == d["method"])].set_index("seed")
         base = outcomes[(outcomes["model"] == d["model"]) & (outcomes["method"] == "grpo")].set_index("seed")
         if d["metric"] == "steps_to_threshold":  # censored: counts that reached it, no mean difference
             assert d["method_reached"] == own["reached"].sum() and d["baseline_reached"] == base["reached"].sum()
@@ -80,6 +83,24 @@ def test_paired_differences_pair_every_seed_per_model(workflow):
         assert sweep.loc[(model, method), "accuracy"] == pytest.approx(100 * g["final_accuracy"].mean())
         assert sweep.loc[(model, method), "reached"] == g["reached"].sum()
     assert "| Base model |" in (results / "tables" / "length_sweep.md").read_text()
+
+
+def test_the_decisive_reading_reads_each_level_against_its_truth_gates(workflow):
+    results = workflow / "results"
+    diffs = pd.read_csv(results / "analysis" / "paired" / "differences.csv")
+    table = pd.read_csv(results / "tables" / "decisive.csv")
+    levels = table[table["kind"] == "level"].set_index(["model", "method"])
+    assert set(levels.index) == {(m, a) for m, a in zip(diffs["model"], diffs["method"])}
+    for (model, method), r in levels.iterrows():
+        d = diffs[(diffs["model"] == model) & (diffs["method"] == method) & (diffs["metric"] == "final_accuracy")]
+        assert r["diff_mean"] == pytest.approx(float(d["diff_mean"].iloc[0]))
+    assert levels.loc[("chain_a", "oar_g"), "upper_bound"] == "truth"
+    trends = table[table["kind"] == "trend"].set_index("method")
+    assert set(trends.index) == {"oar_g", "truth", "truth_graded"}
+    assert (trends["low"] == "chain_a").all() and (trends["high"] == "chain_b").all()
+    md = (results / "tables" / "decisive.md").read_text()
+    assert md.startswith("## The decisive reading") and "chain_b (1 remark a step)" in md
+    assert "The graded truth gate is not run on chain_a" in md
 
 
 def test_recall_is_scored_against_the_parsed_decisive_tokens(workflow):

@@ -48,6 +48,13 @@ def build(smk):
         return tables.paired_table(pd.read_csv(smk.input.differences),
                                    tables.threshold_rule(p.reward_threshold, p.reward_gain),
                                    primary=p.primary, not_run=p.not_run)
+    if name == "decisive":
+        from oar.analysis import decisive
+
+        metric = (p.primary or {}).get("metric", "final_accuracy")
+        return tables.decisive_table(
+            decisive.level_readings(pd.read_csv(smk.input.differences), p.levels, metric),
+            decisive.level_trends(pd.read_csv(smk.input.outcomes), p.levels, p.baseline, metric), p.baseline)
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]

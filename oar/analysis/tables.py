@@ -599,6 +599,7 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
                              "primary" if primary_row else "secondary (exploratory)",
                              fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]) + (" *" if r["decided"] else ""),
                              fmt_p(r.get("p")), fmt_p(r.get("p_holm")) if primary_row else "–",
+                             _holm_interval(r) if primary_row else "–",
                              fmt_num(r.get("sd_diff"), 1, 100.0), mde_cell, int(r["n_seeds"]), int(r["wins"])])
             s = m[m["metric"] == "steps_to_threshold"]
             if len(s):
@@ -608,8 +609,8 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
                                   f"{_steps_cell(r['method_mean'], steps)} vs {_steps_cell(r['baseline_mean'], steps)}",
                                   f"{fmt_num(r['method_rmst'], 1)} vs {fmt_num(r['baseline_rmst'], 1)}"])
         parts.append(f"\n### {model}: each method minus {base}{_threshold_of(g, model)}\n\n" + markdown_table(
-            ["Method", "metric", "comparison", "difference, points [95%]", "p", "Holm p", "SD of differences",
-             "MDE 80% (Holm)", "seeds", "wins"], rows, align="lllrrrrrrr"))
+            ["Method", "metric", "comparison", "difference, points [95%]", "p", "Holm p", "interval at Holm's level",
+             "SD of differences", "MDE 80% (Holm)", "seeds", "wins"], rows, align="lllrrrrrrrr"))
         if step_rows:
             parts.append(f"\nSteps to threshold (censored; method vs {base}):\n\n" + markdown_table(
                 ["Method", "reached", "Kaplan-Meier median steps", "restricted mean steps"], step_rows))
@@ -628,7 +629,10 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
         parts.append(f"\n{name}: not run (the config runs no such group).\n")
     parts.append("\nDifference: mean over paired seeds with its 95% t-interval; the same seed means the same training "
                  "prompts and first rollouts for every method. `*`: the interval excludes 0. p: two-sided paired "
-                 "t-test. Secondary rows are exploratory: raw p, no correction. SD of differences: SD of the "
+                 "t-test. Secondary rows are exploratory: raw p, no correction. Interval at Holm's level: the "
+                 "t-interval at Holm's strictest level, 1 - 5% / family size (Bonferroni's, simultaneous over the "
+                 "family; a primary comparison whose Holm p is below 5% can still have one that touches 0, as Holm "
+                 "tests the larger p-values at looser levels). SD of differences: SD of the "
                  "per-seed paired differences. MDE 80%: the smallest true difference a paired t-test at two-sided "
                  "5% finds with 80% power at that SD, (t(0.975, n-1) + t(0.8, n-1)) x SD / sqrt(n); in brackets, "
                  "at Holm's strictest level (5% / family size). Final accuracy: held-out accuracy after training. "
@@ -639,6 +643,13 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
                  "the restricted mean steps (area under the Kaplan-Meier curve up to the last step); no "
                  "t-interval.\n")
     return d.drop(columns=["label"]), "".join(parts)
+
+
+def _holm_interval(r: Mapping[str, Any]) -> str:
+    low, high = r.get("ci_low_holm", math.nan), r.get("ci_high_holm", math.nan)
+    if _isnan(low) or _isnan(high):
+        return "–"
+    return f"[{fmt_num(low, 1, 100.0)}, {fmt_num(high, 1, 100.0)}]"
 
 
 PAIRED_METRICS_SHORT = {"final_accuracy": "final accuracy", "reward_auc": "reward AUC",
@@ -698,6 +709,58 @@ def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
             "t-interval on censored steps. Each method minus GRPO over paired seeds, with p-values and the "
             "minimum detectable effect: the paired differences table.\n")
     return frame, md
+
+
+def decisive_table(readings: pd.DataFrame, trends: pd.DataFrame, baseline: str = "grpo") -> tuple[pd.DataFrame, str]:
+    """The decisive run read by its rules (:mod:`oar.analysis.decisive`): per distractor level, each arm
+    minus the baseline with the raw and Holm-level intervals, Holm p, the MDE, its share of the better
+    truth gate's gain and the reading; then each arm's change from the lowest level to the highest."""
+    from oar.analysis.decisive import TRUTH_GATES
+
+    base = METHOD_NAMES.get(baseline, baseline)
+    rows = []
+    for r in readings.to_dict("records"):
+        share = "–" if _isnan(r["share_of_upper_bound"]) else f"{100 * r['share_of_upper_bound']:.0f}%"
+        primary = r["role"] == "primary"
+        rows.append([f"{r['model']} ({r['level']})", METHOD_NAMES.get(r["method"], r["method"]),
+                     "primary" if primary else "secondary",
+                     fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]) + (" *" if r["beats"] else ""),
+                     _holm_interval(r) if primary else "–", fmt_p(r["p_holm"] if primary else r["p"]),
+                     fmt_num(r["mde_holm"] if primary else r["mde"], 1, 100.0), int(r["n_seeds"]), share,
+                     r["reading"]])
+    parts = ["## The decisive reading\n\n", f"Each arm minus {base} per distractor level (final accuracy, points):\n\n",
+             markdown_table(["Level", "Method", "comparison", "difference [95%]", "interval at Holm's level",
+                             "p (Holm for primary)", "MDE 80% (Holm for primary)", "seeds",
+                             "share of the truth gate's gain", "reading"], rows, align="lllrrrrrrl")]
+    by_model = readings.groupby("model", sort=False)["method"].agg(set)
+    without_graded = [m for m, methods in by_model.items() if "truth" in methods and "truth_graded" not in methods]
+    if without_graded:
+        parts.append(f"\nThe graded truth gate is not run on {', '.join(without_graded)}: its policy writes no words "
+                     "that cannot change the answer, so its weights equal the truth gate's.\n")
+    if len(trends):
+        trow = [[METHOD_NAMES.get(r["method"], r["method"]), f"{100 * r['at_low']:.1f} ({r['seeds_low']})",
+                 f"{100 * r['at_high']:.1f} ({r['seeds_high']})",
+                 fmt_cell(r["change"], r["ci_low"], r["ci_high"]) + (" *" if r["grows"] else ""), fmt_p(r["p"])]
+                for r in trends.to_dict("records")]
+        t0 = trends.iloc[0]
+        parts.append(f"\nChange with the distractor level, {t0['low']} ({t0['low_level']}) to {t0['high']} "
+                     f"({t0['high_level']}): each arm minus {base} at each level (seeds), and the change with "
+                     "Welch's 95% interval (the levels are different policies; at the lowest level the truth "
+                     "gate stands for the graded one where that is not run):\n\n"
+                     + markdown_table(["Method", "at the lowest level", "at the highest level", "change [95%]", "p"],
+                                      trow, align="lrrrr"))
+    else:
+        parts.append("\nOne distractor level run: no change with the level to read.\n")
+    parts.append(
+        f"\nRules fixed before the runs. A truth gate scores the parsed decisive tokens through the paper's gate: "
+        f"the best a scorer could do through it. Where the better truth gate does not beat {base}, reshaping "
+        f"through the gate does not help at that level by more than the MDE, and a scorer's difference there says "
+        f"nothing about its scoring. Where a truth gate wins and a scorer does not, that scorer fails. Share: the "
+        f"scorer's mean difference over the better truth gate's, where that gate wins. Beats: Holm p below 5% "
+        f"with a positive mean for a primary comparison (`analysis.primary`), the raw interval above 0 otherwise "
+        f"(`*`). A truth gate's gain that grows with the level is the paper's mechanism holding where its premise "
+        f"does. Interval at Holm's level and MDE: as in the paired differences table.\n")
+    return pd.concat([readings.assign(kind="level"), trends.assign(kind="trend")], ignore_index=True), "".join(parts)
 
 
 def write_table(frame: pd.DataFrame, markdown: str, csv_path: str | os.PathLike, md_path: str | os.PathLike) -> None:

@@ -154,6 +154,25 @@ class Registry:
                     **(spec.get("pretrain") or {})}
         return json.dumps(settings, sort_keys=True)
 
+    def graded_equals_truth(self, model: str, method: str) -> bool:
+        """Whether ``method`` is the graded truth gate on a chain policy that writes no words that cannot
+        change the answer (no remarks, no notes): its weights then equal the truth gate's, so the run
+        would be the truth gate's run twice and is not planned (the tables say so)."""
+        spec = self.config["models"][model]
+        if method != "truth_graded" or spec["source"] != "chain":
+            return False
+        pretrain = spec.get("pretrain") or {}
+        return not pretrain.get("filler", 0) and not pretrain.get("distractors", 0)
+
+    def distractor_level(self, model: str) -> dict | None:
+        """A chain policy's reward-irrelevant text per step (``filler`` remarks, ``distractors`` words a
+        note); None for other sources."""
+        spec = self.config["models"][model]
+        if spec["source"] != "chain":
+            return None
+        pretrain = spec.get("pretrain") or {}
+        return {"filler": int(pretrain.get("filler", 0)), "distractors": int(pretrain.get("distractors", 0))}
+
     def data_file(self, name: str) -> str:
         return f"{self.results}/data/{name}.jsonl"
 
@@ -266,6 +285,12 @@ class Registry:
                 raise ConfigError(f"runs.{group}.methods",
                                   f"method {truth[0]!r} scores the decisive tokens parsed from the chain task's responses; "
                                   f"training.dataset {config['training']['dataset']!r} has none to parse")
+            models = self._group_models(config["runs"][group])
+            if "truth_graded" in truth and all(self.graded_equals_truth(m, "truth_graded") for m in models):
+                raise ConfigError(f"runs.{group}.methods",
+                                  f"'truth_graded' on {models}: these policies write no remarks or notes, so its "
+                                  "weights equal the truth gate's; run 'truth', or a policy with "
+                                  "models.<name>.pretrain.filler or .distractors above 0")
         for name, spec in config["models"].items():
             if spec["source"] != "chain" or steps is None:
                 continue
@@ -338,7 +363,8 @@ class Registry:
             default_tau = float(self.oar_settings(model)["tau"])
             for seed in self._group_seeds(spec):
                 if group in ("main", "controls"):
-                    out += [self.run_settings(model, m, seed) for m in spec["methods"]]
+                    out += [self.run_settings(model, m, seed) for m in spec["methods"]
+                            if not self.graded_equals_truth(model, m)]
                 elif group == "gating":
                     # the training tau is the bi-level arm beside boost-only and suppress-only
                     taus = sorted({float(t) for t in spec["taus"]} | {default_tau})
@@ -463,6 +489,16 @@ class Registry:
         fillers = {(spec.get("pretrain") or {}).get("filler", 0) for spec in specs}
         return len(models) >= 2 and all(spec["source"] == "chain" for spec in specs) and len(fillers) == len(models)
 
+    def has_truth_gate(self) -> bool:
+        """Whether runs.main runs a truth gate beside the baseline (the decisive reading then has an
+        upper bound to read the scorers against)."""
+        return any(self.runs[r]["method"] in ("truth", "truth_graded") for r in self.groups["main"])
+
+    def distractor_levels(self) -> dict[str, dict]:
+        """The main group's chain policies -> their reward-irrelevant text per step (the decisive
+        reading's levels)."""
+        return {m: self.distractor_level(m) for m in self.paired_models() if self.distractor_level(m) is not None}
+
     def chain_models(self) -> list[str]:
         """Models pretrained on the chain task (their pretraining check measures the gradient share)."""
         return [m for m in self.model_names() if self.config["models"][m]["source"] == "chain"]
@@ -476,6 +512,8 @@ class Registry:
             names.append("paired_differences")
             if self.is_length_sweep():
                 names.append("length_sweep")
+            if self.has_truth_gate():
+                names.append("decisive")
         names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
         if self.chain_models():
             names.append("gradient_share")

@@ -1,0 +1,144 @@
+"""The decisive run's reading, by rules fixed before its runs.
+
+The truth gates score the parsed decisive tokens (``truth``: 1, the rest 0; ``truth_graded``: also the
+words that cannot change the answer at 0) through the paper's gate: the best a scorer could do through
+it. The run has policies at several distractor levels (words a note, remarks a step). Per level:
+
+1. The better truth gate does not beat the baseline (GRPO): reshaping through this gate does not help at
+   this level by more than the design can see (its MDE), and no scorer's difference there says anything
+   about its scoring.
+2. A truth gate beats the baseline and a scorer does not: that scorer fails where an upper bound exists.
+   Each scorer's gain is also given as a share of the better truth gate's gain.
+3. Across levels: each arm's change in (arm minus baseline) from the lowest level to the highest. A truth
+   gate's gain that grows with the distractor level is the paper's mechanism holding where its premise does.
+
+"Beats" means: for a declared primary comparison (``analysis.primary``), Holm's adjusted p below 5% with a
+positive mean difference; for any other, the raw 95% interval above 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+TRUTH_GATES = ("truth_graded", "truth")
+ALPHA = 0.05
+
+
+def _beats(row: Mapping[str, Any]) -> bool:
+    if row.get("role") == "primary" and not math.isnan(float(row.get("p_holm", math.nan))):
+        return float(row["p_holm"]) < ALPHA and float(row["diff_mean"]) > 0
+    return float(row["ci_low"]) > 0
+
+
+def level_key(level: Mapping[str, int] | None) -> tuple[int, int]:
+    """Order of distractor levels: words a note, then remarks a step."""
+    level = level or {}
+    return int(level.get("distractors", 0)), int(level.get("filler", 0))
+
+
+def level_label(level: Mapping[str, int] | None) -> str:
+    level = level or {}
+    parts = []
+    words, remarks = int(level.get("distractors", 0)), int(level.get("filler", 0))
+    if words:
+        parts.append(f"{words} word{'s' if words > 1 else ''} a note")
+    if remarks:
+        parts.append(f"{remarks} remark{'s' if remarks > 1 else ''} a step")
+    return ", ".join(parts) or "no distractors"
+
+
+def level_readings(differences: pd.DataFrame, levels: Mapping[str, Mapping[str, int] | None],
+                   metric: str = "final_accuracy") -> pd.DataFrame:
+    """Per model (level) and arm on ``metric``: the arm minus the baseline as in ``differences``
+    (:func:`oar.analysis.results.paired_differences`), whether it beats the baseline, the better truth
+    gate of that level (``upper_bound``: the one with the larger mean difference), the arm's share of
+    that gate's gain (nan unless the gate beats the baseline) and the reading by the rules above."""
+    d = differences[differences["metric"] == metric]
+    rows = []
+    for model in sorted(d["model"].unique(), key=lambda m: level_key(levels.get(m))):
+        g = d[d["model"] == model]
+        gates = g[g["method"].isin(TRUTH_GATES)]
+        bound = gates.loc[gates["diff_mean"].idxmax()] if len(gates) else None
+        bound_wins = bound is not None and _beats(bound)
+        for r in g.to_dict("records"):
+            wins = _beats(r)
+            share = (float(r["diff_mean"]) / float(bound["diff_mean"])
+                     if bound_wins and r["method"] not in TRUTH_GATES else math.nan)
+            if r["method"] in TRUTH_GATES:
+                reading = "upper bound: beats the baseline" if wins else "upper bound: does not beat the baseline"
+            elif bound is None:
+                reading = "no truth gate at this level: no upper bound to read it against"
+            elif not bound_wins:
+                reading = "not informative: no truth gate beats the baseline here"
+            else:
+                reading = "recovers part of the upper bound" if wins else "fails where the upper bound wins"
+            rows.append({"model": model, "level": level_label(levels.get(model)),
+                         "distractors": level_key(levels.get(model))[0], "filler": level_key(levels.get(model))[1],
+                         "method": r["method"], "role": r.get("role", "secondary"), "diff_mean": r["diff_mean"],
+                         "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                         "ci_low_holm": r.get("ci_low_holm", math.nan), "ci_high_holm": r.get("ci_high_holm", math.nan),
+                         "p": r["p"], "p_holm": r.get("p_holm", math.nan), "mde": r["mde"],
+                         "mde_holm": r.get("mde_holm", math.nan), "n_seeds": r["n_seeds"], "beats": wins,
+                         "upper_bound": None if bound is None else bound["method"],
+                         "upper_bound_wins": bound_wins, "share_of_upper_bound": share, "reading": reading})
+    return pd.DataFrame(rows)
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Mean of ``a`` minus mean of ``b`` with Welch's 95% t-interval and two-sided p (independent samples:
+    the levels are different policies)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    out = {"diff": float(a.mean() - b.mean()) if len(a) and len(b) else math.nan,
+           "ci_low": math.nan, "ci_high": math.nan, "p": math.nan}
+    if len(a) < 2 or len(b) < 2:
+        return out
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return out
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(stats.t.ppf(1 - ALPHA / 2, df) * se)
+    out.update(ci_low=out["diff"] - half, ci_high=out["diff"] + half,
+               p=float(2 * stats.t.sf(abs(out["diff"]) / se, df)))
+    return out
+
+
+def _paired_by_seed(outcomes: pd.DataFrame, model: str, method: str, baseline: str, metric: str) -> list[float]:
+    m = outcomes[outcomes["model"] == model]
+    arm = m[m["method"] == method].set_index("seed")[metric]
+    base = m[m["method"] == baseline].set_index("seed")[metric]
+    seeds = sorted(set(arm.index) & set(base.index))
+    return [float(arm[s]) - float(base[s]) for s in seeds]
+
+
+def level_trends(outcomes: pd.DataFrame, levels: Mapping[str, Mapping[str, int] | None],
+                 baseline: str = "grpo", metric: str = "final_accuracy") -> pd.DataFrame:
+    """Per arm run at two or more levels: its paired difference from the baseline at the highest level
+    minus that at the lowest (Welch's interval over the two levels' per-seed differences). The graded
+    truth gate is not run where it equals the truth gate (a level without such words); there the truth
+    gate's differences stand for it."""
+    models = sorted(outcomes["model"].unique(), key=lambda m: level_key(levels.get(m)))
+    rows = []
+    if len(models) < 2:
+        return pd.DataFrame(rows)
+    low, high = models[0], models[-1]
+    for method in [m for m in outcomes["method"].unique() if m != baseline]:
+        at_low = _paired_by_seed(outcomes, low, method, baseline, metric)
+        if not at_low and method == "truth_graded":
+            at_low = _paired_by_seed(outcomes, low, "truth", baseline, metric)
+        at_high = _paired_by_seed(outcomes, high, method, baseline, metric)
+        if not at_low or not at_high:
+            continue
+        w = welch(at_high, at_low)
+        rows.append({"method": method, "low": low, "high": high, "low_level": level_label(levels.get(low)),
+                     "high_level": level_label(levels.get(high)), "at_low": float(np.mean(at_low)),
+                     "at_high": float(np.mean(at_high)), "change": w["diff"], "ci_low": w["ci_low"],
+                     "ci_high": w["ci_high"], "p": w["p"], "seeds_low": len(at_low), "seeds_high": len(at_high),
+                     "grows": bool(w["ci_low"] > 0)})
+    return pd.DataFrame(rows)
