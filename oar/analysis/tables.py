@@ -732,8 +732,10 @@ def decisive_table(readings: pd.DataFrame, trends: pd.DataFrame, baseline: str =
              markdown_table(["Level", "Method", "comparison", "difference [95%]", "interval at Holm's level",
                              "p (Holm for primary)", "MDE 80% (Holm for primary)", "seeds",
                              "share of the truth gate's gain", "reading"], rows, align="lllrrrrrrl")]
-    by_model = readings.groupby("model", sort=False)["method"].agg(set)
-    without_graded = [m for m, methods in by_model.items() if "truth" in methods and "truth_graded" not in methods]
+    # the registry does not plan the graded gate on a policy without such words (its run would be the truth gate's)
+    by_model = readings.groupby("model", sort=False)
+    without_graded = [m for m, g in by_model if "truth" in set(g["method"]) and "truth_graded" not in set(g["method"])
+                      and not (g["distractors"] > 0).any() and not (g["filler"] > 0).any()]
     if without_graded:
         parts.append(f"\nThe graded truth gate is not run on {', '.join(without_graded)}: its policy writes no words "
                      "that cannot change the answer, so its weights equal the truth gate's.\n")
