@@ -39,20 +39,21 @@ def _outcomes(gains: dict[str, dict[str, float]], seeds=range(10)) -> pd.DataFra
 
 
 def test_no_truth_gate_win_makes_the_scorers_uninformative_and_a_win_gives_each_a_share():
-    out = _outcomes({"low": {"truth": 0.0, "oar_g": 0.0},
-                     "high": {"truth": 0.02, "truth_graded": 0.06, "oar_g": 0.03, "entropy": 0.0}})
+    out = _outcomes({"low": {"truth": 0.0, "oar_g": 0.0, "oar_p": -0.06},
+                     "high": {"truth": 0.02, "truth_graded": 0.06, "oar_g": 0.03, "entropy": -0.01}})
     readings = decisive.level_readings(paired_differences(out, primary=PRIMARY), LEVELS)
     low = readings[readings["model"] == "low"].set_index("method")
     high = readings[readings["model"] == "high"].set_index("method")
     assert not low.at["truth", "beats"] and low.at["oar_g", "reading"].startswith("not informative")
     assert math.isnan(low.at["oar_g", "share_of_upper_bound"])
+    assert low.at["oar_p", "reading"].startswith("below the baseline")  # a decided loss is read as one
     # the upper bound is the better truth gate of the level, and it wins under Holm
     assert high.at["oar_g", "upper_bound"] == "truth_graded" and high.at["truth_graded", "beats"]
     assert high.at["truth_graded", "p_holm"] < 0.05
     share = high.at["oar_g", "diff_mean"] / high.at["truth_graded", "diff_mean"]
     assert high.at["oar_g", "share_of_upper_bound"] == pytest.approx(share) and 0.3 < share < 0.7
     assert high.at["oar_g", "reading"] == "recovers part of the upper bound"
-    assert high.at["entropy", "reading"] == "fails where the upper bound wins"  # secondary: raw interval spans 0
+    assert high.at["entropy", "reading"] == "fails where the upper bound wins"  # secondary, not above 0
     # levels are ordered by their distractors, whatever the models are called
     assert list(readings["model"].unique()) == ["low", "high"]
 

@@ -9,6 +9,9 @@ it. The run has policies at several distractor levels (words a note, remarks a s
    about its scoring.
 2. A truth gate beats the baseline and a scorer does not: that scorer fails where an upper bound exists.
    Each scorer's gain is also given as a share of the better truth gate's gain.
+
+Beside these rules, a scorer decided *below* the baseline at a level where no truth gate beats it is read
+as what it is: its scores cost accuracy that right scores through the same gate do not.
 3. Across levels: each arm's change in (arm minus baseline) from the lowest level to the highest. A truth
    gate's gain that grows with the distractor level is the paper's mechanism holding where its premise does.
 
@@ -30,10 +33,15 @@ TRUTH_GATES = ("truth_graded", "truth")
 ALPHA = 0.05
 
 
-def _beats(row: Mapping[str, Any]) -> bool:
+def _decided(row: Mapping[str, Any], sign: int) -> bool:
+    """Whether the arm is decided above (sign 1) or below (sign -1) the baseline."""
     if row.get("role") == "primary" and not math.isnan(float(row.get("p_holm", math.nan))):
-        return float(row["p_holm"]) < ALPHA and float(row["diff_mean"]) > 0
-    return float(row["ci_low"]) > 0
+        return float(row["p_holm"]) < ALPHA and sign * float(row["diff_mean"]) > 0
+    return float(row["ci_low"]) > 0 if sign > 0 else float(row["ci_high"]) < 0
+
+
+def _beats(row: Mapping[str, Any]) -> bool:
+    return _decided(row, 1)
 
 
 def level_key(level: Mapping[str, int] | None) -> tuple[int, int]:
@@ -75,7 +83,10 @@ def level_readings(differences: pd.DataFrame, levels: Mapping[str, Mapping[str, 
             elif bound is None:
                 reading = "no truth gate at this level: no upper bound to read it against"
             elif not bound_wins:
-                reading = "not informative: no truth gate beats the baseline here"
+                # the rules say nothing of a scorer where right scores do not help; a decided loss is still
+                # a finding: its scores cost accuracy that right scores through the same gate do not
+                reading = ("below the baseline, where no truth gate is: its scores cost accuracy"
+                           if _decided(r, -1) else "not informative: no truth gate beats the baseline here")
             else:
                 reading = "recovers part of the upper bound" if wins else "fails where the upper bound wins"
             rows.append({"model": model, "level": level_label(levels.get(model)),
