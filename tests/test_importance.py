@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -6,6 +8,8 @@ import torch.nn.functional as F
 from oar.method.importance import SCORERS, ScorerConfig, forward_equivalents, score
 from oar.method.probes import CONCLUDE_TEXT, Probe, build_probes, divergence, outcome_from_logits, pad_token_id, probes_from_padded
 from oar.models.tiny import build_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -534,3 +538,35 @@ def test_gradient_scorers_leave_the_parameters_gradients_alone_with_the_prompt_c
         p.grad = None
     score("oar_g", model, probes, ScorerConfig(chunk_tokens=40))
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_heldout_scoring_draws_each_responses_random_scores_apart(tiny_model_dir, tmp_path):
+    """score_heldout.py scores one response per call; with one seed for every call, each response of the
+    same length got the same random ranking of positions, so the random control's recall measured one
+    fixed ranking. Each response now draws its own scores from (seed, index), reproducibly."""
+    import importlib.util
+    import json
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tokenizer("What is 2 + 2?", add_special_tokens=False)["input_ids"]
+    response = tokenizer("We add two and two to get four. The answer is \\boxed{4}",
+                         add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps({"index": i, "prompt_ids": prompt, "response_ids": response}) + "\n"
+                                 for i in range(2)))
+    spec = importlib.util.spec_from_file_location("score_heldout", ROOT / "workflow_scripts" / "score_heldout.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def scores(name):
+        out = tmp_path / name
+        script.main(["--model", str(tiny_model_dir), "--responses", str(responses), "--scorer", "random",
+                     "--scores", str(out), "--seed", "3"])
+        return [json.loads(line)["scores"] for line in out.read_text().splitlines()]
+
+    first, again = scores("a.jsonl"), scores("b.jsonl")
+    assert len(first[0]) == len(first[1]) > 3
+    assert first[0] != first[1]  # the same response twice: two draws
+    assert first == again  # reproducible

@@ -10,6 +10,7 @@ One JSON line per response: ``index``, ``scores`` (one per reasoning token, from
 ``oar.method.importance.score``), whether the outcome fell back to LT-Logits, and the scoring time.
 """
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -35,7 +36,8 @@ def parse_args(argv):
     p.add_argument("--chunk-tokens", type=int, default=512, help="token budget of one scoring forward")
     p.add_argument("--span-tokens", type=int, default=1,
                    help="OAR-P substitutes this many consecutive reasoning tokens at once (1: exact OAR-P)")
-    p.add_argument("--seed", type=int, default=0, help="seed of OAR-G's noise and the random scorer")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of OAR-G's noise and the random scorer (each response draws its own from it)")
     return p.parse_args(argv)
 
 
@@ -56,7 +58,10 @@ def main(argv=None):
     total = 0.0
     for row, probe in zip(rows, probes):
         started = time.perf_counter()
-        result = score(args.scorer, model, [probe], config)
+        # each response its own draw of the random scores and OAR-G's noise (one seed for all would give
+        # every response of a fixed layout the same random ranking of positions), reproducible per index
+        seeded = dataclasses.replace(config, seed=args.seed * 1_000_003 + int(row["index"]))
+        result = score(args.scorer, model, [probe], seeded)
         wall = time.perf_counter() - started
         total += wall
         out.append({"index": row["index"], "reasoning_len": probe.reasoning_len,
