@@ -9,11 +9,11 @@ it. The run has policies at several distractor levels (words a note, remarks a s
    about its scoring.
 2. A truth gate beats the baseline and a scorer does not: that scorer fails where an upper bound exists.
    Each scorer's gain is also given as a share of the better truth gate's gain.
+3. Across levels: each arm's change in (arm minus baseline) from the lowest level to the highest. A truth
+   gate's gain that grows with the distractor level is the paper's mechanism holding where its premise does.
 
 Beside these rules, a scorer decided *below* the baseline at a level where no truth gate beats it is read
 as what it is: its scores cost accuracy that right scores through the same gate do not.
-3. Across levels: each arm's change in (arm minus baseline) from the lowest level to the highest. A truth
-   gate's gain that grows with the distractor level is the paper's mechanism holding where its premise does.
 
 "Beats" means: for a declared primary comparison (``analysis.primary``), Holm's adjusted p below 5% with a
 positive mean difference; for any other, the raw 95% interval above 0.
@@ -22,15 +22,15 @@ positive mean difference; for any other, the raw 95% interval above 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from oar.analysis.statistics import ALPHA, welch
 
 TRUTH_GATES = ("truth_graded", "truth")
-ALPHA = 0.05
 
 
 def _decided(row: Mapping[str, Any], sign: int) -> bool:
@@ -74,6 +74,7 @@ def level_readings(differences: pd.DataFrame, levels: Mapping[str, Mapping[str, 
         gates = g[g["method"].isin(TRUTH_GATES)]
         bound = gates.loc[gates["diff_mean"].idxmax()] if len(gates) else None
         bound_wins = bound is not None and _beats(bound)
+        words, remarks = level_key(levels.get(model))
         for r in g.to_dict("records"):
             wins = _beats(r)
             share = (float(r["diff_mean"]) / float(bound["diff_mean"])
@@ -90,7 +91,7 @@ def level_readings(differences: pd.DataFrame, levels: Mapping[str, Mapping[str, 
             else:
                 reading = "recovers part of the upper bound" if wins else "fails where the upper bound wins"
             rows.append({"model": model, "level": level_label(levels.get(model)),
-                         "distractors": level_key(levels.get(model))[0], "filler": level_key(levels.get(model))[1],
+                         "distractors": words, "filler": remarks,
                          "method": r["method"], "role": r.get("role", "secondary"), "diff_mean": r["diff_mean"],
                          "ci_low": r["ci_low"], "ci_high": r["ci_high"],
                          "ci_low_holm": r.get("ci_low_holm", math.nan), "ci_high_holm": r.get("ci_high_holm", math.nan),
@@ -99,25 +100,6 @@ def level_readings(differences: pd.DataFrame, levels: Mapping[str, Mapping[str, 
                          "upper_bound": None if bound is None else bound["method"],
                          "upper_bound_wins": bound_wins, "share_of_upper_bound": share, "reading": reading})
     return pd.DataFrame(rows)
-
-
-def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
-    """Mean of ``a`` minus mean of ``b`` with Welch's 95% t-interval and two-sided p (independent samples:
-    the levels are different policies)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    out = {"diff": float(a.mean() - b.mean()) if len(a) and len(b) else math.nan,
-           "ci_low": math.nan, "ci_high": math.nan, "p": math.nan}
-    if len(a) < 2 or len(b) < 2:
-        return out
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return out
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = float(stats.t.ppf(1 - ALPHA / 2, df) * se)
-    out.update(ci_low=out["diff"] - half, ci_high=out["diff"] + half,
-               p=float(2 * stats.t.sf(abs(out["diff"]) / se, df)))
-    return out
 
 
 def _paired_by_seed(outcomes: pd.DataFrame, model: str, method: str, baseline: str, metric: str) -> list[float]:

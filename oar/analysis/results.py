@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from oar.analysis.statistics import binomial_se, holm, holm_alpha, kaplan_meier, paired_t
+from oar.analysis.statistics import binomial_se, holm, holm_alpha, kaplan_meier, paired_t, t_half_width
 
 META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
 CURVE_METRICS = (
@@ -393,7 +393,6 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
                 else:
                     d = [float(g.at[s, metric]) - float(base.at[s, metric]) for s in seeds]
                     t = paired_t(d)
-                    row["_differences"] = d
                     row.update(diff_mean=t["mean"], ci_low=t["ci_low"], ci_high=t["ci_high"], p=t["p"],
                                sd_diff=t["sd"], mde=t["mde"], wins=sum(x > 0 for x in d),
                                method_mean=float(g.loc[seeds, metric].mean()),
@@ -414,11 +413,11 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
                          for sd, n, x in zip(frame["sd_diff"], frame["n_seeds"], is_primary)]
     frame["family_size"] = [family if x else math.nan for x in is_primary]
     # beside the raw interval, the one at Holm's strictest level (Bonferroni's: simultaneous over the family)
-    holm_ci = [paired_t(d, confidence=1 - holm_alpha(family)) if x else {} for d, x in
-               zip(frame["_differences"], is_primary)]
-    frame["ci_low_holm"] = [c.get("ci_low", math.nan) for c in holm_ci]
-    frame["ci_high_holm"] = [c.get("ci_high", math.nan) for c in holm_ci]
-    return frame.drop(columns="_differences")
+    half = [t_half_width(sd, n, 1 - holm_alpha(family)) if x else math.nan
+            for sd, n, x in zip(frame["sd_diff"], frame["n_seeds"], is_primary)]
+    frame["ci_low_holm"] = frame["diff_mean"] - half
+    frame["ci_high_holm"] = frame["diff_mean"] + half
+    return frame
 
 
 # ------------------------------------------------------------------------------------ credit curves

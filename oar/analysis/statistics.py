@@ -10,6 +10,7 @@ tables (``oar.analysis.tables``) and the tests can check them against a direct c
 - :func:`mde`: the smallest true mean difference a paired t-test finds with 80% power.
 - :func:`binomial_se`: a run's evaluation (sampling) noise, beside the seed-to-seed SD.
 - :func:`kaplan_meier`: steps to a threshold where some runs never reach it (right-censored).
+- :func:`welch`: the difference of two independent groups' means (Welch's t-test).
 - :func:`blocked_trend`: the slope of accuracy on a reshaping strength with each seed as a block.
 """
 
@@ -39,6 +40,13 @@ def mde(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
     return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * sd / math.sqrt(n))
 
 
+def t_half_width(sd: float, n: int, confidence: float = 0.95) -> float:
+    """Half-width of the t-interval of a mean of ``n`` values with standard deviation ``sd``."""
+    if n < 2 or sd is None or math.isnan(sd):
+        return math.nan
+    return float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
+
+
 def paired_t(differences: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
     """A paired t-test on per-seed differences (method minus baseline on the same seed): ``n``,
     ``mean``, ``ci_low``/``ci_high`` (t-interval), ``sd`` (of the differences), ``p`` (two-sided, H0:
@@ -52,12 +60,27 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95) -> dict[str
         return out
     sd = float(d.std(ddof=1))
     se = sd / math.sqrt(n)
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * se)
+    half = t_half_width(sd, n, confidence)
     if se > 0:
         p = float(2 * stats.t.sf(abs(out["mean"]) / se, n - 1))
     else:
         p = 0.0 if out["mean"] != 0 else 1.0
     out.update(ci_low=out["mean"] - half, ci_high=out["mean"] + half, sd=sd, p=p, mde=mde(sd, n))
+    return out
+
+
+def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
+    """Mean of ``a`` minus mean of ``b`` for independent samples (e.g. runs of different policies):
+    ``diff``, Welch's t-interval ``ci_low``/``ci_high`` and two-sided ``p`` (nan with fewer than 2 values
+    in a group or no spread)."""
+    a, b = _clean(a), _clean(b)
+    out = {"diff": float(a.mean() - b.mean()) if len(a) and len(b) else math.nan,
+           "ci_low": math.nan, "ci_high": math.nan, "p": math.nan}
+    if len(a) < 2 or len(b) < 2 or (a.var(ddof=1) == 0 and b.var(ddof=1) == 0):
+        return out
+    test = stats.ttest_ind(a, b, equal_var=False)
+    ci = test.confidence_interval(confidence)
+    out.update(ci_low=float(ci.low), ci_high=float(ci.high), p=float(test.pvalue))
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded")
+TRUTH_GATES = ("truth", "truth_graded")  # scorers of the parsed decisive tokens (the chain task's grammar)
 GATED = METHODS[1:]  # methods whose weights come from the bi-level gate
 USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # methods whose scores read an outcome probe
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
@@ -158,11 +159,8 @@ class Registry:
         """Whether ``method`` is the graded truth gate on a chain policy that writes no words that cannot
         change the answer (no remarks, no notes): its weights then equal the truth gate's, so the run
         would be the truth gate's run twice and is not planned (the tables say so)."""
-        spec = self.config["models"][model]
-        if method != "truth_graded" or spec["source"] != "chain":
-            return False
-        pretrain = spec.get("pretrain") or {}
-        return not pretrain.get("filler", 0) and not pretrain.get("distractors", 0)
+        level = self.distractor_level(model) if method == "truth_graded" else None
+        return level is not None and not any(level.values())
 
     def distractor_level(self, model: str) -> dict | None:
         """A chain policy's reward-irrelevant text per step (``filler`` remarks, ``distractors`` words a
@@ -280,7 +278,7 @@ class Registry:
         config = self.config
         steps = chain_steps(config["training"]["dataset"])
         for group in GROUPS:
-            truth = [m for m in config["runs"][group].get("methods", []) if m in ("truth", "truth_graded")]
+            truth = [m for m in config["runs"][group].get("methods", []) if m in TRUTH_GATES]
             if truth and steps is None:
                 raise ConfigError(f"runs.{group}.methods",
                                   f"method {truth[0]!r} scores the decisive tokens parsed from the chain task's responses; "
@@ -492,7 +490,7 @@ class Registry:
     def has_truth_gate(self) -> bool:
         """Whether runs.main runs a truth gate beside the baseline (the decisive reading then has an
         upper bound to read the scorers against)."""
-        return any(self.runs[r]["method"] in ("truth", "truth_graded") for r in self.groups["main"])
+        return any(self.runs[r]["method"] in TRUTH_GATES for r in self.groups["main"])
 
     def distractor_levels(self) -> dict[str, dict]:
         """The main group's chain policies -> their reward-irrelevant text per step (the decisive
