@@ -1,21 +1,24 @@
-"""OAR-P over spans against exact OAR-P on the testbed: fidelity, decisive-token recall and cost.
+"""OAR-P over spans and with a local window against exact OAR-P on the testbed: fidelity, decisive-token
+recall and cost.
 
 Exact OAR-P substitutes one reasoning token at a time and reruns the suffix after it: about R^2 / 2
 token-forwards per response. With ``training.oar.span_tokens`` w it substitutes w consecutive tokens at
 once and gives each the span's divergence: about R^2 / (2 w). This scores the held-out responses of a
 workflow run (sampled at the training temperature from the pretrained chain policy) with exact OAR-P, with
 every width of ``--widths`` and with the reasoning's own sentences as spans (each ends at a ``.`` or a
-line break), and reports per variant:
+line break), and with every window of ``--windows`` (``training.oar.window_tokens`` K: after each
+one-token substitution only K reasoning tokens and the conclusion are recomputed, about R x (K + tail)
+token-forwards), and reports per variant:
 
 - the Spearman correlation of each response's scores with exact OAR-P's (median and mean over responses;
   responses whose variant scores are constant have none and are counted);
 - recall@10% of the parsed decisive tokens (each step's relation and result), as oar.analysis.results
   computes it for the causal-recall table (ties, which spans create, go to the earlier token);
-- the ceiling of any span scorer on the same spans: the Spearman of exact OAR-P's scores max-pooled over
+- the ceiling of any span scorer on the same spans (windows: none, their scores are not tied): the Spearman of exact OAR-P's scores max-pooled over
   each span (constant within a span, as every span score is) with exact OAR-P's own;
 - the cost: tokens run in clean-forward equivalents (``span_forward_equivalents``) and the measured
   scoring time (median over repeats, in this process), both relative to exact;
-- the token-forwards of one response at R = 1,024 and 3,072 reasoning tokens for each width.
+- the token-forwards of one response at R = 1,024 and 3,072 reasoning tokens for each width and window.
 
     PYTHONPATH=$PWD .venv/bin/python bench/oar_p_spans.py --model results/models/chain_f1 \\
         --responses results/analysis/heldout/responses.jsonl --substitute .
@@ -32,7 +35,8 @@ import time
 import torch
 
 from oar.analysis.results import ground_truth_tokens
-from oar.method.importance import reasoning_spans, span_forward_equivalents, span_substitution_scores
+from oar.method.importance import (reasoning_spans, span_forward_equivalents, span_substitution_scores,
+                                   window_substitution_scores)
 from oar.method.metrics import default_k, recall_at_k, spearman
 from oar.method.probes import build_probes, resolve_probe_kind
 
@@ -60,6 +64,21 @@ def suffix_token_forwards(r: int, width: int, tail: int = TAIL_TOKENS) -> int:
     return sum(r - a + tail for a, _ in reasoning_spans(r, width))
 
 
+def window_token_forwards(r: int, window: int, tail: int = TAIL_TOKENS) -> int:
+    """Token-forwards of the windowed copies of one response: each runs its window (cut at the end of the
+    reasoning) and the tail."""
+    return sum(min(window, r - a) + tail for a in range(r))
+
+
+def window_forward_equivalents(probe, kind: str, window: int) -> float:
+    """Tokens the windowed scorer runs for one probe (clean forward included), in clean-forward
+    equivalents, as ``span_forward_equivalents`` counts exact OAR-P's (padding left out)."""
+    total = len(probe.ids(kind))
+    tail = total - probe.reasoning_start - probe.reasoning_len
+    r = probe.reasoning_len
+    return (total + sum(min(window, r - a) + tail for a in range(r))) / total
+
+
 def span_pooled(scores: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
     """Exact scores made constant within each span (the span's largest): what the best span scorer
     could give, so its Spearman to exact bounds any span variant's."""
@@ -85,6 +104,8 @@ def main() -> None:
     p.add_argument("--substitute", default=".", help="what replaces a reasoning token (the testbed's: '.')")
     p.add_argument("--probe", default="as_mean")
     p.add_argument("--widths", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
+    p.add_argument("--windows", type=int, nargs="*", default=[8, 16, 32],
+                   help="local windows K (training.oar.window_tokens) to compare, one-token substitution")
     p.add_argument("--no-sentences", action="store_true", help="leave out the sentence spans")
     p.add_argument("--chunk-tokens", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3, help="timing repeats (the median is reported)")
@@ -114,7 +135,14 @@ def main() -> None:
     if "w=1" not in variants:
         variants = {"w=1": [reasoning_spans(pr.reasoning_len, 1) for pr in probes], **variants}
 
-    def run(spans_of):
+    windows = {f"K={k}": k for k in args.windows}
+    for name in windows:
+        variants[name] = variants["w=1"]
+
+    def run(spans_of, window=0):
+        if window:
+            return [window_substitution_scores(model, pr, k, s, window, args.chunk_tokens, pr.pad_id)
+                    for pr, k, s in zip(probes, kinds, spans_of)]
         return [span_substitution_scores(model, pr, k, s, args.chunk_tokens, pr.pad_id)
                 for pr, k, s in zip(probes, kinds, spans_of)]
 
@@ -125,13 +153,17 @@ def main() -> None:
     exact_fe = sum(span_forward_equivalents(pr, k, args.chunk_tokens, s)
                    for pr, k, s in zip(probes, kinds, variants["w=1"]))
     for name, spans_of in variants.items():
-        seconds, scores = (exact_s, exact) if name == "w=1" else timed(lambda: run(spans_of), args.repeats)
+        window = windows.get(name, 0)
+        seconds, scores = (exact_s, exact) if name == "w=1" else timed(lambda: run(spans_of, window), args.repeats)
         rho = [spearman(s.tolist(), e.tolist()) for s, e in zip(scores, exact)]
         defined = [r for r in rho if not math.isnan(r)]
         recall = [recall_at_k(s.tolist(), t["causal"], default_k(len(s))) for s, t in zip(scores, truth) if t["causal"]]
-        ceiling = [spearman(span_pooled(e, s).tolist(), e.tolist()) for e, s in zip(exact, spans_of)]
+        ceiling = [] if window else [spearman(span_pooled(e, s).tolist(), e.tolist()) for e, s in zip(exact, spans_of)]
         ceiling = [c for c in ceiling if not math.isnan(c)]
-        fe = sum(span_forward_equivalents(pr, k, args.chunk_tokens, s) for pr, k, s in zip(probes, kinds, spans_of))
+        if window:
+            fe = sum(window_forward_equivalents(pr, k, window) for pr, k in zip(probes, kinds))
+        else:
+            fe = sum(span_forward_equivalents(pr, k, args.chunk_tokens, s) for pr, k, s in zip(probes, kinds, spans_of))
         report["variants"][name] = {
             "spearman_median": statistics.median(defined) if defined else math.nan,
             "spearman_mean": statistics.mean(defined) if defined else math.nan,
@@ -145,7 +177,9 @@ def main() -> None:
             "seconds_vs_exact": seconds / exact_s,
         }
     report["token_forwards"] = {
-        str(r): {f"w={w}": suffix_token_forwards(r, w) for w in args.widths} for r in (1024, 3072)}
+        str(r): {**{f"w={w}": suffix_token_forwards(r, w) for w in args.widths},
+                 **{f"K={k}": window_token_forwards(r, k) for k in (*args.windows, 64, 128)}}
+        for r in (1024, 3072)}
 
     print(f"{len(probes)} responses, mean R {report['reasoning_tokens_mean']:.1f}, {args.threads} thread(s), "
           f"timing medians of {args.repeats}\n")
@@ -158,8 +192,9 @@ def main() -> None:
               f"{v['forward_equivalents_vs_exact']:.3f} | {v['seconds_vs_exact']:.3f} |")
     print(f"\nsuffix token-forwards of one response (R reasoning tokens + {TAIL_TOKENS} conclude/answer tokens; "
           "the clean prefix comes from the KV cache):\n")
-    print("| R | " + " | ".join(f"w={w}" for w in args.widths) + " |")
-    print("|---:|" + "---:|" * len(args.widths))
+    columns = list(next(iter(report["token_forwards"].values())))
+    print("| R | " + " | ".join(columns) + " |")
+    print("|---:|" + "---:|" * len(columns))
     for r, counts in report["token_forwards"].items():
         print(f"| {int(r):,} | " + " | ".join(f"{c:,}" for c in counts.values()) + " |")
     if args.out:

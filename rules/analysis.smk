@@ -156,6 +156,7 @@ rule score_heldout:
         noise_sigma=config["training"]["oar"]["noise_sigma"],
         chunk_tokens=config["training"]["oar"]["chunk_tokens"],
         span_tokens=config["training"]["oar"]["span_tokens"],
+        window_tokens=config["training"]["oar"]["window_tokens"],
         seed=config["analysis"]["heldout"]["seed"],
         no_fallback_last_number=not config["grading"]["last_number"],
         no_answer_statement=not config["grading"]["answer_statement"],

@@ -249,6 +249,50 @@ def test_cli_prints_the_paper_plan(capsys):
     assert "--scored-share" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+@pytest.mark.parametrize("span, window, chunk", [(1, 4, 64), (2, 8, 512), (1, 40, 64)])
+def test_windowed_oar_p_flops_match_torch_counter(kind, span, window, chunk):
+    """OAR-P with a local window: the clean forward, then chunks of window + tail copies over the cache of
+    the whole prompt and reasoning."""
+    model, shape = _model(kind)
+    model.eval()
+    config = ScorerConfig(probe="as_mean", chunk_tokens=chunk, span_tokens=span, window_tokens=window)
+    counted = _counted(lambda: oar_p_scores(model, [PROBE], ["as_mean"], config))
+    planned = cp.oar_p_work(shape, len(PROBE.prompt_ids), PROBE.reasoning_len, len(PROBE.ids("as_mean")),
+                            len(PROBE.answer_ids) + 1, chunk, span, window).flops
+    _agree(planned, counted, f"windowed OAR-P w {span} K {window} chunk {chunk}")
+
+
+def test_a_window_makes_oar_p_about_linear_in_the_reasoning():
+    """oar.window_tokens K: each copy runs K + tail tokens, so at Qwen2.5-1.5B's shape doubling R about
+    doubles the suffix work (only attention over the longer cache grows faster) where exact OAR-P's
+    quadruples; a window as long as the reasoning costs what exact OAR-P costs, less the padding."""
+    shape = cp.shape_of(Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                                    num_attention_heads=12, num_key_value_heads=2, vocab_size=151936))
+    tail = 24
+
+    def suffix_flops(r, window):
+        clean = cp.forward_flops(shape, 256 + r + tail, keep=3)
+        return cp.oar_p_work(shape, 256, r, 256 + r + tail, 3, 1, window=window).flops - clean
+
+    assert 1.9 < suffix_flops(1024, 64) / suffix_flops(512, 64) < 2.4
+    assert 3.5 < suffix_flops(1024, 0) / suffix_flops(512, 0) < 4.1
+    assert suffix_flops(512, 512) == pytest.approx(suffix_flops(512, 0), rel=0.1)
+
+
+def test_cli_plans_a_window_and_rejects_a_negative_one(capsys):
+    assert cp.main(["--config", "config/paper.yaml", "--window-tokens", "0"]) == 0
+    exact = [line for line in capsys.readouterr().out.splitlines() if "all (total)" in line][0]
+    assert cp.main(["--config", "config/paper.yaml", "--window-tokens", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "with OAR-P over a window of 64 tokens" in out
+    windowed = [line for line in out.splitlines() if "all (total)" in line][0]
+    hours = lambda line: float(line.rsplit("**", 2)[-2].replace(",", ""))  # noqa: E731
+    assert hours(windowed) < hours(exact) / 3
+    assert cp.main(["--config", "config/paper.yaml", "--window-tokens", "-4"]) == 2
+    assert "--window-tokens" in capsys.readouterr().err
+
+
 def test_span_tokens_divides_oar_p_suffix_forwards():
     """oar.span_tokens w substitutes spans of w tokens: about w times fewer suffix forwards."""
     _, shape = _model("qwen2")

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from oar.method.importance import SCORERS, ScorerConfig, forward_equivalents, score
 from oar.method.probes import CONCLUDE_TEXT, Probe, build_probes, divergence, outcome_from_logits, pad_token_id, probes_from_padded
 from oar.models.tiny import build_tiny_model
+from transformers.cache_utils import DynamicCache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -451,6 +452,75 @@ def test_span_cost_accounting_follows_the_schedule(model_and_tokenizer):
 def test_span_tokens_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match="span_tokens"):
         ScorerConfig(span_tokens=bad)
+
+
+# --- OAR-P with a local window (training.oar.window_tokens) ---------------------------------------------
+
+
+@torch.no_grad()
+def stale_cache_oar_p(model, probe: Probe, kind: str, width: int, window: int) -> torch.Tensor:
+    """The windowed definition with plain causal caches, one copy at a time: the clean cache before the
+    span, the substituted window run on it, the clean keys and values of the later reasoning appended to
+    the cache, then the conclusion and answer run at their own positions."""
+    ids = torch.tensor([probe.ids(kind)])
+    keep = 1 if kind == "lt_logits" else len(probe.answer_ids) + 1
+    answer = torch.tensor([probe.answer_ids]) if kind != "lt_logits" else None
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+    clean = outcome_from_logits(out.logits, kind, answer)
+    layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+    start, r = probe.reasoning_start, probe.reasoning_len
+    end = start + r
+    scores = torch.empty(r)
+    for a in range(0, r, width):
+        b, e = min(a + width, r), min(max(a + width, a + window), r)
+        cache = DynamicCache([(k[:, :, : start + a], v[:, :, : start + a]) for k, v in layers])
+        substituted = ids[:, start + a : start + e].clone()
+        substituted[:, : b - a] = probe.pad_id
+        model(input_ids=substituted, position_ids=torch.arange(start + a, start + e)[None], past_key_values=cache,
+              use_cache=True)
+        stale = DynamicCache([(torch.cat([layer.keys, k[:, :, start + e : end]], dim=2),
+                               torch.cat([layer.values, v[:, :, start + e : end]], dim=2))
+                              for layer, (k, v) in zip(cache.layers, layers)])
+        logits = model(input_ids=ids[:, end:], position_ids=torch.arange(end, ids.shape[1])[None],
+                       past_key_values=stale, logits_to_keep=keep).logits
+        scores[a:b] = divergence(clean, outcome_from_logits(logits, kind, answer)).item()
+    return scores
+
+
+@pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
+@pytest.mark.parametrize("width, window, chunk_tokens", [(1, 3, 5), (1, 4, 40), (2, 5, 4096), (3, 2, 30)])
+def test_window_scores_equal_the_stale_cache_definition(model_and_tokenizer, kind, width, window, chunk_tokens):
+    """The batched scorer (one 4D mask per chunk of copies) computes the windowed definition, and it is
+    an approximation: away from the end of the reasoning it differs from exact OAR-P."""
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(15)
+    probes = [random_probe(tokenizer, g, 6, 12, 2), random_probe(tokenizer, g, 3, 15, 3, tail=0)]
+    config = ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, span_tokens=width, window_tokens=window)
+    result = score("oar_p", model, probes, config)
+    exact = score("oar_p", model, probes, ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, span_tokens=width))
+    for i, probe in enumerate(probes):
+        got = result.scores[i, : probe.reasoning_len]
+        assert torch.allclose(got, stale_cache_oar_p(model, probe, kind, width, window), rtol=1e-3, atol=2e-6)
+        reference = exact.scores[i, : probe.reasoning_len]
+        assert (got - reference).abs().max() > 0.05 * reference.abs().max()
+
+
+@pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
+@pytest.mark.parametrize("width", [1, 4])
+def test_a_window_that_reaches_the_end_is_exact_oar_p(model_and_tokenizer, kind, width):
+    model, tokenizer = model_and_tokenizer
+    g = torch.Generator().manual_seed(16)
+    probes = [random_probe(tokenizer, g, 6, 9, 2), random_probe(tokenizer, g, 3, 15, 3, tail=0)]
+    exact = score("oar_p", model, probes, ScorerConfig(probe=kind, chunk_tokens=40, span_tokens=width))
+    whole = score("oar_p", model, probes, ScorerConfig(probe=kind, chunk_tokens=40, span_tokens=width,
+                                                       window_tokens=15))
+    assert torch.allclose(whole.scores, exact.scores, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_window_tokens_must_be_a_non_negative_integer(bad):
+    with pytest.raises(ValueError, match="window_tokens"):
+        ScorerConfig(window_tokens=bad)
 
 
 # --- OAR-G's prompt cache: the same weights as the full-probe computation -------------------------------

@@ -122,3 +122,15 @@ def test_a_layout_that_is_not_full_shard_is_refused(tmp_path):
     accel.write_text("distributed_type: FSDP\nnum_processes: 2\nfsdp_config: {fsdp_reshard_after_forward: false}\n")
     with pytest.raises(memory_plan.PlanError, match="models.m.launcher"):
         memory_plan.layout_of(f"accelerate launch --config_file {accel}", "bfloat16", "auto", "models.m")
+
+
+def test_windowed_oar_p_chunks_hold_window_plus_tail_copies():
+    """oar.window_tokens K: a chunk runs chunk_tokens // (K + tail) copies of K + tail tokens, each over
+    its own copy of the prompt and reasoning's cache."""
+    tail = memory_plan.CONCLUDE_AND_ANSWER_TOKENS
+    probe, prompt, chunk, window = 1560, 512, 2048, 64
+    cached, run = memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window)
+    copies = chunk // (window + tail)
+    assert run == copies * (window + tail)
+    assert cached == copies * (probe - tail + window + tail)
+    assert memory_plan.oar_p_peak_tokens(probe, prompt, chunk, 0) != (cached, run)

@@ -346,3 +346,14 @@ def test_schema_rejects_a_span_width_below_one_naming_the_key(value):
 
 def test_schema_default_span_is_exact_oar_p():
     assert resolved(load(FIXTURE))["training"]["oar"]["span_tokens"] == 1
+    assert resolved(load(FIXTURE))["training"]["oar"]["window_tokens"] == 0
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "local"])
+def test_schema_rejects_a_bad_window_naming_the_key(value):
+    jsonschema = pytest.importorskip("jsonschema")
+    cfg = _set(load(FIXTURE), "training.oar.window_tokens", value)
+    with pytest.raises(Exception) as err:
+        resolved(cfg)
+    cause = err.value.__context__ if not isinstance(err.value, jsonschema.ValidationError) else err.value
+    assert ".".join(str(p) for p in cause.absolute_path) == "training.oar.window_tokens"

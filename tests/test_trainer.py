@@ -149,6 +149,15 @@ def test_every_method_trains_a_step(tiny_model_dir, tmp_path, method):
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
 
 
+def test_windowed_oar_p_trains_a_step(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="oar_p", oar_window_tokens=2)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["oar/frac_scored"] > 0 and 0 < log["oar/ess_ratio"] < 1
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
 def test_settings_are_validated_with_the_key_named():
     base = {"run_id": "r", "model": "m", "train_file": "f"}
     assert resolve_settings(base)["oar"]["tau"] == 0.4
@@ -162,6 +171,8 @@ def test_settings_are_validated_with_the_key_named():
         ({"oar": {"beta": True}}, "oar.beta"),
         ({"oar": {"span_tokens": 0}}, "oar.span_tokens"),
         ({"oar": {"span_tokens": 2.5}}, "oar.span_tokens"),
+        ({"oar": {"window_tokens": -1}}, "oar.window_tokens"),
+        ({"oar": {"window_tokens": 8.0}}, "oar.window_tokens"),
     ]:
         with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
             resolve_settings(base | bad)
@@ -175,6 +186,14 @@ def test_span_tokens_reaches_the_trainer_config(tmp_path):
     base = {"run_id": "r", "model": "m", "train_file": "f"}
     assert build_config(resolve_settings(base), tmp_path, [0]).oar_span_tokens == 1  # exact OAR-P by default
     assert build_config(resolve_settings(base | {"oar": {"span_tokens": 4}}), tmp_path, [0]).oar_span_tokens == 4
+
+
+def test_window_tokens_reaches_the_trainer_config(tmp_path):
+    from oar.training.run import build_config
+
+    base = {"run_id": "r", "model": "m", "train_file": "f"}
+    assert build_config(resolve_settings(base), tmp_path, [0]).oar_window_tokens == 0  # exact OAR-P by default
+    assert build_config(resolve_settings(base | {"oar": {"window_tokens": 64}}), tmp_path, [0]).oar_window_tokens == 64
 
 
 def write_run_inputs(tmp_path, model_dir, method, max_steps, save_steps):

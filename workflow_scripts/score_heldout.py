@@ -36,6 +36,8 @@ def parse_args(argv):
     p.add_argument("--chunk-tokens", type=int, default=512, help="token budget of one scoring forward")
     p.add_argument("--span-tokens", type=int, default=1,
                    help="OAR-P substitutes this many consecutive reasoning tokens at once (1: exact OAR-P)")
+    p.add_argument("--window-tokens", type=int, default=0,
+                   help="OAR-P recomputes only this many reasoning tokens after a substitution (0: exact OAR-P)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of OAR-G's noise and the random scorer (each response draws its own from it)")
     return p.parse_args(argv)
@@ -53,7 +55,7 @@ def main(argv=None):
                           own_conclusion=not args.appended_conclusion, substitute=args.substitute,
                           answer_statement=not args.no_answer_statement)
     config = ScorerConfig(probe=args.probe, noise_sigma=args.noise_sigma, chunk_tokens=args.chunk_tokens,
-                          span_tokens=args.span_tokens, seed=args.seed)
+                          span_tokens=args.span_tokens, window_tokens=args.window_tokens, seed=args.seed)
     out = []
     total = 0.0
     for row, probe in zip(rows, probes):

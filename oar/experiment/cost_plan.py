@@ -9,7 +9,8 @@ One training step has three phases; each is counted as work and turned into time
 - **scoring** of the rows with advantage != 0 (only those are scored, unless ``oar.score_all``):
   OAR-P one clean probe forward plus, for each substituted reasoning position j (every
   ``oar.span_tokens``-th, 1 = exact), a forward of the suffix after j over the clean prefix's KV
-  cache: about R^2/2 token-forwards for R reasoning tokens. OAR-G a clean no-grad forward, a forward
+  cache: about R^2/2 token-forwards for R reasoning tokens (with ``oar.window_tokens`` K, only K
+  reasoning tokens and the conclusion: about R x (K + tail)). OAR-G a clean no-grad forward, a forward
   with grad on the input embeddings and its backward (input gradients only: about one forward's
   matmuls, two of its attention). grad_norm the same without the clean forward; entropy one no-grad
   forward of prompt + reasoning keeping R + 1 logits; truth, position and random read no model.
@@ -197,13 +198,27 @@ def reasoning_probe(prompt: float, completion: float) -> tuple[float, float]:
 
 
 def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep: int, chunk_tokens: int,
-               span: int = 1) -> Work:
+               span: int = 1, window: int = 0) -> Work:
     """One response: the clean probe forward (its KV cache kept) and one suffix forward per substituted
     position j = 0, w, 2w, ... (span w), batched in chunks of at most ``chunk_tokens`` tokens as
-    ``oar.method.importance._oar_p_chunks`` schedules them: a chunk of copies j0.. runs each copy from j0."""
+    ``oar.method.importance._oar_p_chunks`` schedules them: a chunk of copies j0.. runs each copy from j0.
+
+    With a window K > 0 (``oar.window_tokens``) each copy runs only the reasoning tokens
+    [j, j + max(w, K)) and the tokens after the reasoning, over the cache of the whole prompt and
+    reasoning, in chunks of ``chunk_tokens // (K + tail)`` copies padded to the chunk's longest
+    (``oar.method.importance.window_substitution_scores``)."""
     reasoning, span = int(round(reasoning)), max(1, int(span))
     work = Work(flops=forward_flops(shape, probe, keep=keep), calls=1)
     starts = list(range(0, reasoning, span))
+    if window:
+        tail = probe - prompt - reasoning
+        per_chunk = max(1, int(chunk_tokens // (window + tail)))
+        for i in range(0, len(starts), per_chunk):
+            chunk = starts[i : i + per_chunk]
+            n = max(min(max(span, window), reasoning - a) for a in chunk) + tail
+            work.flops += len(chunk) * forward_flops(shape, n, prompt + reasoning, keep)
+            work.calls += 1
+        return work
     i = 0
     while i < len(starts):
         suffix = probe - prompt - starts[i]
@@ -295,7 +310,8 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
     keep = 1 if oar.get("probe") == "lt_logits" else assume.answer_tokens + 1
     chunk = oar["chunk_tokens"]
     if method == "oar_p":
-        score = _scale(oar_p_work(shape, prompt, reasoning, probe, keep, chunk, oar.get("span_tokens", 1)), scored)
+        score = _scale(oar_p_work(shape, prompt, reasoning, probe, keep, chunk, oar.get("span_tokens", 1),
+                                   oar.get("window_tokens", 0)), scored)
     elif method in ("oar_g", "grad_norm"):
         score = _scale(oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g",
                                         group=trainer["num_generations"]), scored)
@@ -410,7 +426,7 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
             over.append(f"{key}: run {run} is planned at {hours:,.1f} h ({steps} steps of {step.step:,.0f} s on "
                         f"{hw.name}), more than runtime {res['runtime']} min x (retries {res.get('retries', 0)} "
                         f"+ 1) = {allowed:,.1f} h allow; raise runtime or retries, or shorten the run"
-                        + (" (oar.span_tokens scores spans: w times fewer OAR-P forwards)"
+                        + (" (oar.span_tokens and oar.window_tokens make OAR-P cheaper, less faithful)"
                            if settings["method"] == "oar_p" else ""))
         runs[run] = (run_type(settings), hours * gpus, step, steps)
 
@@ -502,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--span-tokens", type=int,
                         help="plan OAR-P over spans of this many tokens (training.oar.span_tokens) instead of "
                              "the config's, to see what the cheaper, less faithful variant would cost")
+    parser.add_argument("--window-tokens", type=int,
+                        help="plan OAR-P with a local window of this many tokens (training.oar.window_tokens; "
+                             "0: exact) instead of the config's")
     args = parser.parse_args(argv)
     try:
         for flag, value in (("--scored-share", args.scored_share), ("--completion-fill", args.completion_fill)):
@@ -516,12 +535,20 @@ def main(argv: list[str] | None = None) -> int:
             if args.span_tokens < 1:
                 raise PlanError(f"--span-tokens: {args.span_tokens} is not a positive number of tokens")
             config["training"]["oar"]["span_tokens"] = args.span_tokens
+        if args.window_tokens is not None:
+            if args.window_tokens < 0:
+                raise PlanError(f"--window-tokens: {args.window_tokens} is not a number of tokens >= 0")
+            config["training"]["oar"]["window_tokens"] = args.window_tokens
         plan = plan_config(config, hw, assume)
     except PlanError as error:
         print(f"cost plan: {error}", file=sys.stderr)
         return 2
-    spans = f" with OAR-P over spans of {args.span_tokens} tokens" if args.span_tokens is not None else ""
-    print(f"Cost plan of {args.config}{spans}\n")
+    variant = []
+    if args.span_tokens is not None:
+        variant.append(f"spans of {args.span_tokens} tokens")
+    if args.window_tokens:
+        variant.append(f"a window of {args.window_tokens} tokens")
+    print(f"Cost plan of {args.config}" + (f" with OAR-P over {' and '.join(variant)}" if variant else "") + "\n")
     print(table(plan))
     try:
         plan.check()

@@ -319,12 +319,18 @@ def _bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int) -> tuple[int, int]:
-    """(cached tokens materialised, tokens run) of OAR-P's largest chunk, from oar.method.importance's schedule."""
+def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int, window: int = 0) -> tuple[int, int]:
+    """(cached tokens materialised, tokens run) of OAR-P's largest chunk, from oar.method.importance's schedule.
+    With a window K (``oar.window_tokens``) every chunk holds ``chunk_tokens // (K + tail)`` copies of
+    K + tail tokens, each over its own copy of the cache of prompt and reasoning."""
     from oar.method.importance import _oar_p_chunks
     from oar.method.probes import Probe
 
     reasoning = probe_tokens - prompt_tokens - CONCLUDE_AND_ANSWER_TOKENS
+    if window:
+        run = min(window, reasoning) + CONCLUDE_AND_ANSWER_TOKENS
+        copies = min(reasoning, max(1, chunk_tokens // (window + CONCLUDE_AND_ANSWER_TOKENS)))
+        return copies * (prompt_tokens + reasoning + run), copies * run
     probe = Probe(prompt_ids=(0,) * prompt_tokens, response_ids=(0,) * reasoning, reasoning_len=reasoning,
                   conclude_ids=(0,) * CONCLUDE_AND_ANSWER_TOKENS, answer_ids=(), pad_id=0)
     worst = (0, 0)
@@ -378,7 +384,7 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
     chunk = oar["chunk_tokens"]
     full_compute = {"full bf16 weights (scoring gather)": P * 2} if layout.fsdp else {}
     if "oar_p" in methods:
-        cached, run = oar_p_peak_tokens(probe, prompt_tokens, chunk)
+        cached, run = oar_p_peak_tokens(probe, prompt_tokens, chunk, oar.get("window_tokens", 0))
         fwd = per_token(shape.widths, scoring_dtype, "forward", False, False)["peak"]
         kv_tok = shape.kv_bytes_per_token_bf16 * _bytes(scoring_dtype) / 2
         phases.append(Phase(name, describe, "scoring OAR-P", {

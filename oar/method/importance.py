@@ -46,6 +46,10 @@ class ScorerConfig:
     span_tokens: OAR-P substitutes this many consecutive reasoning tokens at once and gives the span's
         divergence to each of its tokens; 1 is the exact one-token-at-a-time definition. A width w
         runs about R / w substituted suffixes instead of R (cost ~R^2 / (2 w) token-forwards).
+    window_tokens: OAR-P with a local window (``window_substitution_scores``): after each substitution
+        only this many reasoning tokens from the substituted one, and the conclusion and answer, are
+        recomputed; the later reasoning keeps its clean keys and values (cost ~R x (window + tail)
+        token-forwards). 0 recomputes the whole suffix, the exact definition.
     """
 
     probe: str = "as_mean"
@@ -53,6 +57,7 @@ class ScorerConfig:
     chunk_tokens: int = 512
     seed: int = 0
     span_tokens: int = 1
+    window_tokens: int = 0
 
     def __post_init__(self):
         if self.probe not in PROBES:
@@ -63,6 +68,8 @@ class ScorerConfig:
             raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
         if isinstance(self.span_tokens, bool) or not isinstance(self.span_tokens, int) or self.span_tokens < 1:
             raise ValueError(f"span_tokens must be an integer >= 1, got {self.span_tokens!r}")
+        if isinstance(self.window_tokens, bool) or not isinstance(self.window_tokens, int) or self.window_tokens < 0:
+            raise ValueError(f"window_tokens must be an integer >= 0, got {self.window_tokens!r}")
 
 
 @dataclass
@@ -225,11 +232,20 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     With ``config.span_tokens`` w > 1, each copy substitutes a span of w consecutive reasoning tokens
     (``reasoning_spans``) and every token of the span gets the span's divergence; w = 1 is the
     definition above, computed by the very same operations.
+
+    With ``config.window_tokens`` K > 0, each copy recomputes only K reasoning tokens from its span's start
+    and the tokens after the reasoning (``window_substitution_scores``): an approximation.
     """
     pad_id = _batch_pad_id(probes)
-    return [span_substitution_scores(model, probe, kind, reasoning_spans(probe.reasoning_len, config.span_tokens),
-                                     config.chunk_tokens, pad_id)
-            for probe, kind in zip(probes, kinds)]
+    scores = []
+    for probe, kind in zip(probes, kinds):
+        spans = reasoning_spans(probe.reasoning_len, config.span_tokens)
+        if config.window_tokens:
+            scores.append(window_substitution_scores(model, probe, kind, spans, config.window_tokens,
+                                                     config.chunk_tokens, pad_id))
+        else:
+            scores.append(span_substitution_scores(model, probe, kind, spans, config.chunk_tokens, pad_id))
+    return scores
 
 
 @torch.no_grad()
@@ -263,6 +279,67 @@ def span_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tup
         spread = divergence(_expand(clean, copies), perturbed)
         for (a, b), value in zip(chunk, spread):
             row[a:b] = value  # a span's divergence is the score of each of its tokens
+    return row
+
+
+@torch.no_grad()
+def window_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tuple[int, int]], window_tokens: int,
+                               chunk_tokens: int, pad_id: int) -> Tensor:
+    """OAR-P with a local window: like :func:`span_substitution_scores`, but after substituting the span
+    starting at reasoning position a, only reasoning positions [a, a + ``window_tokens``) (at least the
+    span) and the tokens after the reasoning (conclusion and answer) are recomputed; every later reasoning
+    position keeps its clean keys and values. A copy then runs ``window_tokens + tail`` tokens instead of
+    the whole suffix, so the cost grows as R x window instead of R^2 / 2. Where the window reaches the
+    end of the reasoning the result is exact OAR-P's; what it leaves out is the substitution's effect
+    carried through the later reasoning tokens' own states (the text stays fixed, so the outcome reads it
+    mostly through attention to the window and the conclusion).
+
+    The copies of a chunk share the clean cache of ``prompt | reasoning``; a 4D additive mask hides each
+    copy's stale window from its new tokens and keeps causality between its new tokens."""
+    device = _device(model)
+    ids = torch.tensor([probe.ids(kind)], device=device)
+    keep = _keep(probe, kind)
+    answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+    clean = outcome_from_logits(out.logits, kind, answer)
+    start, end = probe.reasoning_start, probe.reasoning_start + probe.reasoning_len
+    tail = ids[0, end:]
+    cached = [(layer.keys[:, :, :end], layer.values[:, :, :end]) for layer in out.past_key_values.layers]
+    dtype = cached[0][0].dtype if cached else torch.float32
+    hidden = torch.finfo(dtype).min
+
+    row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
+    per_copy = window_tokens + len(tail)
+    copies_per_chunk = max(1, chunk_tokens // per_copy)
+    for k0 in range(0, len(spans), copies_per_chunk):
+        chunk = spans[k0 : k0 + copies_per_chunk]
+        windows = [(a, min(max(b, a + window_tokens), probe.reasoning_len)) for a, b in chunk]
+        n = max(e - a for a, e in windows) + len(tail)
+        new_ids = torch.full((len(chunk), n), pad_id, dtype=torch.long, device=device)
+        positions = torch.zeros((len(chunk), n), dtype=torch.long, device=device)
+        mask = torch.full((len(chunk), 1, n, end + n), hidden, dtype=dtype, device=device)
+        for c, ((a, b), (_, e)) in enumerate(zip(chunk, windows)):
+            real = (e - a) + len(tail)
+            off = n - real  # left padding
+            tokens = torch.cat([ids[0, start + a : start + e], tail])
+            tokens[: b - a] = pad_id  # the substituted span
+            new_ids[c, off:] = tokens
+            pos = torch.cat([torch.arange(start + a, start + e, device=device),
+                             torch.arange(end, ids.shape[1], device=device)])
+            positions[c, off:] = pos
+            positions[c, :off] = pos[0]
+            # cached keys: the clean prefix before the window, and (for the tail) the reasoning after it
+            mask[c, 0, off:, : start + a] = 0
+            mask[c, 0, off + (e - a) :, start + e : end] = 0
+            # new keys: causal among the copy's own tokens
+            mask[c, 0, off:, end + off :] = torch.triu(torch.full((real, real), hidden, dtype=dtype, device=device), 1)
+        cache = DynamicCache([(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in cached])
+        out = model(input_ids=new_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                    use_cache=True, logits_to_keep=keep)
+        perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(len(chunk), -1))
+        spread = divergence(_expand(clean, len(chunk)), perturbed)
+        for (a, b), value in zip(chunk, spread):
+            row[a:b] = value
     return row
 
 

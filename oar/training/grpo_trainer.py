@@ -60,6 +60,9 @@ class OARConfig(GRPOConfig):
     oar_span_tokens: int = field(
         default=1, metadata={"help": "OAR-P substitutes this many consecutive reasoning tokens at once (1: exact)"}
     )
+    oar_window_tokens: int = field(
+        default=0, metadata={"help": "OAR-P recomputes only this many reasoning tokens after a substitution (0: exact)"}
+    )
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
     oar_score_all: bool = field(
         default=False,
@@ -78,6 +81,8 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"oar_beta must be >= 0, got {self.oar_beta}")
         if self.oar_span_tokens < 1:
             raise ValueError(f"oar_span_tokens must be >= 1, got {self.oar_span_tokens}")
+        if self.oar_window_tokens < 0:
+            raise ValueError(f"oar_window_tokens must be >= 0, got {self.oar_window_tokens}")
 
 
 def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:
@@ -209,6 +214,7 @@ class OARTrainer(GRPOTrainer):
                 noise_sigma=args.oar_noise_sigma,
                 chunk_tokens=args.oar_chunk_tokens,
                 span_tokens=args.oar_span_tokens,
+                window_tokens=args.oar_window_tokens,
                 seed=args.seed * 1_000_003 + step,  # fresh noise every step, reproducible per run
             )
             model = self.accelerator.unwrap_model(self.model)

@@ -58,6 +58,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
         "own_conclusion": True,
         "substitute": "pad",
         "span_tokens": 1,
+        "window_tokens": 0,
         "score_all": False,
     },
     # Passed to trl.GRPOConfig. The loss is the paper's: loss_type grpo, no KL, eps 0.2, group scaling.
@@ -170,6 +171,9 @@ def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     span = resolved["oar"]["span_tokens"]
     if isinstance(span, bool) or not isinstance(span, int) or span < 1:
         raise SettingsError(f"settings key 'oar.span_tokens' must be an integer >= 1, got {span!r}")
+    window = resolved["oar"]["window_tokens"]
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise SettingsError(f"settings key 'oar.window_tokens' must be an integer >= 0, got {window!r}")
     trainer = resolved["trainer"]
     if trainer["per_device_train_batch_size"] % trainer["num_generations"]:
         raise SettingsError(
@@ -303,6 +307,7 @@ def build_config(settings: Mapping[str, Any], checkpoint_dir: Path,
         oar_own_conclusion=bool(oar["own_conclusion"]),
         oar_substitute=str(oar["substitute"]),
         oar_span_tokens=int(oar["span_tokens"]),
+        oar_window_tokens=int(oar["window_tokens"]),
         oar_score_all=bool(oar["score_all"]),
         **trainer,
     )
