@@ -128,7 +128,8 @@ def time_method(args, method: str, model: Path, problems: Path, dtype: str) -> d
     metrics.unlink(missing_ok=True)
     settings = {
         "run_id": f"gpu-check-{method}", "method": method, "seed": 0, "model": str(model),
-        "train_file": str(problems), "model_dtype": dtype, "oar": {"score_all": True},
+        "train_file": str(problems), "model_dtype": dtype,
+        "oar": {"score_all": True, "window_tokens": args.window_tokens},
         "trainer": {"max_steps": args.steps, "num_generations": args.num_generations,
                     "per_device_train_batch_size": args.batch, "max_completion_length": args.response_tokens,
                     "save_steps": 10**6, "gradient_checkpointing": args.gradient_checkpointing},
@@ -176,7 +177,7 @@ def predicted_peaks_mib(args, model: Path, dtype: str) -> dict[str, float]:
     from oar.experiment import memory_plan
 
     shape = memory_plan.shape_of(AutoConfig.from_pretrained(model))
-    settings = {"model_dtype": dtype, "oar": {"chunk_tokens": 512},
+    settings = {"model_dtype": dtype, "oar": {"chunk_tokens": 512, "window_tokens": args.window_tokens},
                 "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": args.response_tokens,
                             "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
                             "gradient_accumulation_steps": 1}}
@@ -213,6 +214,7 @@ def calibration_record(args, model: Path, device: str, dtype: str, rows: dict, e
         "num_generations": args.num_generations,
         "gradient_checkpointing": args.gradient_checkpointing,
         "score_all": True,
+        "oar_p_window_tokens": args.window_tokens,
         "methods": {m: {"generate_s": r["time_generate_s"], "score_s": r["time_score_s"],
                         "update_s": r["time_update_s"], "step_s": r["step_time_s"],
                         "completion_length": r["completion_length"], "frac_scored": r["frac_scored"],
@@ -233,6 +235,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
                         help="weights: auto = bfloat16 on CUDA (with bf16 autocast), float32 on CPU")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--window-tokens", type=int, default=0,
+                        help="OAR-P with a local window of this many tokens (training.oar.window_tokens; 0: exact)")
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
     parser.add_argument("--no-eval", action="store_true", help="skip the evaluation rows")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -248,6 +252,8 @@ def main() -> None:
         return
     if args.batch % args.num_generations:
         parser.error("--batch must be a multiple of --num-generations")
+    if args.window_tokens < 0:
+        parser.error("--window-tokens must be >= 0 (0: exact OAR-P)")
     device_kind = args.device or ("cpu" if args.shape == "tiny" else "cuda")
     if device_kind == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device cuda (the default for --shape {args.shape}): no CUDA device is visible "
@@ -269,7 +275,8 @@ def main() -> None:
         f"GPU check: {args.shape} shape ({parameter_count(model) / 1e6:,.1f} M parameters, random weights) on "
         f"{device}, {dtype} weights{' + bf16 autocast' if on_gpu else ''}; {args.batch} completions x "
         f"{args.response_tokens} tokens (forced) per step, G = {args.num_generations}, "
-        "every response scored by the OAR methods; "
+        "every response scored by the OAR methods"
+        + (f", OAR-P with a local window of {args.window_tokens} tokens" if args.window_tokens else "") + "; "
         f"model folder built in {build_s:.0f} s",
         "",
         "| method | generate s | score s | update s | step s | step / GRPO | paper | tokens / response | scored "
