@@ -156,7 +156,9 @@ rule score_heldout:
         noise_sigma=config["training"]["oar"]["noise_sigma"],
         chunk_tokens=config["training"]["oar"]["chunk_tokens"],
         span_tokens=config["training"]["oar"]["span_tokens"],
-        window_tokens=config["training"]["oar"]["window_tokens"],
+        # only when set: exact OAR-P's scores made before the setting existed stay valid
+        **({"window_tokens": config["training"]["oar"]["window_tokens"]}
+           if config["training"]["oar"]["window_tokens"] else {}),
         seed=config["analysis"]["heldout"]["seed"],
         no_fallback_last_number=not config["grading"]["last_number"],
         no_answer_statement=not config["grading"]["answer_statement"],

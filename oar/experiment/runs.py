@@ -335,6 +335,10 @@ class Registry:
         if method in USES_PROBE and probe is not None:
             oar["probe"] = probe
         oar.update(self.grading())  # rewards and probes grade as evaluation does
+        if not oar.get("window_tokens"):
+            # exact OAR-P, run.py's default: left out so that runs made before the setting existed keep
+            # their settings, and Snakemake does not retrain them
+            oar.pop("window_tokens", None)
         return {
             "run_id": self.run_id(model, method, seed, tau, beta, probe),
             "method": method,
