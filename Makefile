@@ -30,7 +30,7 @@ run-ablations: setup
 run-decisive: setup
 	$(BIN)/snakemake --cores 2 all --configfile config/decisive.yaml --config results=results-decisive
 
-# Its part without OAR-P (config/decisive-part.yaml): both levels, GRPO, the truth gates and OAR-G; the
+# Its part without OAR-P (config/decisive-part.yaml): both levels, GRPO, the truth gates, OAR-G and entropy; the
 # tables that read it. Its runs are the full design's, so run-decisive reuses them.
 DECISIVE_PART_TABLES = $(foreach t,main_table paired_differences decisive gradient_share,results-decisive/tables/$(t).md)
 run-decisive-part: setup
@@ -120,7 +120,7 @@ Try it
   run              set up .venv, then run the credit-assignment testbed, the embedded default (CPU, 2 cores)
   run-ablations    the testbed's length sweep and ablations (config/ablations.yaml); reuses the runs of `run`
   run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy (config/decisive.yaml)
-  run-decisive-part  its part without OAR-P and entropy (config/decisive-part.yaml; about 3 h on 2 cores)
+  run-decisive-part  its part without OAR-P (config/decisive-part.yaml; about 4 h on 2 cores)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
 

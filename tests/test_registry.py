@@ -289,9 +289,10 @@ def test_the_decisive_run_pairs_six_arms_over_ten_seeds_at_two_distractor_levels
 def test_the_run_part_of_the_decisive_run_is_its_own_runs():
     full = registry(load("decisive.yaml"))
     part = registry(deep_merge(load("decisive.yaml"), load("decisive-part.yaml")))
-    assert {part.runs[r]["method"] for r in part.groups["main"]} == {"grpo", "truth", "truth_graded", "oar_g"}
+    assert {part.runs[r]["method"] for r in part.groups["main"]} == {"grpo", "truth", "truth_graded", "oar_g",
+                                                                     "entropy"}
     assert {r.split("/")[0] for r in part.groups["main"]} == {"chain_d0", "chain_d8"}
-    assert len(part.groups["main"]) == 10 * (3 + 4)  # no graded truth gate on chain_d0
+    assert len(part.groups["main"]) == 10 * (4 + 5)  # no graded truth gate on chain_d0
     assert "decisive" in part.tables
     assert all(part.runs[r] == full.runs[r] for r in part.runs)  # the same runs the full design trains
 
