@@ -151,14 +151,17 @@ rule score_heldout:
     resources:
         **rule_resources("score"),
     params:
+        # window_tokens only when set: exact OAR-P's scores made before the setting existed stay valid
+        **(
+            {"window_tokens": config["training"]["oar"]["window_tokens"]}
+            if config["training"]["oar"]["window_tokens"]
+            else {}
+        ),
         scorer=lambda wc: wc.scorer,
         probe=lambda wc: wc.probe,
         noise_sigma=config["training"]["oar"]["noise_sigma"],
         chunk_tokens=config["training"]["oar"]["chunk_tokens"],
         span_tokens=config["training"]["oar"]["span_tokens"],
-        # only when set: exact OAR-P's scores made before the setting existed stay valid
-        **({"window_tokens": config["training"]["oar"]["window_tokens"]}
-           if config["training"]["oar"]["window_tokens"] else {}),
         seed=config["analysis"]["heldout"]["seed"],
         no_fallback_last_number=not config["grading"]["last_number"],
         no_answer_statement=not config["grading"]["answer_statement"],
