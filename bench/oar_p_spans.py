@@ -75,8 +75,7 @@ def window_forward_equivalents(probe, kind: str, window: int) -> float:
     equivalents, as ``span_forward_equivalents`` counts exact OAR-P's (padding left out)."""
     total = len(probe.ids(kind))
     tail = total - probe.reasoning_start - probe.reasoning_len
-    r = probe.reasoning_len
-    return (total + sum(min(window, r - a) + tail for a in range(r))) / total
+    return (total + window_token_forwards(probe.reasoning_len, window, tail)) / total
 
 
 def span_pooled(scores: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:

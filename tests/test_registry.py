@@ -346,16 +346,21 @@ def test_grading_reaches_rewards_probes_and_evaluation():
     assert "--no-answer-statement" in options and "--no-fallback-last-number" in options
 
 
+def _schema_error_path(cfg: dict) -> str:
+    """The path of the schema error that resolving ``cfg`` raises (what the Snakefile reports)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    with pytest.raises(Exception) as err:
+        resolved(cfg)
+    cause = err.value.__context__ if not isinstance(err.value, jsonschema.ValidationError) else err.value
+    return ".".join(str(p) for p in cause.absolute_path)
+
+
 @pytest.mark.parametrize("value", [0, -1, 1.5, "step"])
 def test_schema_rejects_a_span_width_below_one_naming_the_key(value):
     """training.oar.span_tokens (OAR-P's substitution width) is an integer >= 1; the Snakefile reports the
     schema's error path as ``config error at training.oar.span_tokens``."""
-    jsonschema = pytest.importorskip("jsonschema")
     cfg = _set(load(FIXTURE), "training.oar.span_tokens", value)
-    with pytest.raises(Exception) as err:
-        resolved(cfg)
-    cause = err.value.__context__ if not isinstance(err.value, jsonschema.ValidationError) else err.value
-    assert ".".join(str(p) for p in cause.absolute_path) == "training.oar.span_tokens"
+    assert _schema_error_path(cfg) == "training.oar.span_tokens"
 
 
 def test_schema_default_span_is_exact_oar_p():
@@ -365,9 +370,5 @@ def test_schema_default_span_is_exact_oar_p():
 
 @pytest.mark.parametrize("value", [-1, 2.5, "local"])
 def test_schema_rejects_a_bad_window_naming_the_key(value):
-    jsonschema = pytest.importorskip("jsonschema")
     cfg = _set(load(FIXTURE), "training.oar.window_tokens", value)
-    with pytest.raises(Exception) as err:
-        resolved(cfg)
-    cause = err.value.__context__ if not isinstance(err.value, jsonschema.ValidationError) else err.value
-    assert ".".join(str(p) for p in cause.absolute_path) == "training.oar.window_tokens"
+    assert _schema_error_path(cfg) == "training.oar.window_tokens"

@@ -248,6 +248,26 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     return scores
 
 
+def _clean_pass(model, probe: Probe, kind: str):
+    """The clean probe's forward for OAR-P: (ids [1, N], logits kept, answer ids or None, clean outcome,
+    its KV cache)."""
+    device = _device(model)
+    ids = torch.tensor([probe.ids(kind)], device=device)
+    keep = _keep(probe, kind)
+    answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+    return ids, keep, answer, outcome_from_logits(out.logits, kind, answer), out.past_key_values
+
+
+def _score_copies(row: Tensor, chunk: Sequence[tuple[int, int]], clean: Outcome, logits: Tensor, kind: str,
+                  answer: Tensor | None) -> None:
+    """Each copy's divergence from the clean outcome, written to every token of its span in ``row``."""
+    copies = len(chunk)
+    perturbed = outcome_from_logits(logits, kind, None if answer is None else answer.expand(copies, -1))
+    for (a, b), value in zip(chunk, divergence(_expand(clean, copies), perturbed)):
+        row[a:b] = value  # a span's divergence is the score of each of its tokens
+
+
 @torch.no_grad()
 def span_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tuple[int, int]], chunk_tokens: int,
                              pad_id: int) -> Tensor:
@@ -255,13 +275,7 @@ def span_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tup
     positions in order, covering the reasoning. Each copy replaces one span by ``pad_id`` and runs only
     the suffix after the clean prefix it shares (KV cache); every token of the span gets its divergence."""
     device = _device(model)
-    ids = torch.tensor([probe.ids(kind)], device=device)
-    keep = _keep(probe, kind)
-    answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
-    clean = outcome_from_logits(out.logits, kind, answer)
-    cache = out.past_key_values
-
+    ids, keep, answer, clean, cache = _clean_pass(model, probe, kind)
     start = probe.reasoning_start
     row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
     for k0, copies in _span_chunks(probe, kind, chunk_tokens, spans):
@@ -275,10 +289,7 @@ def span_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tup
             use_cache=True,
             logits_to_keep=keep,
         )
-        perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(copies, -1))
-        spread = divergence(_expand(clean, copies), perturbed)
-        for (a, b), value in zip(chunk, spread):
-            row[a:b] = value  # a span's divergence is the score of each of its tokens
+        _score_copies(row, chunk, clean, out.logits, kind, answer)
     return row
 
 
@@ -297,14 +308,10 @@ def window_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[t
     The copies of a chunk share the clean cache of ``prompt | reasoning``; a 4D additive mask hides each
     copy's stale window from its new tokens and keeps causality between its new tokens."""
     device = _device(model)
-    ids = torch.tensor([probe.ids(kind)], device=device)
-    keep = _keep(probe, kind)
-    answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
-    clean = outcome_from_logits(out.logits, kind, answer)
+    ids, keep, answer, clean, cache = _clean_pass(model, probe, kind)
     start, end = probe.reasoning_start, probe.reasoning_start + probe.reasoning_len
     tail = ids[0, end:]
-    cached = [(layer.keys[:, :, :end], layer.values[:, :, :end]) for layer in out.past_key_values.layers]
+    cached = [(layer.keys[:, :, :end], layer.values[:, :, :end]) for layer in cache.layers]
     dtype = cached[0][0].dtype if cached else torch.float32
     hidden = torch.finfo(dtype).min
 
@@ -333,13 +340,10 @@ def window_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[t
             mask[c, 0, off + (e - a) :, start + e : end] = 0
             # new keys: causal among the copy's own tokens
             mask[c, 0, off:, end + off :] = torch.triu(torch.full((real, real), hidden, dtype=dtype, device=device), 1)
-        cache = DynamicCache([(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in cached])
-        out = model(input_ids=new_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+        shared = DynamicCache([(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in cached])
+        out = model(input_ids=new_ids, attention_mask=mask, position_ids=positions, past_key_values=shared,
                     use_cache=True, logits_to_keep=keep)
-        perturbed = outcome_from_logits(out.logits, kind, None if answer is None else answer.expand(len(chunk), -1))
-        spread = divergence(_expand(clean, len(chunk)), perturbed)
-        for (a, b), value in zip(chunk, spread):
-            row[a:b] = value
+        _score_copies(row, chunk, clean, out.logits, kind, answer)
     return row
 
 
