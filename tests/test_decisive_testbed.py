@@ -191,6 +191,19 @@ def test_the_graded_truth_gate_suppresses_the_choices_that_cannot_change_the_ans
     assert torch.equal(*(gate(r.scores, r.reasoning_mask, tau=0.4, beta=2.0) for r in same))
 
 
+def test_the_final_step_truth_gate_boosts_only_the_last_steps_decisive_tokens(tokenizer):
+    text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}."
+    probe, result, pieces = _ground_truth_scored(
+        tokenizer, text, "truth_final", "scorer 'truth_final' needs the last step's decisive positions")
+    scores = result.scores[0, : probe.reasoning_len]
+    assert "".join(p for j, p in enumerate(pieces) if scores[j] == 1).replace(" ", "") == "=6"
+    assert set(probe.final_step) < set(probe.decisive)  # earlier steps' decisive tokens score 0 here
+    weights = gate(result.scores, result.reasoning_mask, tau=0.4, beta=2.0)[0, : probe.reasoning_len]
+    final = scores == 1
+    assert torch.allclose(weights[final] / weights[~final].mean(), torch.tensor(3.0))
+    assert weights.sum().item() == pytest.approx(probe.reasoning_len)
+
+
 def _registry(cfg):
     import copy
     from pathlib import Path
@@ -227,6 +240,9 @@ def test_the_truth_scorer_and_long_chains_are_checked_before_any_job():
         _registry(cfg)
     cfg["runs"]["main"]["methods"] = ["grpo", "truth_graded"]
     with pytest.raises(ConfigError, match="^config error at runs.main.methods: method 'truth_graded'"):
+        _registry(cfg)
+    cfg["runs"]["main"]["methods"] = ["grpo", "truth_final"]
+    with pytest.raises(ConfigError, match="^config error at runs.main.methods: method 'truth_final'"):
         _registry(cfg)
     cfg = _config()
     cfg["models"]["chain_f1"]["pretrain"]["steps"] = 5

@@ -140,7 +140,8 @@ def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_toke
     assert score("position", model, probes).scores[0, :5].tolist() == [0, 1, 2, 3, 4]
     assert first.lt_fallback.tolist() == [False, True]
     assert score("random", model, probes, ScorerConfig(probe="lt_logits")).lt_fallback.tolist() == [False, False]
-    assert set(SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded"}
+    assert set(SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded",
+                           "truth_final"}
     with pytest.raises(ValueError, match="probe"):
         ScorerConfig(probe="as_median")
     with pytest.raises(ValueError, match="scorer"):

@@ -30,6 +30,7 @@ METHOD_NAMES = {
     "grpo": "GRPO",
     "truth": "truth gate",
     "truth_graded": "graded truth gate",
+    "truth_final": "final-step truth gate",
     "oar_p": "OAR-P",
     "oar_g": "OAR-G",
     "grad_norm": "grad-norm",

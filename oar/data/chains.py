@@ -220,6 +220,13 @@ def decisive_tokens(text: str, starts: list[int], ends: list[int]) -> list[int]:
     return [j for j, (a, b) in enumerate(zip(starts, ends)) if any(a < e and s < b for s, e in spans)]
 
 
+def final_step_tokens(text: str, starts: list[int], ends: list[int]) -> list[int]:
+    """Indices of the tokens [start, end) of ``text`` that overlap the decisive spans (relation and result)
+    of its last equation: the restatement the answer is copied from."""
+    spans = decisive_spans(text)[-2:]
+    return [j for j, (a, b) in enumerate(zip(starts, ends)) if any(a < e and s < b for s, e in spans)]
+
+
 IRRELEVANT_CLASSES = ("remark", "distractor")  # choices that cannot change the answer
 
 

@@ -280,7 +280,7 @@ class StepPlan:
         return self.generation + self.scoring + self.update
 
 
-SCORERS_WITHOUT_MODEL = ("grpo", "truth", "truth_graded", "position", "random")
+SCORERS_WITHOUT_MODEL = ("grpo", "truth", "truth_graded", "truth_final", "position", "random")
 
 
 def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions, processes: int = 1) -> StepPlan:

@@ -22,8 +22,10 @@ from typing import Any
 
 import yaml
 
-METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded")
-TRUTH_GATES = ("truth", "truth_graded")  # scorers of the parsed decisive tokens (the chain task's grammar)
+METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded",
+           "truth_final")
+TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: scorers of all the parsed decisive tokens
+PARSED_SCORERS = (*TRUTH_GATES, "truth_final")  # scorers that read the chain task's grammar instead of a model
 GATED = METHODS[1:]  # methods whose weights come from the bi-level gate
 USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # methods whose scores read an outcome probe
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
@@ -278,7 +280,7 @@ class Registry:
         config = self.config
         steps = chain_steps(config["training"]["dataset"])
         for group in GROUPS:
-            truth = [m for m in config["runs"][group].get("methods", []) if m in TRUTH_GATES]
+            truth = [m for m in config["runs"][group].get("methods", []) if m in PARSED_SCORERS]
             if truth and steps is None:
                 raise ConfigError(f"runs.{group}.methods",
                                   f"method {truth[0]!r} scores the decisive tokens parsed from the chain task's responses; "

@@ -593,8 +593,26 @@ def graded_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], co
     return out
 
 
+@register("truth_final")
+def final_step_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """The truth gate on the last step only: 1 on the decisive tokens of the reasoning's last equation
+    (``Probe.final_step``), 0 elsewhere, earlier steps' decisive tokens included. A mechanism control, not
+    an upper bound: it puts the credit where OAR-P puts most of it (the restatement the answer is copied
+    from), with scores that are otherwise the truth gate's. Reads no model."""
+    missing = [i for i, p in enumerate(probes) if p.final_step is None]
+    if missing:
+        raise ValueError(f"scorer 'truth_final' needs the last step's decisive positions of every probe; rows "
+                         f"{missing[:5]} have none (only a task whose grammar marks them, the chain task, has them)")
+    out = []
+    for p in probes:
+        row = torch.zeros(p.reasoning_len, dtype=torch.float32)
+        row[[j for j in p.final_step if j < p.reasoning_len]] = 1.0
+        out.append(row)
+    return out
+
+
 # Scorers that read the task's parsed grammar instead of a model: training attaches the positions they need.
-GROUND_TRUTH_METHODS = ("truth", "truth_graded")
+GROUND_TRUTH_METHODS = ("truth", "truth_graded", "truth_final")
 
 
 @register("position")

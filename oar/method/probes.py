@@ -38,6 +38,8 @@ class Probe:
     pad_id: int = field(kw_only=True)  # what OAR-P and the oracle substitute (substitute_token_id)
     # Reasoning positions that decide the answer, where a task's grammar tells (the truth scorer); else None.
     decisive: tuple[int, ...] | None = field(default=None, kw_only=True)
+    # Of those, the positions in the reasoning's last step (the restatement the answer is copied from).
+    final_step: tuple[int, ...] | None = field(default=None, kw_only=True)
     # Reasoning positions that cannot change the answer (remark and note words), where the grammar tells.
     irrelevant: tuple[int, ...] | None = field(default=None, kw_only=True)
 

@@ -91,6 +91,7 @@ def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:
     truth scorers read."""
     text, starts, ends = token_char_spans(tokenizer, probe.response_ids[: probe.reasoning_len])
     return replace(probe, decisive=tuple(chains.decisive_tokens(text, starts, ends)),
+                   final_step=tuple(chains.final_step_tokens(text, starts, ends)),
                    irrelevant=tuple(chains.irrelevant_tokens(text, starts, ends)))
 
 
