@@ -104,3 +104,12 @@ def test_oracle_agreement_counts_overlap_per_response():
     assert out["jaccard"]["mean"] == pytest.approx((1 / 5 + 1) / 2)
     with pytest.raises(ValueError, match="no ground truth"):
         oracle_agreement([{"index": 9, "causal": []}], truth)
+
+
+def test_step_errors_judge_each_step_by_its_own_operands():
+    # step 2 is sloppy, step 3 exact-looking but wrong; step 4 is right given step 3's written result
+    text = "3 + 1 = 4. Note: owl cat. 4 * 2 ~ 9. 9 - 4 = 6. 6 + 1 = 7."
+    assert chains.step_errors(text) == [None, "sloppy", "wrong", None]
+    rng = random.Random(0)
+    right, _ = chains.solution(chains.problem("test", 0, 5), rng)
+    assert chains.step_errors(right) == [None] * 5

@@ -275,13 +275,13 @@ def test_embedded_default_is_the_testbed_with_paired_seeds():
     assert {r: full.runs[r] for r in reg.runs} == reg.runs  # the main runs are the same runs
 
 
-def test_the_decisive_run_pairs_six_arms_over_ten_seeds_at_two_distractor_levels():
+def test_the_decisive_run_pairs_seven_arms_over_ten_seeds_at_two_distractor_levels():
     reg = registry(load("decisive.yaml"))
     assert reg.config["training"]["dataset"] == "chain5_train" and reg.has_ground_truth()
     levels = {m: reg.config["models"][m]["pretrain"]["distractors"] for m in reg.paired_models()}
     assert len(set(levels.values())) >= 2 and all(reg.config["models"][m]["pretrain"]["steps"] == 5 for m in levels)
     assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth", "truth_graded", "oar_p", "oar_g",
-                                                                    "entropy"}
+                                                                    "entropy", "truth_final"}
     assert len({reg.runs[r]["seed"] for r in reg.groups["main"]}) >= 10
     assert "gradient_share" in reg.tables
 

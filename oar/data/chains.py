@@ -236,6 +236,19 @@ def irrelevant_tokens(text: str, starts: list[int], ends: list[int]) -> list[int
     return [j for j, name in enumerate(token_classes(text, starts, ends)) if name in IRRELEVANT_CLASSES]
 
 
+def step_errors(reasoning: str) -> list[str | None]:
+    """Per equation of ``reasoning``, in order: ``"sloppy"`` (the relation is ``~``), ``"wrong"`` (an
+    exact-looking ``=`` whose result is not its operands' value) or None (right). Each step is judged
+    against its own written operands, so an error is counted where it is made, not where it propagates."""
+    out = []
+    for m in _EQUATION.finditer(reasoning):
+        if m.group(4) == "~":
+            out.append("sloppy")
+        else:
+            out.append(None if apply(int(m.group(1)), m.group(2), int(m.group(3))) == int(m.group(5)) else "wrong")
+    return out
+
+
 def results(reasoning: str) -> list[int]:
     """The written result of every equation, in order."""
     return [int(m.group(5)) for m in _EQUATION.finditer(reasoning)]
