@@ -119,7 +119,7 @@ Usage: make <target>
 Try it
   run              set up .venv, then run the credit-assignment testbed, the embedded default (CPU, 2 cores)
   run-ablations    the testbed's length sweep and ablations (config/ablations.yaml); reuses the runs of `run`
-  run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy (config/decisive.yaml; about 6.3 h on 2 cores)
+  run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy, final-step truth gate (config/decisive.yaml; about 7 h on 2 cores)
   run-decisive-part  its part without OAR-P (config/decisive-part.yaml; about 4 h on 2 cores)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response

@@ -54,16 +54,17 @@ def main() -> None:
             by_method[method].append(run_shares(samples, args.steps))
         header = " | ".join(f"step {k + 1}" for k in range(args.steps))
         print(f"\n{model}: wrong `=` % (sloppy `~` %) per step, mean over seeds\n")
-        print(f"| method | seeds | {header} | wrong `=`, all steps |")
-        print("| --- | ---: |" + " ---: |" * (args.steps + 1))
+        print(f"| method | seeds | {header} | wrong `=`, all steps | sloppy `~`, all steps |")
+        print("| --- | ---: |" + " ---: |" * (args.steps + 2))
         for method, shares in by_method.items():
             cells = []
             for k in range(args.steps):
                 wrong = statistics.mean(s["wrong"][k] for s in shares) * 100
                 sloppy = statistics.mean(s["sloppy"][k] for s in shares) * 100
                 cells.append(f"{wrong:.1f} ({sloppy:.1f})")
-            overall = statistics.mean(statistics.mean(s["wrong"]) for s in shares) * 100
-            print(f"| {method} | {len(shares)} | " + " | ".join(cells) + f" | {overall:.1f} |")
+            wrong_all, sloppy_all = (statistics.mean(statistics.mean(s[kind]) for s in shares) * 100
+                                     for kind in ("wrong", "sloppy"))
+            print(f"| {method} | {len(shares)} | " + " | ".join(cells) + f" | {wrong_all:.1f} | {sloppy_all:.1f} |")
 
 
 if __name__ == "__main__":
