@@ -12,6 +12,7 @@ temperature 1.0 (the testbed trains on 16 x 8 a step), and times, as medians ove
 - a GRPO update on the same batch: a forward of prompt + completion with gradients on the weights, the
   per-token log-probabilities of the completion, a policy-gradient loss, backward and an AdamW step on a
   copy of the policy (TRL's update does this plus bookkeeping, so this is a lower bound of its cost);
+  also timed right after a scoring run, to see whether scoring slows the update that follows it;
 - sampling the batch's completions (``model.generate`` at temperature 1.0, up to 96 tokens), the rest
   of a GRPO step.
 
@@ -164,6 +165,13 @@ def main() -> None:
         r["phase_share"]["other"] = 1 - sum(r["phase_share"].values())
         update_step(policy, optimizer, *tensors)  # warm-up (optimizer state)
         r["update_s"] = median_time(lambda: update_step(policy, optimizer, *tensors), args.repeats)
+        # The same update timed right after a scoring run (whether scoring leaves the update slower:
+        # caches, the allocator), the scoring itself untimed.
+        after = []
+        for _ in range(args.repeats):
+            score("oar_g", model, probes, config)
+            after.append(median_time(lambda: update_step(policy, optimizer, *tensors), 1))
+        r["update_after_scoring_s"] = statistics.median(after)
         if not args.no_generate:
             with torch.no_grad():
                 r["generate_s"] = median_time(lambda: model.generate(
@@ -179,13 +187,14 @@ def main() -> None:
           + "; ".join(f"{b} responses: {r['response_tokens_mean']:.0f} response tokens, {r['probe_tokens_mean']:.0f} "
                       f"probe tokens ({r['prompt_tokens_mean']:.0f} prompt) on average"
                       for b, r in report["batches"].items()) + "\n")
-    print("| responses | probes s | scoring s | " + " | ".join(PHASES) + " | other | update s | generate s "
-          "| (probes + scoring) / update | OAR-G step / GRPO step |")
-    print("|---:|" + "---:|" * (len(PHASES) + 7))
+    print("| responses | probes s | scoring s | " + " | ".join(PHASES) + " | other | update s "
+          "| update after scoring s | generate s | (probes + scoring) / update | OAR-G step / GRPO step |")
+    print("|---:|" + "---:|" * (len(PHASES) + 8))
     for batch, r in report["batches"].items():
         shares = " | ".join(f"{100 * r['phase_share'][k]:.0f}%" for k in (*PHASES, "other"))
         print(f"| {batch} | {r['probes_s']:.3f} | {r['scoring_s']:.3f} | {shares} | {r['update_s']:.3f} | "
-              f"{r.get('generate_s', float('nan')):.3f} | {r['scoring_over_update']:.2f} | "
+              f"{r['update_after_scoring_s']:.3f} | {r.get('generate_s', float('nan')):.3f} | "
+              f"{r['scoring_over_update']:.2f} | "
               f"{r.get('oar_g_step_over_grpo_step', float('nan')):.2f} |")
     if args.out:
         with open(args.out, "w") as handle:
