@@ -6,7 +6,14 @@ the controls ``grad_norm``, ``entropy``, ``position``, ``random``. All share one
 ``score(method, model, probes, config)``, and return scores [B, T] aligned with the response positions.
 
 Only the logits a probe needs are computed (``logits_to_keep``). Probe batches are left-padded so
-every probe ends at the same position, with explicit position ids so padding changes nothing.
+every probe ends at the same position, with explicit position ids and a 4D attention mask so padding
+changes nothing. The model-reading scorers batch the rows of all probes of a call into forwards of at
+most ``chunk_tokens`` tokens, build every forward's inputs on the model's device without waiting for it
+(``oar.method.scoring_batches``), and move their scores off the device once per call.
+
+Scoring runs in the precision of the training forward: the trainer calls the model accelerate prepared,
+whose forward runs under bf16 autocast where training does (mixed precision on a GPU); the outcome and
+the divergences are computed in float32 from the logits.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers.cache_utils import DynamicCache
 
-from oar.method.probes import PROBES, Outcome, Probe, divergence, outcome_from_logits, resolve_probe_kind
+from oar.method.probes import PROBES, Probe, resolve_probe_kind
+from oar.method.scoring_batches import (FIRST_LEN, PROBE, OutcomeRows, left_aligned, mask_format, row_inputs,
+                                        row_table)
 
 # ----------------------------------------------------------------------------------------------------
 # Scorers
@@ -123,7 +132,8 @@ def score(
     mask = torch.zeros(n, width, dtype=torch.bool)
     for i, p in enumerate(probes):
         mask[i, : p.reasoning_len] = True
-    rows = [i for i in range(n) if active_rows[i] and probes[i].reasoning_len > 0]
+    active_list = active_rows.tolist()  # one read of a host tensor, not one per row
+    rows = [i for i in range(n) if active_list[i] and probes[i].reasoning_len > 0]
     kinds = [resolve_probe_kind(p, config.probe) for p in probes]
     fallback = torch.tensor([k != config.probe for k in kinds], dtype=torch.bool)
 
@@ -134,7 +144,7 @@ def score(
             row_scores = SCORERS[method](model, [probes[i] for i in rows], [kinds[i] for i in rows], config)
         finally:
             model.train(was_training)
-        for i, s in zip(rows, row_scores):
+        for i, s in zip(rows, row_scores):  # on the host already: the scorers move their results off once
             scores[i, : probes[i].reasoning_len] = s.float().cpu()
     scored = torch.zeros(n, dtype=torch.bool)
     scored[rows] = True
@@ -175,48 +185,24 @@ def _micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return groups
 
 
-def _left_pad(seqs: Sequence[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor, Tensor, list[int]]:
-    longest = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), longest), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(seqs), longest), dtype=torch.long)
-    offsets = []
-    for r, s in enumerate(seqs):
-        off = longest - len(s)
-        ids[r, off:] = torch.tensor(s, dtype=torch.long)
-        attention[r, off:] = 1
-        offsets.append(off)
-    positions = (attention.cumsum(dim=1) - 1).clamp_min(0)
-    return ids.to(device), attention.to(device), positions.to(device), offsets
+def _flat_ids(seqs: Sequence[Sequence[int]], device) -> tuple[Tensor, Tensor]:
+    """Every sequence's ids one after the other on ``device``, and where each begins."""
+    starts = [0]
+    for s in seqs[:-1]:
+        starts.append(starts[-1] + len(s))
+    flat = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
+    return flat.to(device, non_blocking=True), torch.tensor(starts, dtype=torch.long).to(device, non_blocking=True)
 
 
-def _batched_outcomes(logits: Tensor, probes: Sequence[Probe], kinds: Sequence[str]) -> list[Outcome]:
-    """Per-row outcomes from the last ``keep`` logits of a left-padded batch (all rows end together)."""
-    keep_all = logits.shape[1]
-    outcomes = []
-    for r, (p, kind) in enumerate(zip(probes, kinds)):
-        k = _keep(p, kind)
-        window = logits[r : r + 1, keep_all - k :]
-        answer = torch.tensor([p.answer_ids], device=logits.device) if kind != "lt_logits" else None
-        outcomes.append(outcome_from_logits(window, kind, answer))
-    return outcomes
-
-
-def _rows_objective(clean: Sequence[Outcome], perturbed: Sequence[Outcome]) -> Tensor:
-    """Sum over rows of the unclamped divergence (rows are independent, so its gradient is per row)."""
-    return torch.stack([divergence(c, p, clamp=False).sum() for c, p in zip(clean, perturbed)]).sum()
+def _to_host(rows: Sequence[Tensor]) -> list[Tensor]:
+    """Per-row results moved off the device in one copy (one wait for the device per scoring call)."""
+    if not rows:
+        return []
+    flat = torch.cat([r.reshape(-1).float() for r in rows]).cpu()
+    return list(flat.split([r.numel() for r in rows]))
 
 
 # --- OAR-P --------------------------------------------------------------------------------------------
-
-
-def _cache_prefix(cache: DynamicCache, length: int, copies: int) -> DynamicCache:
-    """The first ``length`` positions of a batch-1 cache, repeated ``copies`` times (views, no copy)."""
-    layers = []
-    for layer in cache.layers:
-        k = layer.keys[:, :, :length].expand(copies, -1, -1, -1)
-        v = layer.values[:, :, :length].expand(copies, -1, -1, -1)
-        layers.append((k, v))
-    return DynamicCache(layers)
 
 
 @register("oar_p")
@@ -226,125 +212,170 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     replaced by the pad id (AS-Joint: max(phi_0 - phi_j, 0)).
 
     Exact, and cheaper than the authors' all-copies batch in two ways: substituting token j cannot
-    change positions before it, so each chunk of copies j0..j1 reuses the clean KV cache of
-    ``probe[:prompt + j0]`` and only runs the suffix; and only the last ``A + 1`` logits are computed.
+    change positions before it, so each substituted copy runs only its suffix over the clean KV cache of
+    ``probe[:prompt + j]``; and only the last ``A + 1`` logits are computed. The copies of every probe
+    of the call are stacked into forwards of at most ``config.chunk_tokens`` tokens
+    (:func:`substitution_scores`).
 
     With ``config.span_tokens`` w > 1, each copy substitutes a span of w consecutive reasoning tokens
     (``reasoning_spans``) and every token of the span gets the span's divergence; w = 1 is the
     definition above, computed by the very same operations.
 
     With ``config.window_tokens`` K > 0, each copy recomputes only K reasoning tokens from its span's start
-    and the tokens after the reasoning (``window_substitution_scores``): an approximation.
+    and the tokens after the reasoning: an approximation (:func:`substitution_scores`).
     """
-    pad_id = _batch_pad_id(probes)
-    scores = []
-    for probe, kind in zip(probes, kinds):
-        spans = reasoning_spans(probe.reasoning_len, config.span_tokens)
-        if config.window_tokens:
-            scores.append(window_substitution_scores(model, probe, kind, spans, config.window_tokens,
-                                                     config.chunk_tokens, pad_id))
-        else:
-            scores.append(span_substitution_scores(model, probe, kind, spans, config.chunk_tokens, pad_id))
-    return scores
+    spans = [reasoning_spans(p.reasoning_len, config.span_tokens) for p in probes]
+    return substitution_scores(model, probes, kinds, spans, config.chunk_tokens, _batch_pad_id(probes),
+                               config.window_tokens)
 
 
-def _clean_pass(model, probe: Probe, kind: str):
-    """The clean probe's forward for OAR-P: (ids [1, N], logits kept, answer ids or None, clean outcome,
-    its KV cache)."""
-    device = _device(model)
-    ids = torch.tensor([probe.ids(kind)], device=device)
-    keep = _keep(probe, kind)
-    answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
-    return ids, keep, answer, outcome_from_logits(out.logits, kind, answer), out.past_key_values
+@dataclass(frozen=True)
+class SubstitutionForward:
+    """One forward of OAR-P's schedule: rows [begin, end) of the sorted copies, each left-padded to
+    ``width`` new tokens over ``cache_len`` cached positions."""
+
+    begin: int
+    end: int
+    width: int
+    cache_len: int
 
 
-def _score_copies(row: Tensor, chunk: Sequence[tuple[int, int]], clean: Outcome, logits: Tensor, kind: str,
-                  answer: Tensor | None) -> None:
-    """Each copy's divergence from the clean outcome, written to every token of its span in ``row``."""
-    copies = len(chunk)
-    perturbed = outcome_from_logits(logits, kind, None if answer is None else answer.expand(copies, -1))
-    for (a, b), value in zip(chunk, divergence(_expand(clean, copies), perturbed)):
-        row[a:b] = value  # a span's divergence is the score of each of its tokens
+def substitution_rows(lengths: Sequence[int], starts: Sequence[int], reasoning: Sequence[int],
+                      spans: Sequence[Sequence[tuple[int, int]]], window_tokens: int = 0) -> list[tuple[int, ...]]:
+    """One row-table row (``oar.method.scoring_batches.ROW_FIELDS``) per substituted copy, in the order
+    the copies are scored: longest first, then by probe and span. Probe i has ``lengths[i]`` tokens, its
+    reasoning starting at ``starts[i]`` and ``reasoning[i]`` tokens long.
+
+    Exact (``window_tokens`` 0): the copy of span [a, b) runs the probe from reasoning position a to its
+    end, over the clean cache of everything before a. With a window K, it runs reasoning positions
+    [a, max(b, a + K)) (cut at the reasoning's end), then the tokens after the reasoning, which also see
+    the clean cache of the reasoning after the window."""
+    rows = []
+    for i, (n, start, r) in enumerate(zip(lengths, starts, reasoning)):
+        end = start + r
+        for a, b in spans[i]:
+            if window_tokens:
+                e = min(max(b, a + window_tokens), r)
+                rows.append((i, start + a, e - a, end, n - end, b - a, start + a, start + e, end))
+            else:
+                rows.append((i, start + a, n - start - a, 0, 0, b - a, start + a, 0, 0))
+    rows.sort(key=lambda row: -(row[2] + row[4]))  # stable: probe and span order among equal lengths
+    return rows
+
+
+def substitution_forwards(rows: Sequence[tuple[int, ...]], chunk_tokens: int) -> list[SubstitutionForward]:
+    """Greedy packing of the sorted copies: a forward takes rows while rows x its longest row (the first)
+    stays within ``chunk_tokens`` tokens (at least one row)."""
+    forwards, begin = [], 0
+    while begin < len(rows):
+        width = rows[begin][2] + rows[begin][4]
+        end = min(len(rows), begin + max(1, chunk_tokens // width))
+        cache_len = max(max(row[6], row[8]) for row in rows[begin:end])
+        forwards.append(SubstitutionForward(begin, end, width, cache_len))
+        begin = end
+    return forwards
 
 
 @torch.no_grad()
+def substitution_scores(model, probes: Sequence[Probe], kinds: Sequence[str],
+                        spans: Sequence[Sequence[tuple[int, int]]], chunk_tokens: int, pad_id: int,
+                        window_tokens: int = 0) -> list[Tensor]:
+    """OAR-P's scores of every probe over given substitution spans (consecutive [start, end) reasoning
+    positions in order, covering its reasoning); every token of a span gets the span's divergence.
+
+    1. The clean probes run in left-padded micro-batches of at most ``chunk_tokens`` tokens; their
+       outcomes are kept, and their KV caches are stored once, left-aligned, in one bank per layer.
+    2. The substituted copies of all probes (:func:`substitution_rows`) run in forwards of at most
+       ``chunk_tokens`` tokens (:func:`substitution_forwards`); each row's cache is its own probe's clean
+       prefix, gathered from the bank, and a 4D mask lets it see only that prefix (with a window, also
+       the clean reasoning after the window, for the conclusion and answer).
+    3. Each forward's divergences are written into one vector; the scores leave the device once.
+
+    The token layout of every row is computed on the host before the first forward, so nothing in the
+    loops waits for the device (``oar.method.scoring_batches``)."""
+    device = _device(model)
+    fmt = mask_format(model)
+    seqs = [p.ids(k) for p, k in zip(probes, kinds)]
+    lengths = [len(s) for s in seqs]
+    starts = [p.reasoning_start for p in probes]
+    reasoning = [p.reasoning_len for p in probes]
+    flat, flat_starts = _flat_ids(seqs, device)
+    outcomes = OutcomeRows.of(probes, kinds, device)
+    keeps = [_keep(p, k) for p, k in zip(probes, kinds)]
+    cached = max(s + r for s, r in zip(starts, reasoning))  # no row sees a cached position past its reasoning
+
+    # 1. clean passes, their outcomes and the bank of their KV caches
+    clean_lp = clean_phi = None
+    bank: list[tuple[Tensor, Tensor]] = []
+    groups = _micro_batches(lengths, chunk_tokens)
+    clean_table = row_table([(i, 0, lengths[i], 0, 0, 0, 0, 0, 0) for group in groups for i in group], device)
+    begin = 0
+    for group in groups:
+        table = clean_table[begin : begin + len(group)]
+        begin += len(group)
+        width = lengths[group[0]]
+        ids, positions, mask = row_inputs(table, width, 0, flat, flat_starts, pad_id, fmt)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                    logits_to_keep=max(keeps[i] for i in group))
+        rows = table[:, PROBE]
+        lp, phi = outcomes.read(out.logits, rows)
+        if lp is not None:
+            clean_lp = lp.new_zeros((len(probes), lp.shape[-1])) if clean_lp is None else clean_lp
+            clean_lp[rows] = lp
+        if phi is not None:
+            clean_phi = phi.new_zeros(len(probes)) if clean_phi is None else clean_phi
+            clean_phi[rows] = phi
+        padding = width - (table[:, FIRST_LEN])
+        for layer, cache in enumerate(out.past_key_values.layers):
+            keys = left_aligned(cache.keys, padding)[:, :, :cached]
+            values = left_aligned(cache.values, padding)[:, :, :cached]
+            if len(bank) <= layer:
+                shape = (len(probes), keys.shape[1], cached, keys.shape[3])
+                bank.append((keys.new_zeros(shape), values.new_zeros(shape)))
+            bank[layer][0][rows, :, : keys.shape[2]] = keys
+            bank[layer][1][rows, :, : values.shape[2]] = values
+
+    # 2. the substituted copies of every probe, stacked
+    copies = substitution_rows(lengths, starts, reasoning, spans, window_tokens)
+    table = row_table(copies, device)
+    divergences = torch.empty(len(copies), dtype=torch.float32, device=device)
+    for fwd in substitution_forwards(copies, chunk_tokens):
+        rows = table[fwd.begin : fwd.end]
+        probe_of = rows[:, PROBE]
+        ids, positions, mask = row_inputs(rows, fwd.width, fwd.cache_len, flat, flat_starts, pad_id, fmt)
+        cache = DynamicCache([(k[probe_of, :, : fwd.cache_len], v[probe_of, :, : fwd.cache_len]) for k, v in bank]) \
+            if fwd.cache_len else None
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                    use_cache=cache is not None, logits_to_keep=max(keeps[c[0]] for c in copies[fwd.begin : fwd.end]))
+        clean = (None if clean_lp is None else clean_lp[probe_of], None if clean_phi is None else clean_phi[probe_of])
+        divergences[fwd.begin : fwd.end] = outcomes.divergence(probe_of, clean, outcomes.read(out.logits, probe_of))
+
+    # 3. every token of a span gets its copy's divergence
+    copy_index = {}
+    for c, row in enumerate(copies):
+        copy_index[(row[0], row[1] - starts[row[0]])] = c
+    token_copy = [copy_index[(i, a)] for i in range(len(probes)) for a, b in spans[i] for _ in range(b - a)]
+    token_scores = divergences[torch.tensor(token_copy, dtype=torch.long).to(device, non_blocking=True)]
+    return _to_host(list(token_scores.split(reasoning)))
+
+
 def span_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tuple[int, int]], chunk_tokens: int,
                              pad_id: int) -> Tensor:
-    """One probe's OAR-P scores over given substitution spans: consecutive [start, end) reasoning
-    positions in order, covering the reasoning. Each copy replaces one span by ``pad_id`` and runs only
-    the suffix after the clean prefix it shares (KV cache); every token of the span gets its divergence."""
-    device = _device(model)
-    ids, keep, answer, clean, cache = _clean_pass(model, probe, kind)
-    start = probe.reasoning_start
-    row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
-    for k0, copies in _span_chunks(probe, kind, chunk_tokens, spans):
-        chunk = spans[k0 : k0 + copies]
-        j0 = chunk[0][0]
-        suffix = ids[:, start + j0 :].repeat(copies, 1)
-        suffix[_substituted(chunk, j0, suffix.shape[1], device)] = pad_id
-        out = model(
-            input_ids=suffix,
-            past_key_values=_cache_prefix(cache, start + j0, copies),
-            use_cache=True,
-            logits_to_keep=keep,
-        )
-        _score_copies(row, chunk, clean, out.logits, kind, answer)
-    return row
+    """One probe's exact OAR-P scores over given substitution spans (:func:`substitution_scores`)."""
+    return substitution_scores(model, [probe], [kind], [spans], chunk_tokens, pad_id)[0]
 
 
-@torch.no_grad()
 def window_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tuple[int, int]], window_tokens: int,
                                chunk_tokens: int, pad_id: int) -> Tensor:
-    """OAR-P with a local window: like :func:`span_substitution_scores`, but after substituting the span
-    starting at reasoning position a, only reasoning positions [a, a + ``window_tokens``) (at least the
-    span) and the tokens after the reasoning (conclusion and answer) are recomputed; every later reasoning
-    position keeps its clean keys and values. A copy then runs ``window_tokens + tail`` tokens instead of
-    the whole suffix, so the cost grows as R x window instead of R^2 / 2. Where the window reaches the
-    end of the reasoning the result is exact OAR-P's; what it leaves out is the substitution's effect
-    carried through the later reasoning tokens' own states (the text stays fixed, so the outcome reads it
-    mostly through attention to the window and the conclusion).
-
-    The copies of a chunk share the clean cache of ``prompt | reasoning``; a 4D additive mask hides each
-    copy's stale window from its new tokens and keeps causality between its new tokens."""
-    device = _device(model)
-    ids, keep, answer, clean, cache = _clean_pass(model, probe, kind)
-    start, end = probe.reasoning_start, probe.reasoning_start + probe.reasoning_len
-    tail = ids[0, end:]
-    cached = [(layer.keys[:, :, :end], layer.values[:, :, :end]) for layer in cache.layers]
-    dtype = cached[0][0].dtype if cached else torch.float32
-    hidden = torch.finfo(dtype).min
-
-    row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
-    per_copy = window_tokens + len(tail)
-    copies_per_chunk = max(1, chunk_tokens // per_copy)
-    for k0 in range(0, len(spans), copies_per_chunk):
-        chunk = spans[k0 : k0 + copies_per_chunk]
-        windows = [(a, min(max(b, a + window_tokens), probe.reasoning_len)) for a, b in chunk]
-        n = max(e - a for a, e in windows) + len(tail)
-        new_ids = torch.full((len(chunk), n), pad_id, dtype=torch.long, device=device)
-        positions = torch.zeros((len(chunk), n), dtype=torch.long, device=device)
-        mask = torch.full((len(chunk), 1, n, end + n), hidden, dtype=dtype, device=device)
-        for c, ((a, b), (_, e)) in enumerate(zip(chunk, windows)):
-            real = (e - a) + len(tail)
-            off = n - real  # left padding
-            tokens = torch.cat([ids[0, start + a : start + e], tail])
-            tokens[: b - a] = pad_id  # the substituted span
-            new_ids[c, off:] = tokens
-            pos = torch.cat([torch.arange(start + a, start + e, device=device),
-                             torch.arange(end, ids.shape[1], device=device)])
-            positions[c, off:] = pos
-            positions[c, :off] = pos[0]
-            # cached keys: the clean prefix before the window, and (for the tail) the reasoning after it
-            mask[c, 0, off:, : start + a] = 0
-            mask[c, 0, off + (e - a) :, start + e : end] = 0
-            # new keys: causal among the copy's own tokens
-            mask[c, 0, off:, end + off :] = torch.triu(torch.full((real, real), hidden, dtype=dtype, device=device), 1)
-        shared = DynamicCache([(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in cached])
-        out = model(input_ids=new_ids, attention_mask=mask, position_ids=positions, past_key_values=shared,
-                    use_cache=True, logits_to_keep=keep)
-        _score_copies(row, chunk, clean, out.logits, kind, answer)
-    return row
+    """One probe's OAR-P scores with a local window: after substituting the span starting at reasoning
+    position a, only reasoning positions [a, a + ``window_tokens``) (at least the span) and the tokens
+    after the reasoning (conclusion and answer) are recomputed; every later reasoning position keeps its
+    clean keys and values. A copy then runs ``window_tokens + tail`` tokens instead of the whole suffix,
+    so the cost grows as R x window instead of R^2 / 2. Where the window reaches the end of the
+    reasoning the result is exact OAR-P's; what it leaves out is the substitution's effect carried
+    through the later reasoning tokens' own states (the text stays fixed, so the outcome reads it mostly
+    through attention to the window and the conclusion). See :func:`substitution_scores`."""
+    return substitution_scores(model, [probe], [kind], [spans], chunk_tokens, pad_id, window_tokens)[0]
 
 
 def reasoning_spans(reasoning_len: int, span_tokens: int) -> list[tuple[int, int]]:
@@ -353,22 +384,16 @@ def reasoning_spans(reasoning_len: int, span_tokens: int) -> list[tuple[int, int
     return [(a, min(a + span_tokens, reasoning_len)) for a in range(0, reasoning_len, span_tokens)]
 
 
-def _substituted(chunk: Sequence[tuple[int, int]], j0: int, width: int, device) -> Tensor:
-    """[copies, width] mask of the suffix positions copy c substitutes: its span, shifted by ``j0``
-    (the suffix starts at reasoning position ``j0``)."""
-    mask = torch.zeros((len(chunk), width), dtype=torch.bool, device=device)
-    for c, (a, b) in enumerate(chunk):
-        mask[c, a - j0 : b - j0] = True
-    return mask
-
-
-def _expand(outcome: Outcome, copies: int) -> Outcome:
-    if outcome.phi is not None:
-        return Outcome(None, outcome.phi.expand(copies))
-    return Outcome(outcome.logprobs.expand(copies, -1), None)
-
-
 # --- gradient scorers ----------------------------------------------------------------------------------
+
+
+def _gather_rows(out: Tensor, values: Tensor, first: Tensor, count: Tensor, dest: Tensor) -> None:
+    """Write ``values[r, first[r] + u]`` for u < ``count[r]`` to ``out[dest[r] + u]``, every row at once;
+    the other columns go to ``out``'s last element, a spare slot (no boolean indexing: no host wait)."""
+    u = torch.arange(values.shape[1], device=values.device)[None, :] - first[:, None]
+    valid = (u >= 0) & (u < count[:, None])
+    index = torch.where(valid, dest[:, None] + u, out.shape[0] - 1)
+    out.index_put_((index.reshape(-1),), values.reshape(-1).to(out.dtype))
 
 
 def _embedding_gradients(
@@ -376,123 +401,145 @@ def _embedding_gradients(
     probes: Sequence[Probe],
     kinds: Sequence[str],
     config: ScorerConfig,
-    objective: Callable[[Tensor, list[Outcome] | None], Tensor],
+    objective: Callable[[OutcomeRows, Tensor, tuple, tuple | None], Tensor],
     needs_clean: bool,
     noise_sigma: float | None,
-) -> list[tuple[Tensor, Tensor]]:
-    """(gradient, clean embedding) on the reasoning positions of each probe, in micro-batches.
+    reduce: Callable[[Tensor, Tensor], Tensor],
+) -> list[Tensor]:
+    """Per reasoning token of each probe, ``reduce(gradient, clean embedding)`` [B, n, hidden] -> [B, n]
+    (float32), the gradient being the objective's with respect to the input embeddings, in micro-batches
+    of at most ``config.chunk_tokens`` tokens.
 
     Only the reasoning is noised and only its gradient is read, so the prompt before it is the same in
     the clean and the noisy pass and no gradient needs to cross it: each distinct prompt runs once,
     without gradient, into a KV cache (``_prompt_caches``; a GRPO group shares one prompt), and both
     passes and the backward run only ``reasoning | conclude | answer`` on top of it. The result is the
-    full-probe computation's, to float rounding.
+    full-probe computation's, to float rounding. Token layouts and masks are built on the device
+    (``oar.method.scoring_batches``) and the scores leave it once.
 
     The gradient is taken with ``torch.autograd.grad`` with respect to the input embeddings only:
     nothing is accumulated into (or cleared from) any parameter's ``.grad``.
     """
     device = _device(model)
+    fmt = mask_format(model)
     pad_id = _batch_pad_id(probes)
     embed = model.get_input_embeddings()
     seqs = [p.ids(k) for p, k in zip(probes, kinds)]
+    flat, flat_starts = _flat_ids(seqs, device)
+    outcomes = OutcomeRows.of(probes, kinds, device)
+    reasoning = [p.reasoning_len for p in probes]
+    dest = [0]
+    for r in reasoning[:-1]:
+        dest.append(dest[-1] + r)
+    total = sum(reasoning)
     with _phase("inputs"):
-        noises = _reasoning_noise(probes, seqs, config.seed, noise_sigma, embed.weight.shape[-1])
+        noise = _reasoning_noise(probes, seqs, config.seed, noise_sigma, embed.weight.shape[-1], device)
     with _phase("prefix"):
-        prompts = _prompt_caches(model, probes, pad_id, config.chunk_tokens)
-    suffixes = [s[p.reasoning_start :] for s, p in zip(seqs, probes)]
-    results: list[tuple[Tensor, Tensor] | None] = [None] * len(probes)
-    for group in _micro_batches([len(s) for s in suffixes], config.chunk_tokens):
-        g_probes = [probes[i] for i in group]
-        g_kinds = [kinds[i] for i in group]
+        prompt_of, prompt_bank = _prompt_caches(model, probes, flat, flat_starts, pad_id, config.chunk_tokens, fmt)
+    starts = [p.reasoning_start for p in probes]
+    suffixes = [len(s) - st for s, st in zip(seqs, starts)]
+    groups = _micro_batches(suffixes, config.chunk_tokens)
+    table = row_table([(i, starts[i], suffixes[i], 0, 0, 0, starts[i], 0, 0) for g in groups for i in g], device)
+    per_row = torch.tensor([[dest[i], reasoning[i]] for g in groups for i in g], dtype=torch.long)
+    per_row = per_row.reshape(-1, 2).to(device, non_blocking=True)
+    out = torch.zeros(total + 1, dtype=torch.float32, device=device)
+    begin = 0
+    for group in groups:
+        rows = table[begin : begin + len(group)]
+        row_dest, row_count = per_row[begin : begin + len(group)].unbind(1)
+        begin += len(group)
+        width, cache_len = suffixes[group[0]], max(starts[i] for i in group)
+        probe_of = rows[:, PROBE]
+        keep = max(_keep(probes[i], kinds[i]) for i in group)
         with _phase("inputs"):
-            ids, attention, positions, offsets = _left_pad([suffixes[i] for i in group], pad_id, device)
-            prefix, prefix_mask, prompt_lens = _stacked_prefix([prompts[p.prompt_ids] for p in g_probes], device)
-            attention = torch.cat([prefix_mask, attention], dim=1)  # the prompt's keys, then the suffix's
-            positions = positions + prompt_lens[:, None]  # the suffix continues its own prompt's positions
-        keep = max(_keep(p, k) for p, k in zip(g_probes, g_kinds))
+            ids, positions, mask = row_inputs(rows, width, cache_len, flat, flat_starts, pad_id, fmt)
+            prefix = [(k[prompt_of[probe_of], :, :cache_len], v[prompt_of[probe_of], :, :cache_len])
+                      for k, v in prompt_bank] if cache_len else None
+            padding = width - rows[:, FIRST_LEN]
         clean = None
         if needs_clean:
             with torch.no_grad(), _phase("clean_forward"):
-                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                past_key_values=_cache_of(prefix), logits_to_keep=keep).logits
-                clean = _batched_outcomes(logits, g_probes, g_kinds)
+                clean = outcomes.read(logits, probe_of)
         with _phase("inputs"):
             clean_embeds = embed(ids).detach()
             inputs = clean_embeds
-            if noise_sigma is not None:
-                noise = torch.zeros(clean_embeds.shape, dtype=torch.float32)
-                for r, (i, off) in enumerate(zip(group, offsets)):
-                    noise[r, off : off + probes[i].reasoning_len] = noises[i]
-                inputs = (clean_embeds.float() + noise.to(device)).to(clean_embeds.dtype)
+            if noise is not None:
+                # row r's reasoning is its first R tokens after its padding: noise row dest + u
+                u = torch.arange(width, device=device)[None, :] - padding[:, None]
+                noised = (u >= 0) & (u < row_count[:, None])
+                drawn = noise[torch.where(noised, row_dest[:, None] + u, 0)]
+                inputs = (clean_embeds.float() + torch.where(noised[..., None], drawn, 0.0)).to(clean_embeds.dtype)
             inputs = inputs.clone().requires_grad_(True)
         with torch.enable_grad():
             with _phase("noisy_forward"):
-                logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions,
+                logits = model(inputs_embeds=inputs, attention_mask=mask, position_ids=positions,
                                past_key_values=_cache_of(prefix), logits_to_keep=keep).logits
-                perturbed = _batched_outcomes(logits, g_probes, g_kinds)
-                objective_value = objective(perturbed, clean)
+                objective_value = objective(outcomes, probe_of, outcomes.read(logits, probe_of), clean)
             with _phase("backward"):
                 (grad,) = torch.autograd.grad(objective_value, inputs)
-        for r, (i, p, off) in enumerate(zip(group, g_probes, offsets)):
-            results[i] = (grad[r, off : off + p.reasoning_len].float(),
-                          clean_embeds[r, off : off + p.reasoning_len].float())
-    return results
+        _gather_rows(out, reduce(grad.float(), clean_embeds.float()), padding, row_count, row_dest)
+    return _to_host(list(out[:total].split(reasoning)))
 
 
 def _reasoning_noise(probes: Sequence[Probe], seqs: Sequence[list[int]], seed: int, sigma: float | None,
-                     hidden: int) -> list[Tensor | None]:
-    """Each probe's noise on its reasoning embeddings [R, hidden], float32, drawn from one seeded
-    generator in a fixed order (longest probe first, the order of the full-probe micro-batches), so a
-    probe's noise does not depend on how the batch is split."""
+                     hidden: int, device) -> Tensor | None:
+    """Every probe's noise on its reasoning embeddings, float32, on ``device``: probe i's [R_i, hidden]
+    rows one after the other in probe order. Drawn from one generator on the device, seeded with
+    ``seed``, in a fixed order (longest probe first, then probe order), so a probe's noise depends on
+    the seed and the batch, not on how the batch is split into micro-batches (on the CPU the same
+    numbers as a CPU generator)."""
     if sigma is None:
-        return [None] * len(probes)
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+        return None
+    generator = torch.Generator(device=device).manual_seed(seed)
     noises: list[Tensor | None] = [None] * len(probes)
     for i in sorted(range(len(probes)), key=lambda i: -len(seqs[i])):
-        noises[i] = torch.randn((probes[i].reasoning_len, hidden), generator=generator) * sigma
-    return noises
+        noises[i] = torch.randn((probes[i].reasoning_len, hidden), generator=generator, device=device) * sigma
+    return torch.cat(noises + [torch.zeros((1, hidden), device=device)])
 
 
 @torch.no_grad()
-def _prompt_caches(model, probes: Sequence[Probe], pad_id: int, budget: int) -> dict[tuple[int, ...], list]:
-    """Each distinct prompt's KV cache, per layer (keys, values) [1, heads, prompt, dim], run once without
-    gradient in left-padded micro-batches of at most ``budget`` tokens; an empty prompt has none."""
-    distinct = list(dict.fromkeys(p.prompt_ids for p in probes if p.prompt_ids))
-    caches: dict[tuple[int, ...], list] = {(): []}
-    device = _device(model)
-    for group in _micro_batches([len(d) for d in distinct], budget):
-        ids, attention, positions, offsets = _left_pad([list(distinct[i]) for i in group], pad_id, device)
-        cache = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                      logits_to_keep=1).past_key_values
-        for r, (i, off) in enumerate(zip(group, offsets)):
-            caches[distinct[i]] = [(layer.keys[r : r + 1, :, off:], layer.values[r : r + 1, :, off:])
-                                   for layer in cache.layers]
-    return caches
-
-
-def _stacked_prefix(caches: Sequence[list], device) -> tuple[list[tuple[Tensor, Tensor]], Tensor, Tensor]:
-    """Per-prompt caches stacked into one left-padded batch: per layer (keys, values) [B, heads, P, dim]
-    (zeros where padded), the padding mask [B, P] and each row's prompt length [B]."""
-    lengths = [c[0][0].shape[2] if c else 0 for c in caches]
+def _prompt_caches(model, probes: Sequence[Probe], flat: Tensor, flat_starts: Tensor, pad_id: int, budget: int,
+                   fmt: str) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+    """Each distinct prompt's KV cache, run once without gradient in left-padded micro-batches of at most
+    ``budget`` tokens: (the prompt index of every probe [P] on the device, per layer (keys, values)
+    [prompts, heads, longest prompt, dim], left-aligned). An empty prompt has an all-zero entry that no
+    row ever sees; without any prompt, the bank is empty."""
+    device = flat.device
+    distinct = list(dict.fromkeys(p.prompt_ids for p in probes))
+    index = {prompt: k for k, prompt in enumerate(distinct)}
+    first_probe = {}
+    for i, p in enumerate(probes):
+        first_probe.setdefault(p.prompt_ids, i)
+    prompt_of = torch.tensor([index[p.prompt_ids] for p in probes], dtype=torch.long).to(device, non_blocking=True)
+    lengths = [len(d) for d in distinct]
     longest = max(lengths)
-    mask = torch.zeros((len(caches), longest), dtype=torch.long, device=device)
-    for r, n in enumerate(lengths):
-        mask[r, longest - n :] = 1
-    layers = []
-    reference = next((c for c in caches if c), None)
-    for layer in range(len(reference) if reference is not None else 0):
-        k0, v0 = reference[layer]
-        keys = k0.new_zeros((len(caches), k0.shape[1], longest, k0.shape[3]))
-        values = v0.new_zeros((len(caches), v0.shape[1], longest, v0.shape[3]))
-        for r, (c, n) in enumerate(zip(caches, lengths)):
-            if n:
-                keys[r, :, longest - n :] = c[layer][0][0]
-                values[r, :, longest - n :] = c[layer][1][0]
-        layers.append((keys, values))
-    return layers, mask, torch.tensor(lengths, device=device)
+    bank: list[tuple[Tensor, Tensor]] = []
+    named = [k for k in range(len(distinct)) if lengths[k]]
+    groups = _micro_batches([lengths[k] for k in named], budget)
+    table = row_table([(first_probe[distinct[named[j]]], 0, lengths[named[j]], 0, 0, 0, 0, 0, 0)
+                       for g in groups for j in g], device)
+    slots = torch.tensor([named[j] for g in groups for j in g], dtype=torch.long).to(device, non_blocking=True)
+    begin = 0
+    for group in groups:
+        rows, slot = table[begin : begin + len(group)], slots[begin : begin + len(group)]
+        begin += len(group)
+        width = lengths[named[group[0]]]
+        ids, positions, mask = row_inputs(rows, width, 0, flat, flat_starts, pad_id, fmt)
+        cache = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                      logits_to_keep=1).past_key_values
+        padding = width - rows[:, FIRST_LEN]
+        for layer, c in enumerate(cache.layers):
+            if len(bank) <= layer:
+                shape = (len(distinct), c.keys.shape[1], longest, c.keys.shape[3])
+                bank.append((c.keys.new_zeros(shape), c.values.new_zeros(shape)))
+            bank[layer][0][slot, :, :width] = left_aligned(c.keys, padding)
+            bank[layer][1][slot, :, :width] = left_aligned(c.values, padding)
+    return prompt_of, bank
 
 
-def _cache_of(prefix: list[tuple[Tensor, Tensor]]) -> DynamicCache | None:
+def _cache_of(prefix: list[tuple[Tensor, Tensor]] | None) -> DynamicCache | None:
     """A fresh cache holding ``prefix`` (a forward appends to its cache, so each pass gets its own)."""
     return DynamicCache(prefix) if prefix else None
 
@@ -503,33 +550,39 @@ def _phase(name: str):
     return torch.profiler.record_function(f"embedding_gradients:{name}")
 
 
+def _kl_objective(outcomes: OutcomeRows, probe_of: Tensor, perturbed: tuple, clean: tuple) -> Tensor:
+    """Sum over rows of the unclamped divergence (rows are independent, so its gradient is per row)."""
+    return outcomes.divergence(probe_of, clean, perturbed, clamp=False).sum()
+
+
+def _likelihood_objective(outcomes: OutcomeRows, probe_of: Tensor, perturbed: tuple, _clean) -> Tensor:
+    """Sum over rows of the clean answer log-likelihood (AS-Joint's phi) or, for a distribution outcome,
+    the log-probability of its own argmax token."""
+    logprobs, phi = perturbed
+    parts = []
+    if logprobs is not None:
+        parts.append(logprobs.gather(-1, logprobs.detach().argmax(dim=-1, keepdim=True)).squeeze(-1))
+    if phi is not None:
+        parts.append(phi)
+    if len(parts) == 1:
+        return parts[0].sum()
+    return torch.where(outcomes.is_joint[probe_of], parts[1], parts[0]).sum()
+
+
 @register("oar_g")
 def oar_g_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
     """OAR-G (method.md section 5): s_t = |<dJ/de_t, e_t>|, J = KL(p_0 || p(e + noise)) (AS-Joint:
     phi_0 - phi(e + noise)), noise N(0, sigma^2) on reasoning embeddings only, float32 objective."""
-    pairs = _embedding_gradients(
-        model, probes, kinds, config, lambda pert, clean: _rows_objective(clean, pert), True, config.noise_sigma
-    )
-    return [(g * e).sum(dim=-1).abs() for g, e in pairs]
+    return _embedding_gradients(model, probes, kinds, config, _kl_objective, True, config.noise_sigma,
+                                lambda g, e: (g * e).sum(dim=-1).abs())
 
 
 @register("grad_norm")
 def grad_norm_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
     """Gradient-norm proxy (method.md section 7): s_t = ||dJ'/de_t|| at the clean point, J' the clean
     answer log-likelihood (AS-Joint) or the log-probability of the clean distribution's argmax token."""
-
-    def objective(outcomes: list[Outcome], _clean) -> Tensor:
-        total = 0.0
-        for o in outcomes:
-            if o.phi is not None:
-                total = total + o.phi.sum()
-            else:
-                top = o.logprobs.detach().argmax(dim=-1, keepdim=True)
-                total = total + o.logprobs.gather(-1, top).sum()
-        return total
-
-    pairs = _embedding_gradients(model, probes, kinds, config, objective, False, None)
-    return [g.norm(dim=-1) for g, _ in pairs]
+    return _embedding_gradients(model, probes, kinds, config, _likelihood_objective, False, None,
+                                lambda g, _e: g.norm(dim=-1))
 
 
 # --- controls that need no outcome ------------------------------------------------------------------
@@ -540,20 +593,33 @@ def grad_norm_scores(model, probes: Sequence[Probe], kinds: Sequence[str], confi
 def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
     """Policy entropy of the distribution each reasoning token was sampled from (GTPO-style control)."""
     device = _device(model)
+    fmt = mask_format(model)
     pad_id = _batch_pad_id(probes)
     # The real sequence prompt | reasoning; position t's token was drawn from the logits one earlier.
     seqs = [list(p.prompt_ids) + list(p.response_ids[: p.reasoning_len]) for p in probes]
-    results: list[Tensor | None] = [None] * len(probes)
-    for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
-        ids, attention, positions, _ = _left_pad([seqs[i] for i in group], pad_id, device)
-        keep = max(probes[i].reasoning_len for i in group) + 1
-        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
-        for r, i in enumerate(group):
-            r_len = probes[i].reasoning_len
-            z = logits[r, keep - 1 - r_len : keep - 1].float()
-            logp = F.log_softmax(z, dim=-1)
-            results[i] = -(logp.exp() * logp).sum(dim=-1)
-    return results
+    flat, flat_starts = _flat_ids(seqs, device)
+    reasoning = [p.reasoning_len for p in probes]
+    dest = [0]
+    for r in reasoning[:-1]:
+        dest.append(dest[-1] + r)
+    groups = _micro_batches([len(s) for s in seqs], config.chunk_tokens)
+    order = [i for g in groups for i in g]
+    table = row_table([(i, 0, len(seqs[i]), 0, 0, 0, 0, 0, 0) for i in order], device)
+    per_row = torch.tensor([[dest[i], reasoning[i]] for i in order], dtype=torch.long).reshape(-1, 2)
+    per_row = per_row.to(device, non_blocking=True)
+    out = torch.zeros(sum(reasoning) + 1, dtype=torch.float32, device=device)
+    begin = 0
+    for group in groups:
+        rows = table[begin : begin + len(group)]
+        row_dest, row_count = per_row[begin : begin + len(group)].unbind(1)
+        begin += len(group)
+        ids, positions, mask = row_inputs(rows, len(seqs[group[0]]), 0, flat, flat_starts, pad_id, fmt)
+        keep = max(reasoning[i] for i in group) + 1
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+        logp = F.log_softmax(logits[:, : keep - 1].float(), dim=-1)
+        # the rows end together: row r's reasoning is predicted by the last R_r of these keep - 1 positions
+        _gather_rows(out, -(logp.exp() * logp).sum(dim=-1), keep - 1 - row_count, row_count, row_dest)
+    return _to_host(list(out[:-1].split(reasoning)))
 
 
 @register("truth")
@@ -628,24 +694,14 @@ def random_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: 
     return [torch.rand(p.reasoning_len, generator=generator) for p in probes]
 
 
-def _span_chunks(probe: Probe, kind: str, chunk_tokens: int, spans: Sequence[tuple[int, int]]):
-    """OAR-P's schedule over substitution spans: (first span k0, number of copies) per forward. A chunk
-    runs ``copies`` suffixes from the first span's start, ``len(probe) - prompt - spans[k0][0]`` tokens
-    each, at most ``chunk_tokens`` in all (at least one copy)."""
-    total, start = len(probe.ids(kind)), probe.reasoning_start
-    k0 = 0
-    while k0 < len(spans):
-        copies = max(1, min(len(spans) - k0, chunk_tokens // (total - start - spans[k0][0])))
-        yield k0, copies
-        k0 += copies
-
-
 def _oar_p_chunks(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1):
-    """OAR-P's schedule in positions: (first substituted reasoning position j0, number of copies) per
-    forward; each copy runs ``len(probe) - prompt - j0`` tokens (``_span_chunks``)."""
+    """OAR-P's schedule for one probe, in positions: (reasoning position of the forward's first copy,
+    number of copies) per forward. The copies are longest first, so a forward's copies start at
+    consecutive spans and each is padded to the first's suffix, ``len(probe) - prompt - j0`` tokens."""
     spans = reasoning_spans(probe.reasoning_len, span_tokens)
-    for k0, copies in _span_chunks(probe, kind, chunk_tokens, spans):
-        yield spans[k0][0], copies
+    rows = substitution_rows([len(probe.ids(kind))], [probe.reasoning_start], [probe.reasoning_len], [spans])
+    for fwd in substitution_forwards(rows, chunk_tokens):
+        yield rows[fwd.begin][1] - probe.reasoning_start, fwd.end - fwd.begin
 
 
 def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1) -> float:
@@ -654,8 +710,9 @@ def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, span_tokens:
 
 
 def span_forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, spans: Sequence[tuple[int, int]]) -> float:
-    """:func:`forward_equivalents` for given substitution spans (``span_substitution_scores``)."""
-    total, start = len(probe.ids(kind)), probe.reasoning_start
-    runs = _span_chunks(probe, kind, chunk_tokens, spans)
-    tokens = total + sum(copies * (total - start - spans[k0][0]) for k0, copies in runs)
+    """:func:`forward_equivalents` for given substitution spans (``span_substitution_scores``): the clean
+    pass and every forward's rows x its padded width."""
+    total = len(probe.ids(kind))
+    rows = substitution_rows([total], [probe.reasoning_start], [probe.reasoning_len], [spans])
+    tokens = total + sum((f.end - f.begin) * f.width for f in substitution_forwards(rows, chunk_tokens))
     return tokens / total if total else math.nan

@@ -1,0 +1,170 @@
+"""Batched scorer forwards that never make the host wait for the device.
+
+The scorers (``oar.method.importance``) run many forwards whose rows come from different probes: each
+row reads its own probe's tokens, may replace some of them by the substitute id, and attends to a cached
+prefix of its own probe. Everything that says which tokens a row runs is known on the host before the
+first forward (probe lengths and spans are Python integers), so it is written once into a small table
+(:func:`row_table`) and sent to the device once; every forward then builds its token ids, positions and
+attention mask on the device from a slice of that table. Nothing inside the loops reads a device value
+on the host (no ``.item()``, no boolean-mask indexing, no ``.tolist()``), so on a GPU the host queues
+forward after forward while the device computes.
+
+The attention mask is passed to the model as a 4D mask: transformers then uses it as it is, where a 2D
+padding mask would make it check on the host whether any position is padded (one synchronisation per
+forward). Padding queries attend to themselves only, so no softmax row is empty.
+
+Outcomes (``oar.method.probes.outcome_from_logits``) are read for all rows of a forward at once, rows of
+different answer lengths and outcome kinds included (:class:`OutcomeRows`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from oar.method.probes import Probe
+
+# Columns of the row table: the probe a row reads; it runs positions [first, first + first_len) and then
+# [second, second + second_len) of that probe, its first ``substituted`` tokens replaced by the
+# substitute id; its queries see the cached positions [0, cache_end), and the second segment's queries
+# also [tail_begin, tail_end).
+ROW_FIELDS = ("probe", "first", "first_len", "second", "second_len", "substituted", "cache_end", "tail_begin",
+              "tail_end")
+PROBE, FIRST, FIRST_LEN, SECOND, SECOND_LEN, SUBSTITUTED, CACHE_END, TAIL_BEGIN, TAIL_END = range(len(ROW_FIELDS))
+
+
+def row_table(rows: Sequence[Sequence[int]], device) -> Tensor:
+    """[rows, len(ROW_FIELDS)] int64 on ``device``, built on the host and copied without waiting."""
+    table = torch.tensor(rows, dtype=torch.long).reshape(-1, len(ROW_FIELDS))
+    return table.to(device, non_blocking=True)
+
+
+def mask_format(model) -> str:
+    """``"bool"`` for SDPA (and what else takes a boolean mask), ``"additive"`` for eager attention."""
+    implementation = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    if implementation == "eager":
+        return "additive"
+    if implementation in ("sdpa", "flex_attention"):
+        return "bool"
+    raise ValueError(f"the scorers pass a 4D attention mask, which attention implementation {implementation!r} "
+                     "cannot take; load the model with attn_implementation='sdpa' or 'eager'")
+
+
+def model_mask(visible: Tensor, fmt: str) -> Tensor:
+    """[B, n, keys] visibility as the model's 4D mask [B, 1, n, keys]."""
+    visible = visible[:, None]
+    if fmt == "bool":
+        return visible
+    zero = torch.zeros((), dtype=torch.float32, device=visible.device)
+    return torch.where(visible, zero, torch.finfo(torch.float32).min)
+
+
+def row_inputs(table: Tensor, width: int, cache_len: int, flat_ids: Tensor, starts: Tensor, substitute_id: int,
+               fmt: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Token ids [B, width], position ids [B, width] and the 4D mask [B, 1, width, cache_len + width] of
+    the rows in ``table`` (a slice of :func:`row_table`), left-padded to ``width``. ``flat_ids`` holds every
+    probe's ids one after the other, ``starts`` [probes] where each begins."""
+    device = flat_ids.device
+    length = table[:, FIRST_LEN] + table[:, SECOND_LEN]
+    t = torch.arange(width, device=device)
+    u = t[None, :] - (width - length)[:, None]  # index within the row's own tokens; < 0 is padding
+    real = u >= 0
+    in_second = u >= table[:, FIRST_LEN, None]
+    position = torch.where(in_second, table[:, SECOND, None] + u - table[:, FIRST_LEN, None],
+                           table[:, FIRST, None] + u)
+    position = torch.where(real, position, 0)
+    ids = flat_ids[starts[table[:, PROBE]][:, None] + position]
+    ids = torch.where(real & (u < table[:, SUBSTITUTED, None]), substitute_id, ids)
+    ids = torch.where(real, ids, substitute_id)
+
+    key = torch.arange(cache_len, device=device)
+    cached = (key < table[:, CACHE_END, None, None]) | (
+        in_second[:, :, None] & (key >= table[:, TAIL_BEGIN, None, None]) & (key < table[:, TAIL_END, None, None]))
+    cached = cached & real[:, :, None]
+    own = (t[None, None, :] <= t[None, :, None]) & real[:, None, :] & real[:, :, None]
+    own = own | torch.eye(width, dtype=torch.bool, device=device)[None]  # padding queries see themselves
+    return ids, position, model_mask(torch.cat([cached, own], dim=-1), fmt)
+
+
+def left_aligned(layer: Tensor, padding: Tensor) -> Tensor:
+    """A left-padded cache tensor [B, heads, W, dim] shifted so that each row's first real position is at
+    index 0 (positions past the row's end repeat its last one; they are never visible)."""
+    width = layer.shape[2]
+    source = (padding[:, None] + torch.arange(width, device=layer.device)[None, :]).clamp_max(width - 1)
+    rows = torch.arange(layer.shape[0], device=layer.device)[:, None]
+    return layer[rows, :, source].transpose(1, 2)  # advanced indices first: [B, W, heads, dim]
+
+
+@dataclass
+class OutcomeRows:
+    """What reading an outcome needs, per probe, on the device: the logits it keeps (``keep``), its answer
+    ids (padded) and their count, and its outcome kind (LT-Logits, AS-Mean or AS-Joint)."""
+
+    keep: Tensor  # [P] long
+    answers: Tensor  # [P, max(1, longest answer)] long
+    answer_len: Tensor  # [P] long
+    is_lt: Tensor  # [P] bool
+    is_joint: Tensor  # [P] bool
+    any_kl: bool  # some probe's outcome is a distribution (LT-Logits or AS-Mean)
+    any_joint: bool  # some probe's outcome is AS-Joint's phi
+
+    @classmethod
+    def of(cls, probes: Sequence[Probe], kinds: Sequence[str], device) -> "OutcomeRows":
+        longest = max([1] + [len(p.answer_ids) for p in probes])
+        answers = torch.zeros((len(probes), longest), dtype=torch.long)
+        for r, p in enumerate(probes):
+            if kinds[r] != "lt_logits":
+                answers[r, : len(p.answer_ids)] = torch.tensor(p.answer_ids, dtype=torch.long)
+        answer_len = [0 if k == "lt_logits" else len(p.answer_ids) for p, k in zip(probes, kinds)]
+        keep = [1 if k == "lt_logits" else len(p.answer_ids) + 1 for p, k in zip(probes, kinds)]
+
+        def send(values, dtype):
+            return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+
+        return cls(send(keep, torch.long), answers.to(device, non_blocking=True), send(answer_len, torch.long),
+                   send([k == "lt_logits" for k in kinds], torch.bool),
+                   send([k == "as_joint" for k in kinds], torch.bool),
+                   any(k != "as_joint" for k in kinds), any(k == "as_joint" for k in kinds))
+
+    def read(self, logits: Tensor, probe: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """Outcomes of rows whose probes are ``probe`` [B] from their last logits [B, K, V], K at least
+        every row's ``keep`` (rows end together): log-probabilities [B, V] (LT-Logits: the first answer
+        token's; AS-Mean: of the mean answer-span logits) and AS-Joint's phi [B] (mean answer
+        log-likelihood), each None when no probe needs it. As ``outcome_from_logits``, in float32."""
+        z = logits.float()
+        rows, window = z.shape[0], z.shape[1]
+        begin = window - self.keep[probe]  # where each row's kept logits begin
+        count = self.answer_len[probe]
+        j = torch.arange(window, device=z.device)[None, :]
+        span = (j >= begin[:, None]) & (j < (begin + count)[:, None])  # positions predicting answer tokens
+        logprobs = phi = None
+        if self.any_kl:
+            first = z[torch.arange(rows, device=z.device), begin]
+            mean = (z * span[..., None]).sum(dim=1) / count.clamp_min(1)[:, None]
+            logprobs = F.log_softmax(torch.where(self.is_lt[probe][:, None], first, mean), dim=-1)
+        if self.any_joint:
+            answer = self.answers[probe].gather(1, (j - begin[:, None]).clamp(0, self.answers.shape[1] - 1))
+            token = F.log_softmax(z, dim=-1).gather(-1, answer[..., None]).squeeze(-1)
+            phi = (token * span).sum(dim=1) / count.clamp_min(1)
+        return logprobs, phi
+
+    def divergence(self, probe: Tensor, clean: tuple[Tensor | None, Tensor | None],
+                   other: tuple[Tensor | None, Tensor | None], clamp: bool = True) -> Tensor:
+        """Per row, KL(p_clean || p_other), or phi_clean - phi_other for AS-Joint rows (clamped at 0 with
+        ``clamp``), as ``oar.method.probes.divergence``; ``clean`` holds the rows' clean outcomes."""
+        (clean_lp, clean_phi), (lp, phi) = clean, other
+        kl = drop = None
+        if lp is not None:
+            kl = (clean_lp.exp() * (clean_lp - lp)).sum(dim=-1)
+        if phi is not None:
+            drop = clean_phi - phi
+            drop = drop.clamp_min(0.0) if clamp else drop
+        if kl is None:
+            return drop
+        if drop is None:
+            return kl
+        return torch.where(self.is_joint[probe], drop, kl)

@@ -1,0 +1,178 @@
+"""The scorers batched across responses (oar.method.importance, oar.method.scoring_batches) give the
+per-response scorers' scores (tests/reference_scorers.py) to float rounding, train the same first step,
+run the forwards their schedule says, and never make the host wait for the device inside a call."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import reference_scorers
+from oar.method import importance
+from oar.method.importance import (ScorerConfig, _micro_batches, reasoning_spans, score, substitution_forwards,
+                                   substitution_rows)
+from oar.method.probes import CONCLUDE_TEXT, Probe
+from oar.models.tiny import build_tiny_model
+
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
+
+
+def small_qwen2(attention: str = "sdpa"):
+    """A Qwen2 with grouped-query attention (2 key-value heads for 4 query heads), random weights."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=384, tie_word_embeddings=True)
+    config._attn_implementation = attention
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_and_models():
+    llama, tokenizer = build_tiny_model(seed=0)
+    eager, _ = build_tiny_model(seed=0)
+    eager.config._attn_implementation = "eager"
+    return tokenizer, {"llama": llama, "llama-eager": eager, "qwen2": small_qwen2()}
+
+
+def batch_of_probes(tokenizer, seed: int) -> list[Probe]:
+    """Probes as a GRPO batch has them: groups sharing a prompt, prompts of several lengths, one probe
+    without a prompt and one without an answer (its outcome falls back to LT-Logits)."""
+    g = torch.Generator().manual_seed(seed)
+    conclude = tuple(tokenizer(CONCLUDE_TEXT, add_special_tokens=False)["input_ids"])
+
+    def probe(prompt, reasoning, answer):
+        ids = torch.randint(3, len(tokenizer), (reasoning + 2 + answer,), generator=g).tolist()
+        return Probe(prompt_ids=prompt, response_ids=tuple(ids[: reasoning + 2]), reasoning_len=reasoning,
+                     conclude_ids=conclude, answer_ids=tuple(ids[reasoning + 2 :]),
+                     answer_kind="boxed" if answer else None, pad_id=tokenizer.pad_token_id)
+
+    probes = []
+    for prompt_len, sizes in ((7, (9, 14, 5)), (3, (11, 6))):
+        prompt = tuple(torch.randint(3, len(tokenizer), (prompt_len,), generator=g).tolist())
+        probes += [probe(prompt, r, 3) for r in sizes]
+    probes.append(probe((), 10, 2))
+    probes.append(replace(probe(probes[0].prompt_ids, 9, 0), answer_ids=()))
+    return probes
+
+
+def reference_scores(monkeypatch, method, model, probes, config):
+    with monkeypatch.context() as patch:
+        patch.setitem(importance.SCORERS, method, reference_scorers.REFERENCE[method])
+        return score(method, model, probes, config)
+
+
+SETTINGS = [
+    ("oar_p", {}), ("oar_p", {"span_tokens": 3}), ("oar_p", {"window_tokens": 4}),
+    ("oar_g", {"noise_sigma": 1e-2}), ("grad_norm", {}), ("entropy", {}),
+]
+
+
+@pytest.mark.parametrize("model_name", ["llama", "llama-eager", "qwen2"])
+@pytest.mark.parametrize("method, settings", SETTINGS)
+@pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
+@pytest.mark.parametrize("chunk_tokens", [24, 4096])
+def test_batched_scores_equal_the_per_response_scores(tokenizer_and_models, monkeypatch, model_name, method,
+                                                      settings, kind, chunk_tokens):
+    tokenizer, models = tokenizer_and_models
+    model = models[model_name]
+    probes = batch_of_probes(tokenizer, 7)
+    if method == "entropy":  # the first token of a response without a prompt has no distribution it was drawn from
+        probes = [p for p in probes if p.prompt_ids]
+    config = ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, seed=3, **settings)
+    now = score(method, model, probes, config)
+    before = reference_scores(monkeypatch, method, model, probes, config)
+    assert (before.scores.abs() > 0).any()
+    assert torch.equal(now.reasoning_mask, before.reasoning_mask) and torch.equal(now.lt_fallback, before.lt_fallback)
+    difference = (now.scores - before.scores).abs().max().item()
+    assert difference <= 1e-5, difference
+
+
+@pytest.mark.parametrize("method", ["oar_p", "oar_g"])
+def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp_path, monkeypatch, method):
+    """In float64, so that what differs is rounding alone: a random tiny policy's KL scores are ~1e-5, where
+    float32's rounding of the log-probabilities (~1e-7) already reorders near-tied scores at the gate."""
+    from test_trainer import make_trainer
+
+    logs = []
+    for name in ("batched", "reference"):
+        with monkeypatch.context() as patch:
+            if name == "reference":
+                patch.setitem(importance.SCORERS, method, reference_scorers.REFERENCE[method])
+            trainer = make_trainer(tiny_model_dir, tmp_path / name, oar_method=method, oar_chunk_tokens=64)
+            trainer.model.to(torch.float64)
+            trainer.train()
+            logs.append(trainer.state.log_history[0])
+    batched, reference = logs
+    assert reference["oar/frac_scored"] > 0 and reference["oar/ess_ratio"] < 1
+    for key in ("loss", "grad_norm", "reward", "oar/frac_scored", "oar/ess_ratio", "oar/top_mass",
+                "oar/fallback_no_answer", "oar/fallback_nonfinite"):
+        assert batched[key] == pytest.approx(reference[key], rel=1e-9, abs=1e-12), key
+
+
+def _profiled(model, fn) -> tuple[int, dict[str, int]]:
+    calls = []
+    hook = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+    finally:
+        hook.remove()
+    counts = {name: 0 for name in SYNC_OPS}
+    for event in prof.key_averages():
+        if event.key in counts:
+            counts[event.key] += event.count
+    return len(calls), counts
+
+
+@pytest.mark.parametrize("method, settings", [("oar_p", {}), ("oar_p", {"window_tokens": 3}), ("oar_g", {}),
+                                              ("grad_norm", {}), ("entropy", {})])
+@pytest.mark.parametrize("responses, chunk_tokens", [(2, 24), (7, 24), (7, 400)])
+def test_no_host_synchronisation_inside_a_scoring_call(tokenizer_and_models, method, settings, responses,
+                                                       chunk_tokens):
+    tokenizer, models = tokenizer_and_models
+    model = models["qwen2"]
+    probes = batch_of_probes(tokenizer, 8)[:responses]
+    config = ScorerConfig(probe="as_mean", chunk_tokens=chunk_tokens, **settings)
+    calls, syncs = _profiled(model, lambda: score(method, model, probes, config))
+    assert calls > 0
+    assert syncs == dict.fromkeys(SYNC_OPS, 0), syncs
+
+
+@pytest.mark.parametrize("settings", [{}, {"span_tokens": 2}, {"window_tokens": 3}])
+@pytest.mark.parametrize("chunk_tokens", [24, 100, 4096])
+def test_oar_p_runs_the_forwards_its_schedule_plans(tokenizer_and_models, settings, chunk_tokens):
+    """One forward per clean micro-batch and per packed group of copies of all responses together: fewer
+    than one response at a time, and within the token budget."""
+    tokenizer, models = tokenizer_and_models
+    model = models["llama"]
+    probes = batch_of_probes(tokenizer, 9)
+    config = ScorerConfig(probe="as_mean", chunk_tokens=chunk_tokens, **settings)
+    kinds = ["as_mean" if p.answer_ids else "lt_logits" for p in probes]
+    lengths = [len(p.ids(k)) for p, k in zip(probes, kinds)]
+    spans = [reasoning_spans(p.reasoning_len, config.span_tokens) for p in probes]
+    rows = substitution_rows(lengths, [p.reasoning_start for p in probes], [p.reasoning_len for p in probes], spans,
+                             config.window_tokens)
+    forwards = substitution_forwards(rows, chunk_tokens)
+    planned = len(_micro_batches(lengths, chunk_tokens)) + len(forwards)
+    calls, _ = _profiled(model, lambda: score("oar_p", model, probes, config))
+    assert calls == planned
+    assert all((f.end - f.begin) * f.width <= chunk_tokens or f.end - f.begin == 1 for f in forwards)
+    assert len(rows) == sum(len(s) for s in spans)  # one copy per span of every response
+    alone = sum(len(substitution_forwards(substitution_rows([n], [p.reasoning_start], [p.reasoning_len], [s],
+                                                            config.window_tokens), chunk_tokens)) + 1
+                for n, p, s in zip(lengths, probes, spans))
+    assert calls <= alone
+    if chunk_tokens >= 100:
+        assert calls < alone
+
+
+def test_an_attention_implementation_without_4d_masks_is_named():
+    model = small_qwen2()
+    model.config._attn_implementation = "flash_attention_2"
+    probe = Probe(prompt_ids=(5, 6), response_ids=(7, 8, 9), reasoning_len=2, conclude_ids=(10,), answer_ids=(9,),
+                  answer_kind="boxed", pad_id=0)
+    with pytest.raises(ValueError, match="flash_attention_2"):
+        score("oar_p", model, [probe], ScorerConfig())
