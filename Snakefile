@@ -52,7 +52,7 @@ os.environ.update(
 
 # The instruction set of the CPU kernels (oar.cpu_kernels): every job's Python pins it when it imports oar,
 # and stops with an error naming the level where the CPU lacks it.
-if config.get("cpu_kernels"):
+if config.get("cpu_kernels") not in (None, "none"):
     os.environ.update(OAR_CPU_KERNELS=config["cpu_kernels"])
 
 

@@ -28,6 +28,8 @@ import platform
 import sys
 
 VARIABLE = "OAR_CPU_KERNELS"
+# how to run without a pin, said in every error
+UNPIN = "or run without a pin (snakemake --config cpu_kernels=none; the numbers then agree within seed noise)"
 # level -> (CPU flags it needs in /proc/cpuinfo, the three libraries' settings)
 LEVELS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "default": ((), {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE,STRICT", "ONEDNN_MAX_CPU_ISA": "SSE41"}),
@@ -65,15 +67,15 @@ def environment(level: str, flags: set[str] | None = None) -> dict[str, str]:
     needs, settings = LEVELS[level]
     if platform.machine().lower() not in ("x86_64", "amd64"):
         raise CpuKernelsError(f"{VARIABLE}={level}: the levels are x86-64 instruction sets and this CPU is "
-                              f"{platform.machine()!r}; leave cpu_kernels null")
+                              f"{platform.machine()!r}: {UNPIN}")
     flags = cpu_flags() if flags is None else flags
     if needs and flags is None:
         raise CpuKernelsError(f"{VARIABLE}={level}: cannot read this CPU's flags (no /proc/cpuinfo) to check "
-                              f"that it has {', '.join(needs)}")
+                              f"that it has {', '.join(needs)}; {UNPIN}")
     missing = [flag for flag in needs if flag not in flags]
     if missing:
         raise CpuKernelsError(f"{VARIABLE}={level}: this CPU does not offer {', '.join(missing)}; "
-                              f"pin a lower level ({', '.join(l for l in LEVELS if l != level)}) or none")
+                              f"pin a lower level ({', '.join(lv for lv in LEVELS if lv != level)}) {UNPIN}")
     return dict(settings)
 
 
