@@ -2,8 +2,9 @@
 
 Trains each method a few steps from a `make run` run's settings (as bench/testbed_step_time.py does, one
 process per run, one torch thread), once per level in ``--levels`` (``none``: what the CPU offers) and
-repeat, the levels alternating so that slow spells of a shared machine fall on all, and prints the
-median step time over steps 2.. and its ratio to the unpinned run of the same repeat.
+repeat, the levels alternating, and prints the CPU seconds of each run (the process's own, so that
+other work on a shared machine does not count; start-up, about the same at every level, included)
+with its ratio to the unpinned run of the same repeat, and the median wall-clock step time.
 
     PYTHONPATH=$PWD .venv/bin/python bench/cpu_kernels_cost.py \\
         --settings results/runs/chain_f1/grpo-seed0/settings.yaml --model results/models/chain_f1 \\
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,6 +42,7 @@ def main() -> None:
     base |= {"model": str(Path(args.model).resolve()), "train_file": str(Path(args.train_file).resolve())}
     base["trainer"] = {**base["trainer"], "max_steps": args.steps, "save_steps": 10**6}
     times: dict[tuple[str, str], list[float]] = {}
+    walls: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as work:
         for rep in range(args.repeats):
             for method in args.methods:
@@ -49,20 +52,26 @@ def main() -> None:
                         env["OAR_CPU_KERNELS"] = level
                     out = Path(work) / f"{method}-{level}-{rep}"
                     settings = {**base, "method": method, "run_id": f"bench/{method}-{level}-{rep}"}
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     subprocess.run([sys.executable, str(STEP_TIME), "--one-run", json.dumps(settings), str(out),
                                     "--threads", "1"], check=True, capture_output=True, env=env)
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
                     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][1:]
                     step = statistics.median(line["step_time_s"] for line in lines)
-                    times.setdefault((method, level), []).append(step)
-                    print(f"{method} {level} repeat {rep + 1}: {step:.3f} s a step", file=sys.stderr, flush=True)
-    print(f"\nmedian step time over steps 2..{args.steps}, 1 thread; per repeat; ratio to the unpinned run "
-          "of the same repeat\n")
-    print("| method | level | step s | / unpinned |")
-    print("|---|---|---:|---:|")
-    for (method, level), steps in times.items():
-        ratios = [s / n for s, n in zip(steps, times.get((method, "none"), []))]
+                    times.setdefault((method, level), []).append(cpu)
+                    walls.setdefault((method, level), []).append(step)
+                    print(f"{method} {level} repeat {rep + 1}: {cpu:.1f} CPU s, {step:.3f} s a step",
+                          file=sys.stderr, flush=True)
+    print(f"\nCPU seconds of a {args.steps}-step run (start-up included), 1 thread, per repeat; their ratio to "
+          f"the unpinned run of the same repeat; median wall-clock step time over steps 2..{args.steps}\n")
+    print("| method | level | CPU s a run | / unpinned | step s (wall) |")
+    print("|---|---|---:|---:|---:|")
+    for (method, level), cpus in times.items():
+        ratios = [c / n for c, n in zip(cpus, times.get((method, "none"), []))]
         ratio = " / ".join(f"{r:.2f}" for r in ratios) + (f" (median {statistics.median(ratios):.2f})" if ratios else "")
-        print(f"| {method} | {level} | {' / '.join(f'{s:.2f}' for s in steps)} | {ratio} |")
+        print(f"| {method} | {level} | {' / '.join(f'{c:.1f}' for c in cpus)} | {ratio} | "
+              f"{' / '.join(f'{w:.2f}' for w in walls[(method, level)])} |")
 
 
 if __name__ == "__main__":
