@@ -528,8 +528,8 @@ def match_answers(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
        reference is math-verify's "gold" argument, which matters for ``x = 3`` style answers). This
        runs in a helper process; if it takes more than ``timeout_s`` CPU seconds (the helper's start-up
        not counted) the helper is killed and the check retried once on a fresh helper; a second
-       time-out returns None (undecided). Any error inside math-verify, including a crash of the
-       helper, counts as wrong.
+       time-out returns None (undecided). An error math-verify raises counts as wrong; a helper that
+       dies (killed from outside, a crash in native code) is treated like a time-out.
 
     An empty prediction, or one whose braces do not pair up, never matches. Raises ValueError for non-str inputs, an empty reference, or a
     non-positive ``timeout_s``.
@@ -708,7 +708,8 @@ class _HelperPool:
                     self._idle.append(helper)
                 return result
             logger.warning(
-                "math-verify gave no answer within %.1f CPU s (try %d of %d) for predicted=%.80r reference=%.80r%s",
+                "math-verify gave no answer within %.1f CPU s or its helper died (try %d of %d) for predicted=%.80r "
+                "reference=%.80r%s",
                 timeout_s, attempt, tries, predicted, reference,
                 "; undecided" if attempt == tries else "; retrying on a fresh helper",
             )
