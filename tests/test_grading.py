@@ -362,6 +362,7 @@ SYMBOLIC = [
 BUSY = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
 def test_verdicts_do_not_depend_on_load():
     """The checks and four busy processes share one core (the checks get about a fifth of it): each
     check then takes longer in wall-clock time than its limit, yet none times out, because the limit
