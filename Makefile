@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run run-ablations run-decisive run-decisive-part run-smollm2 test explain test-slurm install-profile
+.PHONY: setup run run-ablations run-decisive run-decisive-part run-smollm2 test explain test-slurm install-profile progress
 setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
@@ -43,6 +43,11 @@ run-smollm2: setup
 
 explain: setup
 	$(BIN)/python -m oar.analysis.explain
+
+# `make progress` in a second terminal beside `make run`: a line a minute with the jobs done and an estimate of
+# what is left, priced by this run's own finished jobs (workflow_scripts/progress.py; other targets: its --help).
+progress: setup
+	$(BIN)/python workflow_scripts/progress.py --every 60
 
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -122,6 +127,7 @@ Try it
   run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy, final-step truth gate (config/decisive.yaml; about 7 h on 2 cores)
   run-decisive-part  its part without OAR-P (config/decisive-part.yaml; about 4 h on 2 cores)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
+  progress         beside a running `make run`: jobs done and about how long is left, a line a minute
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
 
 Test

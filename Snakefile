@@ -50,6 +50,12 @@ os.environ.update(
 )
 
 
+# The instruction set of the CPU kernels (oar.cpu_kernels): every job's Python pins it when it imports oar,
+# and stops with an error naming the level where the CPU lacks it.
+if config.get("cpu_kernels") not in (None, "none"):
+    os.environ.update(OAR_CPU_KERNELS=config["cpu_kernels"])
+
+
 # The hub is read only by the rules Snakemake runs itself (localrules fetch_model and prepare_data; on a
 # cluster, the login node); a job a cluster runs (remote mode) reads prepared folders and the cache, so
 # that a compute node without internet fails fast instead of waiting on the hub.

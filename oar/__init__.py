@@ -3,6 +3,7 @@
 Layout, lowest layer first; a module imports only from its own subpackage or a lower layer
 (``tests/test_layout.py`` checks it), and no module imports Snakemake:
 
+- ``oar.cpu_kernels`` (the pinned instruction set of the CPU kernels, applied on ``import oar``)
 - ``oar.grading`` (the verifier: answer extraction and equivalence), ``oar.prompting`` (the prompt template)
 - ``oar.method``: the paper's algorithm, free of training and IO machinery: outcome probes
   (``probes``), token scorers (``importance``), the bi-level gate (``gate``), the analysis metrics (``metrics``)
@@ -14,3 +15,8 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.analysis``: results, oracle, tables, figures, ``python -m oar.analysis.explain``
 - ``oar.experiment``: the run registry (``runs``), the configuration docs and the memory plan
 """
+
+# The CPU kernels' instruction set, when OAR_CPU_KERNELS pins it (oar.cpu_kernels): before torch runs anything.
+from oar import cpu_kernels as _cpu_kernels  # noqa: E402
+
+_cpu_kernels.apply()

@@ -13,12 +13,18 @@ Three steps, each usable on its own:
   symbolic.
 
 Timeouts. math-verify's own timeouts use ``signal.alarm``, which raises outside the main thread and
-cannot be used in worker threads at all. We switch them off and run math-verify in small helper
-processes started with `subprocess` (this very file run as a script, see `_serve`). A check that
-exceeds ``timeout_s`` kills its helper, which is replaced on the next call, and counts as no match.
+cannot be used in worker threads at all, and counts wall-clock seconds, which a loaded machine stretches.
+We switch them off and run math-verify in small helper processes started with `subprocess` (this very
+file run as a script, see `_serve`). The limit ``timeout_s`` counts the helper's CPU seconds spent on
+the one check (read from ``/proc``; wall-clock seconds where there is no ``/proc``), so the verdict does
+not depend on what else runs on the machine; the helper's start-up (importing sympy, and a warm-up
+check that builds math-verify's lazily compiled parsers) happens before it reports ready and is never
+counted. A check over the limit kills its helper and is retried once on a fresh one; a second time-out
+makes the verdict *undecided* (`match_answers` returns None, `Grade.undecided` is True), which rewards
+count as no match and which the training metrics and the evaluation summaries count separately.
 `subprocess` works from any thread and also from daemonic `multiprocessing` workers, which may not
 start `multiprocessing` children. Helpers are pooled: one per concurrently checking thread, reused
-across calls, so the ~0.4 s start-up (importing sympy) is paid once per process and thread.
+across calls, so the ~0.5 s start-up is paid once per process and thread.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -388,6 +395,22 @@ def _clean(answer: str) -> str:
     return text
 
 
+# \left( and \right) only size their delimiter; \; and \: are spaces like \, and \!
+_SIZED_DELIMITER = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr)\s*(?=[()\[\]|.]|\\[{}])")
+_MATH_SPACE = re.compile(r"\\[;:]|~")
+# whitespace that separates no two letters or digits: math mode ignores it (12 \frac{3}{5}, (3, \pi));
+# between two alphanumerics it may carry meaning (\csc x, a mixed number 2 1/2, New York) and is kept
+_LOOSE_SPACE = re.compile(r"(?<![A-Za-z0-9])\s+|\s+(?![A-Za-z0-9])")
+
+
+def _spacing_free(text: str) -> str:
+    """A `_normalise`d answer without the spacing math mode ignores: the exact-string shortcut's key,
+    so that ``12 \\frac{3}{5}`` equals ``12\\frac{3}{5}`` and ``\\left( 3, \\frac{\\pi}{2} \\right)``
+    equals ``(3,\\frac{\\pi}{2})`` without a symbolic check."""
+    text = _MATH_SPACE.sub(" ", _SIZED_DELIMITER.sub("", text))
+    return _LOOSE_SPACE.sub("", text)
+
+
 def _normalise(answer: str) -> str:
     """`_clean` plus LaTeX spacing and a whole-answer ``\\text{...}`` wrapper removed.
 
@@ -482,10 +505,17 @@ def _braces_balanced(text: str) -> bool:
 
 
 def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> bool:
-    """Whether a predicted answer is equivalent to the reference answer.
+    """Whether a predicted answer is equivalent to the reference answer: `match_answers` with an
+    undecided verdict (the symbolic check timed out twice) counted as no match."""
+    return match_answers(predicted, reference, timeout_s) is True
+
+
+def match_answers(predicted: str, reference: str, timeout_s: float = 5.0) -> bool | None:
+    """Whether a predicted answer is equivalent to the reference answer; None when undecided.
 
     1. Exact match after `_normalise` (``$``, trailing punctuation, LaTeX spacing, a whole-answer
-       ``\\text{}``) -> True.
+       ``\\text{}``) and `_spacing_free` (whitespace that separates no two letters or digits,
+       ``\\left``/``\\right``) -> True.
     2. Both numbers (integers, decimals, thousands separators, ``a/b``, repeating decimals such as
        ``0.\\overline{3}``), each after dropping a percent sign, a degree sign or a unit (``12\\text{ cm}``,
        ``18 dollars``): exact value equality, so ``"27.0" == "27"``, ``"35.0\\%" == "35"``,
@@ -496,9 +526,10 @@ def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
        and a.m./p.m.
     4. Otherwise ``math_verify.verify(parse(\\boxed{reference}), parse(\\boxed{predicted}))`` (the
        reference is math-verify's "gold" argument, which matters for ``x = 3`` style answers). This
-       runs in a helper process; if it takes longer than ``timeout_s`` seconds (helper start-up not
-       counted) the helper is killed and the answer counts as wrong. Any error inside math-verify,
-       including a crash of the helper, also counts as wrong.
+       runs in a helper process; if it takes more than ``timeout_s`` CPU seconds (the helper's start-up
+       not counted) the helper is killed and the check retried once on a fresh helper; a second
+       time-out returns None (undecided). An error math-verify raises counts as wrong; a helper that
+       dies (killed from outside, a crash in native code) is treated like a time-out.
 
     An empty prediction, or one whose braces do not pair up, never matches. Raises ValueError for non-str inputs, an empty reference, or a
     non-positive ``timeout_s``.
@@ -515,7 +546,7 @@ def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
         return False
 
     norm_predicted, norm_reference = _normalise(predicted), _normalise(reference)
-    if norm_predicted == norm_reference:
+    if norm_predicted == norm_reference or _spacing_free(norm_predicted) == _spacing_free(norm_reference):
         return True
     value_predicted, value_reference = _number_value(norm_predicted), _number_value(norm_reference)
     if value_predicted is not None and value_reference is not None:
@@ -538,19 +569,22 @@ def answers_match(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
 
 @dataclass(frozen=True)
 class Grade:
-    """Outcome of grading one response: its answer span (None when none was found) and correctness."""
+    """Outcome of grading one response: its answer span (None when none was found), correctness, and
+    whether the symbolic check timed out twice (``undecided``; ``correct`` is then False)."""
 
     answer: AnswerSpan | None
     correct: bool
+    undecided: bool = False
 
 
 def grade(response: str, reference: str, fallback_last_number: bool = True, timeout_s: float = 5.0,
           answer_statement: bool = True) -> Grade:
-    """`extract_answer` then `answers_match`; a response without an answer is incorrect."""
+    """`extract_answer` then `match_answers`; a response without an answer is incorrect."""
     answer = extract_answer(response, fallback_last_number=fallback_last_number, answer_statement=answer_statement)
     if answer is None:
         return Grade(answer=None, correct=False)
-    return Grade(answer=answer, correct=answers_match(answer.text, reference, timeout_s=timeout_s))
+    verdict = match_answers(answer.text, reference, timeout_s=timeout_s)
+    return Grade(answer=answer, correct=verdict is True, undecided=verdict is None)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -559,6 +593,16 @@ def grade(response: str, reference: str, fallback_last_number: bool = True, time
 
 _STARTUP_TIMEOUT_S = 120.0  # importing sympy on a cold disk can take a while; never counted as a check
 _HELPER_MEMORY_LIMIT = 4 * 2**30  # bytes of address space; huge integer powers die with MemoryError
+# A check whose CPU time cannot be read (a helper stuck off the CPU) is given up after this many times
+# its limit in wall-clock seconds, and never before _WALL_BACKSTOP_MIN_S: on a machine loaded 20-fold a
+# check still gets its CPU seconds.
+_WALL_BACKSTOP_FACTOR = 20.0
+_WALL_BACKSTOP_MIN_S = 60.0
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Checks the helper runs before it reports ready: math-verify compiles its parsers and sympy imports
+# parts of itself on first use (0.1-0.2 s), which must not count against the first real check.
+_WARM_UP = ((r"\frac{1}{2}", "0.5"), (r"12 \frac{3}{5}", r"\left(3, \frac{\pi}{2}\right)"), (r"\csc x", "x = 3"),
+            (r"\{1, 2\}", r"[0, \infty)"), (r"2\sqrt{3}", r"10\%"))
 
 
 class _Helper:
@@ -584,6 +628,33 @@ class _Helper:
         line = self._process.stdout.readline()
         return line.rstrip(b"\n") if line else None
 
+    def cpu_s(self) -> float | None:
+        """CPU seconds (user and system) the helper has used so far; None where ``/proc`` cannot tell."""
+        try:
+            with open(f"/proc/{self._process.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime, stime: fields 14 and 15
+
+    def _read_reply(self, timeout_s: float) -> bytes | None:
+        """The helper's reply within ``timeout_s`` of its CPU time (wall-clock time without ``/proc``),
+        or None on a time-out or its exit."""
+        started_cpu, started = self.cpu_s(), time.monotonic()
+        backstop = started + max(_WALL_BACKSTOP_MIN_S, _WALL_BACKSTOP_FACTOR * timeout_s)
+        tick = min(0.1, timeout_s / 4)
+        while True:
+            ready, _, _ = select.select([self._process.stdout], [], [], tick)
+            if ready:
+                line = self._process.stdout.readline()
+                return line.rstrip(b"\n") if line else None
+            now, cpu = time.monotonic(), self.cpu_s()
+            if started_cpu is None or cpu is None:
+                if now - started > timeout_s:
+                    return None
+            elif cpu - started_cpu > timeout_s or now > backstop:
+                return None
+
     def verify(self, predicted: str, reference: str, timeout_s: float) -> bool | None:
         """True/False from math-verify, or None when the helper timed out or died (it is then closed)."""
         try:
@@ -592,7 +663,7 @@ class _Helper:
         except OSError:
             self.close()
             return None
-        reply = self._read_line(timeout_s)
+        reply = self._read_reply(timeout_s)
         if reply not in (b"0", b"1"):
             self.close()
             return None
@@ -620,27 +691,29 @@ class _HelperPool:
         self._lock = threading.Lock()
         self._idle: list[_Helper] = []
 
-    def verify(self, predicted: str, reference: str, timeout_s: float) -> bool:
-        with self._lock:
-            helper = self._idle.pop() if self._idle else None
-        if helper is None:
-            helper = _Helper()
-        try:
-            result = helper.verify(predicted, reference, timeout_s)
-        except BaseException:  # e.g. KeyboardInterrupt mid-check: do not leave a busy helper running
-            helper.close()
-            raise
-        if result is None:
+    def verify(self, predicted: str, reference: str, timeout_s: float, tries: int = 2) -> bool | None:
+        """math-verify's verdict; None (undecided) when ``tries`` checks in a row timed out."""
+        for attempt in range(1, tries + 1):
+            with self._lock:
+                helper = self._idle.pop() if self._idle else None
+            if helper is None:
+                helper = _Helper()
+            try:
+                result = helper.verify(predicted, reference, timeout_s)
+            except BaseException:  # e.g. KeyboardInterrupt mid-check: do not leave a busy helper running
+                helper.close()
+                raise
+            if result is not None:
+                with self._lock:
+                    self._idle.append(helper)
+                return result
             logger.warning(
-                "math-verify gave no answer within %.1f s for predicted=%.80r reference=%.80r; counted as wrong",
-                timeout_s,
-                predicted,
-                reference,
+                "math-verify gave no answer within %.1f CPU s or its helper died (try %d of %d) for predicted=%.80r "
+                "reference=%.80r%s",
+                timeout_s, attempt, tries, predicted, reference,
+                "; undecided" if attempt == tries else "; retrying on a fresh helper",
             )
-            return False
-        with self._lock:
-            self._idle.append(helper)
-        return result
+        return None
 
     def close(self) -> None:
         with self._lock:
@@ -674,15 +747,24 @@ def _serve() -> None:
 
     from math_verify import parse, verify
 
+    def check(predicted: str, reference: str) -> bool:
+        try:
+            gold = parse(f"\\boxed{{{reference}}}", parsing_timeout=None)
+            target = parse(f"\\boxed{{{predicted}}}", parsing_timeout=None)
+            return bool(verify(gold, target, timeout_seconds=None))
+        except BaseException:  # noqa: BLE001 - MemoryError, RecursionError, sympy internals: all "no match"
+            return False
+
+    for predicted, reference in _WARM_UP:  # start-up work math-verify does lazily, before the clock runs
+        check(predicted, reference)
     protocol.write(b"ready\n")
     for line in sys.stdin.buffer:
         try:
             predicted, reference = json.loads(line)
-            gold = parse(f"\\boxed{{{reference}}}", parsing_timeout=None)
-            target = parse(f"\\boxed{{{predicted}}}", parsing_timeout=None)
-            matched = verify(gold, target, timeout_seconds=None)
-        except BaseException:  # noqa: BLE001 - MemoryError, RecursionError, sympy internals: all "no match"
+        except ValueError:
             matched = False
+        else:
+            matched = check(predicted, reference)
         protocol.write(b"1\n" if matched else b"0\n")
 
 

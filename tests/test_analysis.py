@@ -13,11 +13,12 @@ from oar.analysis import figures, results, tables
 BENCH = ["gsm8k_test", "math500"]
 
 
-def write_summary(path, p1, n=10, ci=(0.1, 0.9), samples=1, unparsable=0):
+def write_summary(path, p1, n=10, ci=(0.1, 0.9), samples=1, unparsable=0, undecided=None):
     path.parent.mkdir(parents=True, exist_ok=True)
+    extra = {} if undecided is None else {"undecided": undecided}
     path.write_text(json.dumps({"pass@1": p1, "pass@1_ci95": list(ci), "num_problems": n,
                                 "samples_per_problem": samples, "unparsable": unparsable, "truncated": 1,
-                                "mean_response_tokens": 50.0}))
+                                "mean_response_tokens": 50.0, **extra}))
     return path
 
 
@@ -98,6 +99,21 @@ def test_accuracy_tables_show_the_unparsable_share_beside_every_accuracy(tmp_pat
     assert "(5.0% no answer)" in md and "no final answer" in md
     tables.write_table(frame, md, tmp_path / "t.csv", tmp_path / "t.md")
     assert pd.read_csv(tmp_path / "t.csv")["gsm8k_test_unparsable"].tolist() == [40.0, 5.0]
+
+
+def test_accuracy_tables_count_undecided_grades(tmp_path):
+    # GRPO seed 0: 2 GSM8K responses and 1 MATH500 response the grader's symbolic check left undecided
+    counts = {"m/base": (0, 0), "m/grpo-seed0": (2, 1), "m/grpo-seed1": (0, None)}  # None: an older summary
+    summaries = {(run, b): write_summary(tmp_path / run / b / "summary.json", 0.5, undecided=u)
+                 for run, us in counts.items() for b, u in zip(BENCH, us)}
+    acc = results.accuracy_frame({r: RUNS[r] for r in counts}, summaries)
+    frame, md = tables.accuracy_table(acc, BENCH, "Main table")
+    grpo = frame.set_index("method").loc["grpo"]
+    assert (grpo["gsm8k_test_undecided"], grpo["math500_undecided"], grpo["average_undecided"]) == (2, 1, 3)
+    assert "| Base model | 50.0 [10.0, 90.0] (0.0% no answer) |" in md  # none: no mark
+    assert "(0.0% no answer) (2 undecided)" in md and "(3 undecided)" in md and "timed out twice" in md
+    _, quiet = tables.accuracy_table(acc[acc["run"] == "m/base"], BENCH, "Main table")
+    assert "undecided" not in quiet
 
 
 def test_tables_mark_runs_that_trained_nothing(acc, tmp_path):

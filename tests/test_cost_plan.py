@@ -160,25 +160,59 @@ def cpu_hardware(model, shape) -> cp.Hardware:
 
 
 def test_testbed_plan_predicts_make_run_step_times():
+    """The plan of a testbed step, priced with this CPU's throughput, against the same step's generation
+    and update timed on this CPU in the same run: both sides slow down together on a loaded or slower
+    machine, so only their ratio is held to a bound."""
     # the chain model's shape as oar.training.pretrain builds it (config/config.yaml: 4 layers, hidden 128)
     config = LlamaConfig(vocab_size=416, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
-                         tie_word_embeddings=True)
+                         tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     shape = cp.shape_of(config)
-    hw = cpu_hardware(model, shape)
     workflow = load_config("config/config.yaml")
     registry = Registry(workflow, workflow["training"]["trainer"].keys() | _trainer_keys())
     assume = cp.Assumptions(prompt_tokens=CHAIN_PROMPT_TOKENS, completion_fill=MAKE_RUN_COMPLETION_FILL,
                             scored_share=MAKE_RUN_SCORED_SHARE)
-    ratios = {}
-    for method, measured in MAKE_RUN_STEP_S.items():
-        planned = cp.step_plan(shape, registry.run_settings("chain_f1", method, 0), hw, assume).step
-        ratios[method] = planned / measured
-    assert all(1 / TESTBED_FACTOR <= r <= TESTBED_FACTOR for r in ratios.values()), (ratios, hw)
-    # the ordering the paper's cost claim rests on: OAR-P costs most, GRPO least
-    planned = {m: r * MAKE_RUN_STEP_S[m] for m, r in ratios.items()}
-    assert planned["grpo"] <= planned["oar_g"] <= planned["oar_p"]
+    settings = registry.run_settings("chain_f1", "grpo", 0)
+    trainer = settings["trainer"]
+    batch = trainer["per_device_train_batch_size"] * trainer["gradient_accumulation_steps"]
+    completion = int(round(trainer["max_completion_length"] * MAKE_RUN_COMPLETION_FILL))
+    prompts = torch.randint(3, shape.vocab, (batch, CHAIN_PROMPT_TOKENS))
+    sequences = torch.randint(3, shape.vocab, (trainer["per_device_train_batch_size"],
+                                               CHAIN_PROMPT_TOKENS + completion))
+
+    def generate():  # as TRL's generate without vLLM: the whole batch sampled at once, no early stop
+        with torch.no_grad():
+            model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
+                           min_new_tokens=completion, max_new_tokens=completion,
+                           temperature=trainer["temperature"])
+
+    def update():  # TRL's update: the completion's logits (logits_to_keep = completion + 1), weight gradients
+        for _ in range(trainer["gradient_accumulation_steps"]):
+            logits = model(input_ids=sequences, logits_to_keep=completion + 1).logits
+            logits.float().logsumexp(-1).mean().backward()
+        model.zero_grad(set_to_none=True)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as make run's training jobs
+    try:
+        rounds = []
+        for _ in range(2):  # throughput and the step's phases interleaved, so load hits both sides alike
+            hw = cpu_hardware(model, shape)
+            plan = {m: cp.step_plan(shape, registry.run_settings("chain_f1", m, 0), hw, assume)
+                    for m in ("grpo", "truth", "oar_g", "oar_p")}
+            rounds.append((plan, _best_of(generate, 1), _best_of(update, 1)))
+    finally:
+        torch.set_num_threads(threads)
+    ratios = [(p["grpo"].generation / gen_s, p["grpo"].update / upd_s) for p, gen_s, upd_s in rounds]
+    print("planned over timed (generation, update):", ratios)
+    best = min(ratios, key=lambda r: max(max(x, 1 / x) for x in r))  # the round least disturbed by load
+    assert all(1 / TESTBED_FACTOR <= r <= TESTBED_FACTOR for r in best), (ratios, hw)
+    # the ordering the paper's cost claim rests on: OAR-P costs most, GRPO least; the truth gate scores nothing
+    plan = rounds[-1][0]
+    assert plan["grpo"].scoring == plan["truth"].scoring == 0.0
+    assert plan["grpo"].step <= plan["oar_g"].step <= plan["oar_p"].step
 
 
 # --- errors ------------------------------------------------------------------------------------------

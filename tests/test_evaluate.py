@@ -132,7 +132,9 @@ def test_summary_pass_at_k_and_counts():
     out = summarize(samples, 4, n_boot=200)
     assert out["pass@1"] == pytest.approx(0.125)
     assert out["pass_at_k"] == {"1": pytest.approx(0.125), "2": pytest.approx(0.25), "4": pytest.approx(0.5)}
-    assert out["unparsable"] == 1 and out["truncated"] == 1
+    assert out["unparsable"] == 1 and out["truncated"] == 1 and out["undecided"] == 0
+    samples["b"][0]["undecided"] = True  # the grader's symbolic check timed out twice
+    assert summarize(samples, 4, n_boot=200)["undecided"] == 1
     assert out["answer_kinds"] == {"boxed": 6, "none": 1, "last_number": 1}
     assert out["tokens_generated"] == 80 and out["tokens_per_s"] == pytest.approx(20.0)
     assert 0.0 <= out["pass@1_ci95"][0] <= 0.125 <= out["pass@1_ci95"][1] <= 0.25

@@ -406,3 +406,27 @@ def test_a_checkpoint_reads_back_only_when_every_file_resume_loads_does(tmp_path
     wrong_step = write_checkpoint(6, ranks=1)
     (wrong_step / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
     assert "global_step" in checkpoint_problem(wrong_step, world_size=1)
+
+
+def test_correctness_reward_counts_undecided_grades():
+    from oar.training.grpo_trainer import correctness_reward
+
+    reward = correctness_reward(timeout_s=0.3)
+    # 10^(10^8): sympy needs minutes, so the symbolic check times out twice and the grade is undecided
+    completions = [r"so \boxed{10^{10^{8}}}", r"so \boxed{\frac{1}{\sin x}}", r"so \boxed{8}"]
+    assert reward(completions, answer=["7", r"\csc x", "7"]) == [0.0, 1.0, 0.0]
+    assert reward.undecided == 1
+
+
+def test_trainer_logs_undecided_grades_per_generation_batch(tiny_model_dir, tmp_path):
+    def reward(completions, **kwargs):
+        reward.undecided += 3  # as oar.training.grpo_trainer.correctness_reward counts them
+        return parity_reward(completions, **kwargs)
+
+    reward.undecided = 0
+    trainer = make_trainer(tiny_model_dir, tmp_path, reward=reward, oar_method="grpo")
+    trainer.model.train()
+    trainer._generate_and_score_completions(generation_batch(trainer))
+    assert trainer._metrics["train"]["grading/undecided"] == [3.0] and reward.undecided == 0
+    trainer._generate_and_score_completions(generation_batch(trainer))
+    assert trainer._metrics["train"]["grading/undecided"] == [3.0, 3.0]

@@ -107,7 +107,10 @@ def git_commit(repo: Path = REPO_ROOT) -> dict[str, Any]:
 
 def provenance(args: Mapping[str, Any], inputs: Mapping[str, str | os.PathLike | None] | None = None,
                seed: int | None = None) -> dict[str, Any]:
-    """What produced an output: resolved arguments, seed, versions, git commit, input checksums."""
+    """What produced an output: resolved arguments, seed, versions, git commit, input checksums, and the
+    CPU kernels' instruction set (torch's capability where torch is loaded, and the pins in force)."""
+    from oar.cpu_kernels import capability
+
     return {
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": [sys.executable, *sys.argv],
@@ -116,6 +119,7 @@ def provenance(args: Mapping[str, Any], inputs: Mapping[str, str | os.PathLike |
         "git": git_commit(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "cpu_kernels": capability(),
         "packages": package_versions(),
         "inputs": {k: {"path": str(v), "sha256": checksum(v)} for k, v in (inputs or {}).items() if v},
     }

@@ -27,7 +27,7 @@ META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
 CURVE_METRICS = (
     "reward", "reward_std", "entropy", "completion_length", "loss", "ess_ratio", "top_mass", "frac_scored",
     "frac_active",
-    "fallback_no_answer", "fallback_nonfinite", "time_generate_s", "time_score_s", "time_update_s",
+    "fallback_no_answer", "fallback_nonfinite", "grading_undecided", "time_generate_s", "time_score_s", "time_update_s",
     "step_time_s", "peak_memory_mb", "score_peak_memory_mb", "peak_memory_max_mb", "score_peak_memory_max_mb",
 )
 
@@ -88,10 +88,12 @@ def accuracy_frame(runs: Mapping[str, Mapping[str, Any]], summaries: Mapping[tup
                                        s.get("num_samples") or s["num_problems"] * s["samples_per_problem"]),
             "truncated": s.get("truncated"),
             "mean_response_tokens": s.get("mean_response_tokens"),
+            # graded wrong because the symbolic check timed out twice (oar.grading): 0 unless the grader was starved
+            "undecided": s.get("undecided", 0),
         })
     return pd.DataFrame(rows, columns=[*META_COLUMNS, "benchmark", "pass@1", "ci_low", "ci_high", "num_problems",
                                        "samples_per_problem", "unparsable", "unparsable_share", "truncated",
-                                       "mean_response_tokens"])
+                                       "mean_response_tokens", "undecided"])
 
 
 def variant_key(row: Mapping[str, Any]) -> tuple:
@@ -109,6 +111,13 @@ def _mean_share(rows: pd.DataFrame) -> float:
         return math.nan
     values = [float(v) for v in rows["unparsable_share"]]
     return math.nan if any(math.isnan(v) for v in values) else float(np.mean(values))
+
+
+def _undecided(rows: pd.DataFrame) -> int:
+    """Responses of some (run, benchmark) rows that the grader left undecided, summed over the rows."""
+    if "undecided" not in rows:
+        return 0
+    return int(sum(0 if _isnan(v) else int(v) for v in rows["undecided"]))
 
 
 def _sd(values: Sequence[float]) -> float:
@@ -150,7 +159,7 @@ def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataF
                         "interval": interval, "num_problems": int(b["num_problems"].max()),
                         "samples_per_problem": int(b["samples_per_problem"].max()),
                         "unparsable_share": _mean_share(b), "seed_sd": _sd(values),
-                        "eval_se": float(np.mean(errors))})
+                        "eval_se": float(np.mean(errors)), "undecided": _undecided(b)})
             for seed, v, se in zip(b["seed"], b["pass@1"], errors):
                 per_seed_avg.setdefault(None if _isnan(seed) else seed, []).append((v, se))
         complete = [v for v in per_seed_avg.values() if len(v) == len(benchmarks)]
@@ -164,7 +173,8 @@ def aggregate_accuracy(acc: pd.DataFrame, benchmarks: Sequence[str]) -> pd.DataF
                         "n_seeds": len(complete), "interval": "seeds" if len(complete) > 1 else "none",
                         "num_problems": None, "samples_per_problem": None,
                         "unparsable_share": float(np.mean(shares)) if not any(map(math.isnan, shares)) else math.nan,
-                        "seed_sd": _sd(averages), "eval_se": float(np.mean(errors))})
+                        "seed_sd": _sd(averages), "eval_se": float(np.mean(errors)),
+                        "undecided": sum(_undecided(g[g["benchmark"] == bench]) for bench in benchmarks)})
     return pd.DataFrame(out)
 
 

@@ -130,6 +130,8 @@ def accuracy_wide(acc: pd.DataFrame, benchmarks: Sequence[str], show: Sequence[s
             row[f"{bench}_ci_high"] = r["ci_high"] * 100 if not _isnan(r["ci_high"]) else math.nan
             share = r.get("unparsable_share", math.nan)
             row[f"{bench}_unparsable"] = share * 100 if not _isnan(share) else math.nan
+            undecided = r.get("undecided", 0)
+            row[f"{bench}_undecided"] = 0 if _isnan(undecided) else int(undecided)
             for noise in ("seed_sd", "eval_se"):
                 value = r.get(noise, math.nan)
                 row[f"{bench}_{noise}"] = value * 100 if not _isnan(value) else math.nan
@@ -150,6 +152,15 @@ def _unparsable_suffix(share: Any) -> str:
     return "" if _isnan(share) else f" ({share:.1f}% no answer)"
 
 
+UNDECIDED_NOTE = ("(n undecided): responses whose symbolic equivalence check timed out twice, counted as wrong; "
+                  "shown only where there are any.")
+
+
+def _undecided_suffix(count: Any) -> str:
+    """`` (3 undecided)`` beside an accuracy whose responses the grader left undecided; nothing for none."""
+    return "" if _isnan(count) or not count else f" ({int(count)} undecided)"
+
+
 def _accuracy_markdown(wide: pd.DataFrame, benchmarks: Sequence[str], title: str,
                        extra: Sequence[tuple[str, str, int]] = ()) -> str:
     """One Markdown table per model: label | benchmarks | average | extra columns."""
@@ -160,7 +171,8 @@ def _accuracy_markdown(wide: pd.DataFrame, benchmarks: Sequence[str], title: str
         rows = []
         for r in g.to_dict("records"):
             cells = [fmt_cell(r.get(b, math.nan), r.get(f"{b}_ci_low", math.nan), r.get(f"{b}_ci_high", math.nan),
-                              scale=1.0) + _unparsable_suffix(r.get(f"{b}_unparsable", math.nan)) for b in cols]
+                              scale=1.0) + _unparsable_suffix(r.get(f"{b}_unparsable", math.nan))
+                     + _undecided_suffix(r.get(f"{b}_undecided", 0)) for b in cols]
             rows.append([r["label"], *cells, r["n_seeds"] if r["method"] != "base" else "–",
                          *[r.get(c, "–") if d is None else fmt_num(r.get(c), d) for c, _, d in extra]])
         parts.append(f"\n### {model}\n\n" + markdown_table(headers, rows))
@@ -170,7 +182,9 @@ def _accuracy_markdown(wide: pd.DataFrame, benchmarks: Sequence[str], title: str
                           and not _isnan(first[f"{b}_problems"]))
         parts.append(f"\nAccuracy in %, pass@1 (mean over samples where a benchmark samples several). {sizes}. "
                      "Brackets: 95% interval (t over seeds with >= 2 seeds, else bootstrap over problems). "
-                     f"{UNPARSABLE_NOTE}\n")
+                     f"{UNPARSABLE_NOTE}"
+                     + (f" {UNDECIDED_NOTE}" if any(g.get(f"{b}_undecided", pd.Series([0])).fillna(0).sum()
+                                                     for b in cols) else "") + "\n")
     return "".join(parts)
 
 

@@ -3,8 +3,8 @@
 Files in an evaluation folder:
 
 - ``samples.jsonl``: one line per sample (``problem_id``, ``sample_index``, ``response``,
-  ``extracted_answer``, ``answer_kind``, ``reference``, ``correct``, ``num_tokens``, ``finish_reason``,
-  ``wall_s``). The lines of one problem are appended together, once all its ``n`` samples are graded,
+  ``extracted_answer``, ``answer_kind``, ``reference``, ``correct``, ``undecided`` (the grader's symbolic
+  check timed out twice; ``correct`` is then false), ``num_tokens``, ``finish_reason``, ``wall_s``). The lines of one problem are appended together, once all its ``n`` samples are graded,
   and flushed, so a kill loses at most the problems in flight.
 - ``eval_config.json``: the settings that determine the samples (model, benchmark checksum, n,
   temperature, top-p, max new tokens, seed, backend, chunking). A rerun with different settings in the
@@ -145,6 +145,7 @@ def grade_outputs(problem: Mapping[str, Any], outputs: Sequence[GenerationOutput
             "answer_kind": None if g.answer is None else g.answer.kind,
             "reference": problem["answer"],
             "correct": bool(g.correct),
+            "undecided": bool(g.undecided),
             "num_tokens": int(out.num_tokens),
             "finish_reason": out.finish_reason,
             "wall_s": wall_s,
@@ -281,6 +282,8 @@ def summarize(samples: Mapping[str, Sequence[Mapping[str, Any]]], n: int, n_boot
                       for k in k_values(n)},
         "problems_solved_any": int((num_correct > 0).sum()),
         "unparsable": int(sum(s["extracted_answer"] is None for s in flat)),
+        # graded wrong because the symbolic check timed out twice (samples written before it was counted: 0)
+        "undecided": int(sum(bool(s.get("undecided")) for s in flat)),
         "answer_kinds": dict(kinds),
         "truncated": int(sum(s["finish_reason"] == "length" for s in flat)),
         "tokens_generated": tokens,

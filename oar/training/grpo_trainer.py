@@ -96,16 +96,21 @@ def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:
 
 
 def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0, answer_statement: bool = True):
-    """Reward 1 when the graded final answer equals the dataset's ``answer`` column, else 0."""
+    """Reward 1 when the graded final answer equals the dataset's ``answer`` column, else 0.
+
+    A grade the symbolic check left undecided (it timed out twice, ``oar.grading.Grade.undecided``) is
+    rewarded 0 and counted in the function's ``undecided`` attribute, which `OARTrainer` logs as
+    ``grading/undecided`` and resets every generation batch."""
 
     def correctness(completions, answer, **kwargs) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return [
-            float(grade(text, reference, fallback_last_number=fallback_last_number, timeout_s=timeout_s,
-                        answer_statement=answer_statement).correct)
-            for text, reference in zip(texts, answer, strict=True)
-        ]
+        grades = [grade(text, reference, fallback_last_number=fallback_last_number, timeout_s=timeout_s,
+                        answer_statement=answer_statement)
+                  for text, reference in zip(texts, answer, strict=True)]
+        correctness.undecided += sum(g.undecided for g in grades)
+        return [float(g.correct) for g in grades]
 
+    correctness.undecided = 0
     return correctness
 
 
@@ -136,10 +141,19 @@ class OARTrainer(GRPOTrainer):
         finally:
             self.args.__dict__["_setup_devices"] = device
 
+    def _take_undecided(self) -> float:
+        """Rewards left undecided by the grader since the last call (see `correctness_reward`); resets."""
+        total = 0
+        for function in self.reward_funcs:
+            if hasattr(function, "undecided"):
+                total, function.undecided = total + function.undecided, 0
+        return float(total)
+
     def _generate_and_score_completions(self, inputs):
         started = time.perf_counter()
         output = super()._generate_and_score_completions(inputs)
         generated = time.perf_counter()
+        undecided = self._take_undecided()
         mode = "train" if self.model.training else "eval"
         metrics = self._metrics[mode]
         if mode != "train":
@@ -148,6 +162,7 @@ class OARTrainer(GRPOTrainer):
 
         with self._memory.phase() as score_peak:
             weights, counts = self._token_weights(output)
+        counts["undecided"] = undecided
         scored = time.perf_counter()
         self._log_step_statistics(counts, generate_s=generated - started, score_s=scored - generated,
                                   peak_mb=self._memory.process_peak_mb(), score_peak_mb=score_peak.mb)
@@ -176,6 +191,7 @@ class OARTrainer(GRPOTrainer):
         metrics["oar/frac_active"].append(ratio(sums["active"], sums["rows"]))
         metrics["oar/fallback_no_answer"].append(sums["no_answer"])
         metrics["oar/fallback_nonfinite"].append(sums["nonfinite"])
+        metrics["grading/undecided"].append(sums["undecided"])
         metrics["oar/ess_ratio"].append(ratio(sums["ess_sum"], sums["ess_rows"]))
         metrics["oar/top_mass"].append(ratio(sums["top_mass_sum"], sums["top_mass_rows"]))
         metrics["peak_memory_mb"].append(sums["peak_mb"] / ranks)

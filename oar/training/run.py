@@ -115,6 +115,7 @@ METRIC_KEYS = {
     "oar/frac_active": "frac_active",
     "oar/fallback_no_answer": "fallback_no_answer",
     "oar/fallback_nonfinite": "fallback_nonfinite",
+    "grading/undecided": "grading_undecided",
     "time/generate_s": "time_generate_s",
     "time/score_s": "time_score_s",
     "time/score_max_s": "time_score_max_s",

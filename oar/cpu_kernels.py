@@ -1,0 +1,120 @@
+"""Pin the instruction set of the CPU kernels, so that CPU training gives the same floats on other CPUs.
+
+torch, MKL and oneDNN each pick their kernels by what the CPU offers (AVX-512 here, AVX2 there), and
+vectors of another width add in another order: a GRPO run on a laptop drifts from the published one
+from its first update. Three switches fix the choice, each read once, when its library first runs:
+
+- ``ATEN_CPU_CAPABILITY`` (torch's own kernels: element-wise ops, reductions, softmax, attention): torch
+  takes ``avx2``, ``avx512`` or ``default`` without checking the CPU (an unsupported level crashes with
+  an illegal instruction) and ignores any other value with a warning;
+- ``MKL_CBWR`` (MKL's conditional numerical reproducibility: matrix products): ``AVX2,STRICT`` runs
+  MKL's AVX2 code path on any CPU that has AVX2, and STRICT also makes the result independent of the
+  arrays' memory alignment, for a fixed number of threads;
+- ``ONEDNN_MAX_CPU_ISA`` (oneDNN: a cap on the ISA its JIT kernels use).
+
+`apply` sets them from ``OAR_CPU_KERNELS`` (``avx2``, ``avx512`` or ``default``; the workflow exports it
+from the config key ``cpu_kernels``) before torch runs anything; ``import oar`` calls it. A level the CPU
+does not offer, or an unknown one, stops with an error naming it. `capability` is what torch reports
+afterwards; provenance records it with the pins. The number of threads is the other input to the order
+of sums; the workflow fixes it per job (``resources.<kind>.threads``).
+
+This module imports nothing heavy: it must run before torch.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+VARIABLE = "OAR_CPU_KERNELS"
+# how to run without a pin, said in every error
+UNPIN = "or run without a pin (snakemake --config cpu_kernels=none; the numbers then agree within seed noise)"
+# level -> (CPU flags it needs in /proc/cpuinfo, the three libraries' settings)
+LEVELS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "default": ((), {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE,STRICT", "ONEDNN_MAX_CPU_ISA": "SSE41"}),
+    "avx2": (("avx2", "fma"),
+             {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}),
+    "avx512": (("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"),
+               {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX512,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}),
+}
+# what torch.backends.cpu.get_cpu_capability() reports at each level
+CAPABILITY = {"default": "DEFAULT", "avx2": "AVX2", "avx512": "AVX512"}
+
+
+class CpuKernelsError(RuntimeError):
+    """A pin that cannot be honoured; the message names the level and what is missing."""
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo; None where there is none (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return set()
+
+
+def environment(level: str, flags: set[str] | None = None) -> dict[str, str]:
+    """The libraries' settings for ``level``; raises CpuKernelsError when the level is unknown or this
+    CPU (``flags``, default /proc/cpuinfo) lacks an instruction it needs."""
+    if level not in LEVELS:
+        raise CpuKernelsError(f"{VARIABLE} (config key cpu_kernels): unknown level {level!r}; "
+                              f"known: {', '.join(LEVELS)}")
+    needs, settings = LEVELS[level]
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        raise CpuKernelsError(f"{VARIABLE}={level}: the levels are x86-64 instruction sets and this CPU is "
+                              f"{platform.machine()!r}: {UNPIN}")
+    flags = cpu_flags() if flags is None else flags
+    if needs and flags is None:
+        raise CpuKernelsError(f"{VARIABLE}={level}: cannot read this CPU's flags (no /proc/cpuinfo) to check "
+                              f"that it has {', '.join(needs)}; {UNPIN}")
+    missing = [flag for flag in needs if flag not in flags]
+    if missing:
+        raise CpuKernelsError(f"{VARIABLE}={level}: this CPU does not offer {', '.join(missing)}; "
+                              f"pin a lower level ({', '.join(lv for lv in LEVELS if lv != level)}) {UNPIN}")
+    return dict(settings)
+
+
+def apply(environ=os.environ) -> str | None:
+    """Set the libraries' variables from ``OAR_CPU_KERNELS`` (nothing when it is unset or empty) and
+    return the level. Raises CpuKernelsError for a level this CPU cannot honour, for torch that already
+    ran a kernel at another level, and for a library variable already set otherwise."""
+    level = environ.get(VARIABLE, "").strip()
+    if not level:
+        return None
+    settings = environment(level)
+    clashes = [f"{k}={environ[k]}" for k, v in settings.items() if environ.get(k, v) != v]
+    if clashes:
+        raise CpuKernelsError(f"{VARIABLE}={level} sets {', '.join(f'{k}={v}' for k, v in settings.items())}, "
+                              f"but the environment has {', '.join(clashes)}")
+    environ.update(settings)
+    if "torch" in sys.modules and environ is os.environ:
+        # torch (and MKL, oneDNN) read their variable on first use, not on import: a process that imported
+        # torch but ran nothing yet is pinned all the same; one that already ran a kernel is not
+        import torch
+
+        if torch.backends.cpu.get_cpu_capability() != CAPABILITY[level]:
+            raise CpuKernelsError(f"{VARIABLE}={level}: torch already runs at "
+                                  f"{torch.backends.cpu.get_cpu_capability()}; import oar before running torch")
+    return level
+
+
+def capability() -> dict[str, str | None]:
+    """Provenance: torch's CPU capability (when torch is loaded) and the pins in force. Raises
+    CpuKernelsError when torch runs at another level than ``OAR_CPU_KERNELS`` asks for."""
+    record: dict[str, str | None] = {"capability": None, VARIABLE: os.environ.get(VARIABLE) or None}
+    for name in LEVELS["default"][1]:
+        record[name] = os.environ.get(name)
+    if "torch" in sys.modules:
+        import torch
+
+        record["capability"] = torch.backends.cpu.get_cpu_capability()
+        level = record[VARIABLE]
+        if level and record["capability"] != CAPABILITY.get(level):
+            raise CpuKernelsError(f"{VARIABLE}={level}: torch runs at {record['capability']}, "
+                                  f"not {CAPABILITY.get(level)}")
+    return record

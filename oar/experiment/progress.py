@@ -1,0 +1,121 @@
+"""How far a workflow run has come, and an estimate of what is left, from its own finished jobs.
+
+The estimate prices every job still to run at the median wall time of the finished jobs of its kind in
+the same results folder (a training run by its method: an OAR-P run costs about three GRPO runs), falls
+back to the median of its rule, then of every finished job, and spreads the sum over the cores. It knows
+nothing of the machine: on a loaded or slower machine the finished jobs were slower too, and so is the
+estimate. Before any job of a kind has finished, that kind is priced by the others; the line says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job: its rule and its wildcards' values joined by '/' (``train``, ``chain_f1/grpo-seed0``)."""
+
+    rule: str
+    name: str = ""
+
+    @property
+    def kind(self) -> tuple[str, str]:
+        """(rule, method) for a training or evaluation job of a run (``grpo-seed0`` -> ``grpo``), else (rule, "")."""
+        parts = self.name.split("/")
+        run = parts[1] if len(parts) > 1 else parts[0]
+        method = run.split("-", 1)[0] if self.rule in ("train", "evaluate") and "-" in run else ""
+        return self.rule, method
+
+
+@dataclass(frozen=True)
+class Estimate:
+    done: int
+    pending: int
+    left_s: float | None  # None: nothing has finished yet to price the jobs by
+    guessed: int  # pending jobs of a kind none of whose jobs has finished (priced by their rule or all)
+
+    def line(self, elapsed_s: float | None, cores: int) -> str:
+        total = self.done + self.pending
+        share = 100 * self.done / total if total else 100.0
+        text = f"{self.done} of {total} jobs done ({share:.0f}%)"
+        if elapsed_s is not None:
+            text += f", {elapsed_s / 60:.1f} min since snakemake started"
+        if self.pending == 0:
+            return text + "; nothing left"
+        if self.left_s is None:
+            return text + "; no estimate before the first job finishes"
+        text += f"; about {self.left_s / 60:.0f} min left on {cores} cores, from this run's finished jobs"
+        if self.guessed:
+            text += f" ({self.guessed} of the {self.pending} left are of kinds not finished yet)"
+        return text
+
+
+def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int) -> Estimate:
+    """Seconds left: each pending job at the median wall time of its finished kind, else of its rule, else
+    of every finished job, summed and divided by ``cores``."""
+    if cores < 1:
+        raise ValueError(f"cores must be >= 1, got {cores}")
+    by_kind: dict[tuple[str, str], list[float]] = {}
+    by_rule: dict[str, list[float]] = {}
+    for job, seconds in finished.items():
+        by_kind.setdefault(job.kind, []).append(seconds)
+        by_rule.setdefault(job.rule, []).append(seconds)
+    everything = list(finished.values())
+    if not everything:
+        return Estimate(len(finished), len(pending), None if pending else 0.0, 0)
+    left, guessed = 0.0, 0
+    for job in pending:
+        if job.kind in by_kind:
+            left += statistics.median(by_kind[job.kind])
+        else:
+            guessed += 1
+            left += statistics.median(by_rule.get(job.rule, everything))
+    return Estimate(len(finished), len(pending), left / cores, guessed)
+
+
+def finished_jobs(results: Path) -> dict[Job, float]:
+    """Wall seconds of every finished job, from the benchmark files Snakemake writes when a job ends
+    (``<results>/benchmarks/<rule>/<wildcards>.tsv``, column ``s``)."""
+    found: dict[Job, float] = {}
+    root = Path(results) / "benchmarks"
+    for path in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
+        relative = path.relative_to(root).with_suffix("")
+        rule, name = relative.parts[0], "/".join(relative.parts[1:])
+        try:
+            with open(path, encoding="utf-8") as f:
+                rows = list(csv.DictReader(f, delimiter="\t"))
+            found[Job(rule, name)] = float(rows[-1]["s"])
+        except (OSError, KeyError, IndexError, ValueError):
+            continue  # being written, or not a benchmark file
+    return found
+
+
+_RULE = re.compile(r"^(?:local)?rule (\w+):")
+_WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
+
+
+def pending_jobs(dry_run: Iterable[str]) -> list[Job]:
+    """The jobs a ``snakemake --dry-run`` listing would run: each ``rule X:`` block with its wildcards."""
+    jobs: list[Job] = []
+    rule = None
+    for line in dry_run:
+        if (match := _RULE.match(line)) is not None:
+            if rule is not None:
+                jobs.append(Job(rule))
+            rule = match.group(1)
+        elif rule is not None and (match := _WILDCARDS.match(line)) is not None:
+            values = [part.split("=", 1)[1] for part in match.group(1).split(", ") if "=" in part]
+            jobs.append(Job(rule, "/".join(values)))
+            rule = None
+        elif rule is not None and not line.strip():
+            jobs.append(Job(rule))
+            rule = None
+    if rule is not None:
+        jobs.append(Job(rule))
+    return jobs

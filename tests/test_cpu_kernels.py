@@ -1,0 +1,119 @@
+"""oar.cpu_kernels: the pinned instruction set of the CPU kernels, in fresh processes (each library reads its
+variable once, on first use)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oar import cpu_kernels
+from oar.cpu_kernels import CAPABILITY, LEVELS, CpuKernelsError, environment
+
+ROOT = Path(__file__).resolve().parents[1]
+# A few updates of a small Llama on one thread, the testbed's kind of work: its weights' bytes
+TRAIN = r"""
+import hashlib, json, oar, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from oar.cpu_kernels import capability
+torch.set_num_threads(1)
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True)
+model = LlamaForCausalLM(config)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+ids = torch.randint(0, 64, (8, 33))
+for _ in range(3):
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+print(json.dumps({"digest": digest, **capability()}))
+"""
+
+
+def run(code: str, level: str | None, **extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OAR_CPU_KERNELS", *LEVELS["default"][1], "OMP_NUM_THREADS")} | extra
+    if level is not None:
+        env["OAR_CPU_KERNELS"] = level
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def offered(level: str) -> bool:
+    try:
+        environment(level)
+    except CpuKernelsError:
+        return False
+    return True
+
+
+def test_unknown_level_names_it():
+    with pytest.raises(CpuKernelsError, match=r"OAR_CPU_KERNELS \(config key cpu_kernels\): unknown level 'avx9'"):
+        environment("avx9")
+    proc = run("import oar", "avx9")
+    assert proc.returncode != 0 and "unknown level 'avx9'" in proc.stderr
+
+
+def test_a_level_the_cpu_lacks_stops_naming_it_and_what_is_missing():
+    if not offered("avx2"):
+        pytest.skip("not an x86-64 CPU with AVX2")
+    with pytest.raises(CpuKernelsError, match=r"OAR_CPU_KERNELS=avx512: this CPU does not offer avx512f, avx512bw"):
+        environment("avx512", flags={"avx", "avx2", "fma"})  # an AVX2-only CPU
+    assert environment("avx2", flags={"avx", "avx2", "fma"})["MKL_CBWR"] == "AVX2,STRICT"
+    for level in LEVELS:  # on this machine: each level runs, or stops before torch runs anything
+        proc = run("import oar, torch; print(torch.backends.cpu.get_cpu_capability())", level)
+        if offered(level):
+            assert proc.returncode == 0 and proc.stdout.split()[-1] == CAPABILITY[level], proc.stderr
+        else:
+            assert proc.returncode != 0 and f"OAR_CPU_KERNELS={level}: this CPU does not offer" in proc.stderr
+
+
+def test_a_library_variable_set_otherwise_is_an_error():
+    proc = run("import oar", "avx2", ATEN_CPU_CAPABILITY="avx512")
+    assert proc.returncode != 0 and "the environment has ATEN_CPU_CAPABILITY=avx512" in proc.stderr
+
+
+def test_torch_that_already_ran_at_another_level_is_an_error():
+    if not offered("avx2") or not offered("avx512"):
+        pytest.skip("needs a CPU with AVX-512")
+    proc = run("import torch; torch.ones(3).sum(); import oar", "avx2")
+    assert proc.returncode != 0 and "torch already runs at AVX512" in proc.stderr
+
+
+def test_mkl_runs_its_pinned_code_path():
+    if not offered("avx2"):
+        pytest.skip("not an x86-64 CPU with AVX2")
+    proc = run("import oar, torch; torch.randn(16, 16) @ torch.randn(16, 16)", "avx2", MKL_VERBOSE="1")
+    assert proc.returncode == 0, proc.stderr
+    assert "CNR:AVX2,STRICT" in proc.stdout  # MKL_VERBOSE's report of each call's reproducibility branch
+
+
+def test_pinned_training_is_bitwise_repeatable_and_differs_from_a_wider_level():
+    if not offered("avx2"):
+        pytest.skip("not an x86-64 CPU with AVX2")
+    first, second, native = (json.loads(run(TRAIN, level).stdout.splitlines()[-1]) for level in ("avx2", "avx2", None))
+    assert first == second and first["capability"] == "AVX2" and first["MKL_CBWR"] == "AVX2,STRICT"
+    assert native["OAR_CPU_KERNELS"] is None and native["ATEN_CPU_CAPABILITY"] is None
+    if native["capability"] != "AVX2":  # a wider CPU: its own kernels add in another order
+        assert native["digest"] != first["digest"]
+
+
+def test_provenance_records_the_capability():
+    sys.path.insert(0, str(ROOT / "workflow_scripts"))
+    try:
+        from _script_io import provenance
+    finally:
+        sys.path.remove(str(ROOT / "workflow_scripts"))
+    import torch
+
+    record = provenance({"x": 1})["cpu_kernels"]
+    assert record["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert set(record) == {"capability", "OAR_CPU_KERNELS", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"}
+    assert cpu_kernels.apply({}) is None  # nothing pinned without OAR_CPU_KERNELS

@@ -1,0 +1,72 @@
+"""oar.experiment.progress: the progress line of a long workflow run, from its own finished jobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from oar.experiment.progress import Job, estimate, finished_jobs, pending_jobs
+
+DRY_RUN = """\
+Building DAG of jobs...
+Job stats:
+job         count
+--------  -------
+evaluate        1
+train           2
+total           3
+
+rule train:
+    input: results/runs/chain_f1/oar_p-seed1/settings.yaml
+    output: results/runs/chain_f1/oar_p-seed1/done
+    jobid: 3
+    wildcards: run=chain_f1/oar_p-seed1
+    resources: tmpdir=/tmp, gpu=0
+
+rule train:
+    output: results/runs/chain_f1/grpo-seed1/done
+    wildcards: run=chain_f1/grpo-seed1
+
+rule evaluate:
+    output: results/eval/chain_f1/grpo-seed1/chain_test/summary.json
+    wildcards: run=chain_f1/grpo-seed1, bench=chain_test
+
+localrule main_table:
+    output: results/tables/main_table.md
+    jobid: 0
+
+This was a dry-run (flag -n). The order of jobs does not reflect the order of execution.
+"""
+
+
+def write_benchmark(results, name, seconds):
+    path = results / "benchmarks" / f"{name}.tsv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("s\th:m:s\tmax_rss\tcpu_time\n" f"{seconds}\t0:00:00\t100\t{seconds}\n")
+
+
+def test_jobs_left_are_priced_by_their_finished_kind(tmp_path):
+    results = tmp_path / "results"
+    write_benchmark(results, "train/chain_f1/grpo-seed0", 60)
+    write_benchmark(results, "train/chain_f1/oar_p-seed0", 200)
+    write_benchmark(results, "train/chain_f1/oar_p-seed2", 220)
+    write_benchmark(results, "evaluate/chain_f1/grpo-seed0/chain_test", 30)
+    (results / "benchmarks" / "train" / "chain_f1" / "half.tsv").write_text("s\n")  # being written: skipped
+    pending = pending_jobs(DRY_RUN.splitlines())
+    assert pending == [Job("train", "chain_f1/oar_p-seed1"), Job("train", "chain_f1/grpo-seed1"),
+                       Job("evaluate", "chain_f1/grpo-seed1/chain_test"), Job("main_table")]
+    finished = finished_jobs(results)
+    assert finished[Job("train", "chain_f1/oar_p-seed2")] == 220 and len(finished) == 4
+    result = estimate(pending, finished, cores=2)
+    # OAR-P at its median 210, GRPO 60, the evaluation 30, the table (no finished kind): all jobs' median 130
+    assert result.left_s == pytest.approx((210 + 60 + 30 + 130) / 2) and result.guessed == 1
+    text = result.line(elapsed_s=600, cores=2)
+    assert text.startswith("4 of 8 jobs done (50%), 10.0 min since snakemake started; about 4 min left on 2 cores")
+    assert "1 of the 4 left are of kinds not finished yet" in text
+
+
+def test_no_estimate_before_a_job_finishes_and_nothing_left_at_the_end(tmp_path):
+    pending = pending_jobs(DRY_RUN.splitlines())
+    assert estimate(pending, {}, 2).line(None, 2) == "0 of 4 jobs done (0%); no estimate before the first job finishes"
+    assert estimate([], {Job("train", "a/grpo-seed0"): 5.0}, 2).line(60, 2).endswith("; nothing left")
+    with pytest.raises(ValueError, match="cores"):
+        estimate(pending, {}, 0)
