@@ -1,0 +1,242 @@
+"""Decision rules fixed in advance: one-sided and equivalence tests, the Hodges-Lehmann interval, the
+log-rank test, O'Brien-Fleming group-sequential boundaries and the upper-bound test's design and reading."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from oar.analysis import sequential, statistics, upper_bound
+
+
+# ------------------------------------------------------------------------------ one-sided and TOST
+
+
+def test_one_sided_t_matches_scipy_and_its_bound_decides():
+    d = [0.8, -0.2, 1.5, 0.3, -1.1, 0.9, 0.4, 0.0]
+    r = statistics.one_sided_t(d, 1.5, "less")
+    ref = stats.ttest_1samp(d, 1.5, alternative="less")
+    assert r["p"] == pytest.approx(ref.pvalue, rel=1e-12)
+    assert r["t"] == pytest.approx(ref.statistic, rel=1e-12)
+    # the one-sided upper limit is below the margin exactly when p is below the level
+    for level in (0.01, 0.05, 0.2):
+        r = statistics.one_sided_t(d, 1.5, "less", level)
+        assert (r["bound"] < 1.5) == (r["p"] < level)
+    g = statistics.one_sided_t(d, -1.0, "greater")
+    assert g["p"] == pytest.approx(stats.ttest_1samp(d, -1.0, alternative="greater").pvalue, rel=1e-12)
+
+
+def test_tost_is_two_one_sided_tests_and_its_90_interval():
+    rng = np.random.default_rng(0)
+    d = rng.normal(0.2, 1.0, 40)
+    r = statistics.tost(d, 1.0)
+    lo = stats.ttest_1samp(d, -1.0, alternative="greater").pvalue
+    hi = stats.ttest_1samp(d, 1.0, alternative="less").pvalue
+    assert r["p"] == pytest.approx(max(lo, hi), rel=1e-12)
+    ci = stats.ttest_1samp(d, 0).confidence_interval(0.90)
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-10)
+    assert r["equivalent"] == (-1.0 < r["ci_low"] and r["ci_high"] < 1.0)
+    # ten noisy seeds cannot show equivalence within a narrow margin: "no difference detected" is not equivalence
+    wide = statistics.tost(rng.normal(0.0, 5.0, 10), 1.5)
+    assert not wide["equivalent"]
+    with pytest.raises(ValueError, match="positive"):
+        statistics.tost(d, 0.0)
+
+
+# ------------------------------------------------------------------------------ Hodges-Lehmann, Wilcoxon
+
+
+def test_hodges_lehmann_interval_inverts_the_exact_signed_rank_test():
+    d = np.array([2.1, -0.7, 3.4, 1.2, 0.5, 4.0, -1.9, 2.6, 0.9, 1.7, 3.1, -0.2])
+    hl = statistics.hodges_lehmann(d, 0.95)
+    walsh = [(d[i] + d[j]) / 2 for i in range(len(d)) for j in range(i, len(d))]
+    assert hl["estimate"] == pytest.approx(np.median(walsh))
+    assert hl["coverage"] >= 0.95
+    eps = 1e-6
+    for limit in (hl["ci_low"], hl["ci_high"]):
+        inside = limit + eps if limit == hl["ci_low"] else limit - eps
+        outside = limit - eps if limit == hl["ci_low"] else limit + eps
+        # exact two-sided signed-rank test: not rejected just inside the interval, rejected just outside
+        assert stats.wilcoxon(d - inside, method="exact").pvalue > 0.05
+        assert stats.wilcoxon(d - outside, method="exact").pvalue <= 0.05
+    up = statistics.hodges_lehmann(d, 0.95, side="upper")
+    assert up["ci_low"] == -math.inf and up["ci_high"] < hl["ci_high"]
+    assert stats.wilcoxon(d - (up["ci_high"] + eps), alternative="less", method="exact").pvalue <= 0.05
+    # three values cannot reach 95%: infinite limits, coverage nan
+    assert statistics.hodges_lehmann([1.0, 2.0, 3.0])["ci_low"] == -math.inf
+
+
+def test_wilcoxon_shift_tests_against_the_margin():
+    d = [0.1, -0.4, 0.3, 0.0, -0.2, 0.5, -0.1, 0.2, 0.05, -0.3]
+    r = statistics.wilcoxon_shift(d, 1.5, "less")
+    assert r["p"] == pytest.approx(stats.wilcoxon(np.array(d) - 1.5, alternative="less").pvalue)
+    assert r["p"] < 0.01
+
+
+# ------------------------------------------------------------------------------ log-rank
+
+
+def test_logrank_matches_scipy_with_censoring():
+    a_t, a_e = [12, 18, 18, 22, 25, 40, 40, 15], [True, True, True, True, True, False, False, True]
+    b_t, b_e = [20, 28, 30, 33, 40, 40, 40, 26], [True, True, True, True, False, False, False, True]
+    r = statistics.logrank(a_t, a_e, b_t, b_e)
+    ref = stats.logrank(stats.CensoredData(uncensored=[t for t, e in zip(a_t, a_e) if e],
+                                           right=[t for t, e in zip(a_t, a_e) if not e]),
+                        stats.CensoredData(uncensored=[t for t, e in zip(b_t, b_e) if e],
+                                           right=[t for t, e in zip(b_t, b_e) if not e]))
+    assert r["p"] == pytest.approx(ref.pvalue, rel=1e-9)
+    assert r["observed_a"] > r["expected_a"]  # a reaches the threshold sooner
+    assert math.isnan(statistics.logrank([40], [False], [40], [False])["p"])
+
+
+# ------------------------------------------------------------------------------ O'Brien-Fleming
+
+
+def test_lan_demets_obrien_fleming_boundaries_match_published_values():
+    # one-sided 0.025 (Jennison & Turnbull; gsDesign's sfLDOF): three and five equally spaced looks
+    assert sequential.obf_boundaries([1 / 3, 2 / 3, 1], 0.025) == pytest.approx([3.7103, 2.5114, 1.9930], abs=2e-4)
+    assert sequential.obf_boundaries([0.2, 0.4, 0.6, 0.8, 1], 0.025) == pytest.approx(
+        [4.8769, 3.3570, 2.6803, 2.2898, 2.0310], abs=2e-4)
+
+
+def test_classic_obrien_fleming_constants_match_published_values():
+    # O'Brien and Fleming's C_B(K, 0.05), two-sided: 1.977 (K 2), 2.004 (K 3), 2.040 (K 5)
+    for k, c in ((2, 1.977), (3, 2.004), (5, 2.040)):
+        t = [(i + 1) / k for i in range(k)]
+        bounds = sequential.obf_boundaries(t, 0.025, "classic")
+        assert bounds[-1] == pytest.approx(c, abs=1.5e-3)
+        assert bounds[0] == pytest.approx(bounds[-1] / math.sqrt(t[0]), rel=1e-9)
+
+
+def test_boundaries_spend_alpha_as_declared_and_power_agrees_with_simulation():
+    fractions = [1 / 3, 2 / 3, 1]
+    bounds = sequential.obf_boundaries(fractions, 0.05)
+    cross = sequential.crossing_probabilities(bounds, fractions)
+    spent = [sequential.spending_obf(t, 0.05) for t in fractions]
+    assert np.cumsum(cross) == pytest.approx(spent, abs=1e-7)
+    # Monte Carlo of the Brownian motion at the looks, with a drift
+    rng = np.random.default_rng(1)
+    drift = 2.5
+    inc = rng.normal(0, 1, (200_000, 3)) * np.sqrt(np.diff([0, *fractions])) + drift * np.diff([0, *fractions])
+    z = np.cumsum(inc, axis=1) / np.sqrt(fractions)
+    crossed = (z >= np.asarray(bounds)).any(axis=1).mean()
+    assert sequential.power(bounds, fractions, drift) == pytest.approx(crossed, abs=4e-3)
+    with pytest.raises(ValueError, match="increase"):
+        sequential.obf_boundaries([0.5, 0.4, 1.0], 0.05)
+
+
+def test_read_looks_stops_at_the_first_crossing():
+    rng = np.random.default_rng(3)
+    clearly_below = list(rng.normal(-1.0, 1.0, 60) / 100)  # gains of -1 point, SD 1: stops at the first look
+    rows = sequential.read_looks(clearly_below, [20, 40, 60], 0.015, 0.05)
+    assert rows[0]["status"].startswith("stopped") and rows[0]["upper"] < 0.015
+    assert rows[1]["status"].startswith("not read") and "mean" not in rows[1]
+    at_margin = list(rng.normal(0.015, 0.03, 60))  # a true gain of the margin: nothing stops, final says so
+    rows = sequential.read_looks(at_margin, [20, 40, 60], 0.015, 0.05)
+    assert [r["status"] for r in rows][-1] in ("final: gain of the margin not excluded", "not read: stopped earlier")
+    partial = sequential.read_looks(at_margin[:25], [20, 40, 60], 0.015, 0.05)
+    assert partial[1]["status"] == "not reached" and partial[2]["status"] == "not reached"
+    # the look's rejection and its repeated confidence limit agree; the sensitivity analysis is at the same level
+    r = partial[0]
+    assert r["rejects"] == (r["upper"] < 0.015)
+    assert r["hl_upper"] >= r["hl_estimate"]
+
+
+# ------------------------------------------------------------------------------ the upper-bound test
+
+
+def _design(**over):
+    d = {"model": "chain_d8", "arm": "truth_graded", "baseline": "grpo", "metric": "final_accuracy",
+         "margin": 0.015, "alpha": 0.05, "looks": [20, 40, 60], "spending": "lan_demets",
+         "pilot_seeds": list(range(10)),
+         "derailment": {"exclude": None, "outcome": {"below_base": 0.0}},
+         "planning": {"sds": [0.0308, 0.055], "assumed_gain": 0.0, "minutes_per_pair": 14.0, "cores": 2,
+                      "max_hours": 4}}
+    d.update(over)
+    return d
+
+
+MAIN = {"models": ["chain_d8"], "methods": ["grpo", "truth_graded"], "seeds": list(range(100, 160))}
+
+
+def test_the_declared_design_checks_clean_and_bad_input_names_its_key():
+    assert upper_bound.check_design(_design(), MAIN) == []
+    cases = {
+        "analysis.upper_bound.margin": _design(margin=1.5),
+        "analysis.upper_bound.alpha": _design(alpha=0.5),
+        "analysis.upper_bound.spending": _design(spending="pocock"),
+        "analysis.upper_bound.pilot_seeds": _design(pilot_seeds=[0, 100]),
+    }
+    for key, design in cases.items():
+        assert key in [k for k, _ in upper_bound.check_design(design, MAIN)], key
+    for looks in ([40, 20, 60], [2, 40, 60], [20, 40, 70]):
+        assert "analysis.upper_bound.looks" in [k for k, _ in upper_bound.check_design(_design(looks=looks), MAIN)]
+    post = {"exclude": {"metric": "loss", "step": 1, "below": 0.0}, "outcome": {"below_base": 0.0}}
+    keys = [k for k, _ in upper_bound.check_design(_design(derailment=post), MAIN)]
+    assert "analysis.upper_bound.derailment.exclude.metric" in keys
+    late = {"exclude": {"metric": "reward", "step": 10, "below": 0.1}, "outcome": {"below_base": 0.0}}
+    assert "analysis.upper_bound.derailment.exclude.step" in [
+        k for k, _ in upper_bound.check_design(_design(derailment=late), MAIN)]
+    three = dict(MAIN, methods=["grpo", "truth_graded", "truth"])
+    assert "analysis.upper_bound.arm" in [k for k, _ in upper_bound.check_design(_design(), three)]
+
+
+def _outcomes(diffs, seeds, base=0.5, method_acc=None):
+    rows = []
+    for s, d in zip(seeds, diffs):
+        rows.append({"model": "chain_d8", "method": "grpo", "seed": s, "final_accuracy": base,
+                     "run": f"chain_d8/grpo-seed{s}"})
+        rows.append({"model": "chain_d8", "method": "truth_graded", "seed": s, "final_accuracy": base + d,
+                     "run": f"chain_d8/truth_graded-seed{s}"})
+    return pd.DataFrame(rows)
+
+
+def test_reading_synthetic_seeds_at_each_look():
+    seeds = list(range(100, 160))
+    rng = np.random.default_rng(7)
+    diffs = list(rng.normal(-0.005, 0.03, 60))
+    # the first look's seeds only (an interim run): one look read, the rest not reached
+    r = upper_bound.read_upper_bound(_outcomes(diffs[:20], seeds[:20]), _design(), seeds, 0.45)
+    assert r["seeds_run"] == 20 and r["looks"][0]["pairs"] == 20
+    later = "not reached" if r["looks"][0]["status"] == "continue" else "not read: stopped earlier"
+    assert [x["status"] for x in r["looks"][1:]] == [later, later]
+    direct = statistics.one_sided_t(diffs[:20], 0.015, "less", r["looks"][0]["nominal_alpha"])
+    assert r["looks"][0]["p"] == pytest.approx(direct["p"])
+    full = upper_bound.read_upper_bound(_outcomes(diffs, seeds), _design(), seeds, 0.45)
+    assert any(x["status"].startswith(("stopped", "final")) for x in full["looks"])
+
+
+def test_a_missing_run_before_a_later_seed_stops_the_reading_naming_it():
+    seeds = list(range(100, 160))
+    frame = _outcomes([0.0] * 25, seeds[:25])
+    frame = frame[~((frame["seed"] == 107) & (frame["method"] == "truth_graded"))]
+    with pytest.raises(ValueError, match="chain_d8/truth_graded seed 107"):
+        upper_bound.read_upper_bound(frame, _design(), seeds, 0.45)
+
+
+def test_derailment_outcome_per_arm_and_pre_update_exclusion():
+    seeds = list(range(100, 160))
+    frame = _outcomes([0.0] * 60, seeds)
+    frame.loc[(frame["seed"] == 101) & (frame["method"] == "truth_graded"), "final_accuracy"] = 0.2
+    frame.loc[(frame["seed"] == 102), "final_accuracy"] = 0.3  # both arms derail
+    r = upper_bound.read_upper_bound(frame, _design(), seeds, 0.45)
+    assert r["derailment"]["truth_graded"] == 2 and r["derailment"]["grpo"] == 1
+    assert r["derailment"]["arm_only"] == 1 and r["derailment"]["p_mcnemar"] == pytest.approx(1.0)
+    # an exclusion rule on the first step's reward: seed 103's rollouts before any update earned nothing
+    curves = pd.DataFrame([{"run": run, "step": 1, "reward": 0.0 if "seed103" in run else 0.3}
+                           for run in frame["run"]])
+    design = _design(derailment={"exclude": {"metric": "reward", "step": 1, "below": 0.05},
+                                 "outcome": {"below_base": 0.0}})
+    r = upper_bound.read_upper_bound(frame, design, seeds, 0.45, curves)
+    assert [p["seed"] for p in r["pairs"] if p["excluded"]] == [103]
+    assert r["looks"][-1]["pairs"] == 59 or r["looks"][0]["status"].startswith("stopped")
+
+
+def test_plan_states_power_and_time_against_the_budget():
+    p = upper_bound.plan(_design())
+    assert p["boundaries_z"] == pytest.approx([3.200, 2.141, 1.695], abs=2e-3)
+    assert p["scenarios"][0]["power"] > p["scenarios"][1]["power"]  # a larger SD, less power
+    assert p["hours_at_look"] == pytest.approx([20 * 7 / 60, 40 * 7 / 60, 60 * 7 / 60])
+    assert p["pairs_in_budget"] == 34
