@@ -240,3 +240,177 @@ def test_plan_states_power_and_time_against_the_budget():
     assert p["scenarios"][0]["power"] > p["scenarios"][1]["power"]  # a larger SD, less power
     assert p["hours_at_look"] == pytest.approx([20 * 7 / 60, 40 * 7 / 60, 60 * 7 / 60])
     assert p["pairs_in_budget"] == 34
+
+
+# ------------------------------------------------------------------------------ the declared config
+
+
+def _registry(cfg):
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from oar.experiment.runs import Registry
+
+    validate = pytest.importorskip("snakemake.utils").validate
+    schema = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
+    cfg = copy.deepcopy(cfg)
+    validate(cfg, str(schema))
+    return Registry(cfg, tuple(yaml.safe_load(schema.read_text())["$defs"]["trainer"]["properties"]))
+
+
+def _config(name):
+    from pathlib import Path
+
+    import yaml
+
+    return yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / name).read_text())
+
+
+def _upper_bound_config(**design):
+    from oar.experiment.runs import deep_merge
+
+    return deep_merge(deep_merge(_config("decisive.yaml"), _config("upper-bound.yaml")),
+                      {"analysis": {"upper_bound": design}} if design else {})
+
+
+def test_the_upper_bound_config_plans_two_arms_on_fresh_seeds_and_its_table():
+    reg = _registry(_upper_bound_config())
+    runs = reg.groups["main"]
+    assert len(runs) == 120 and {reg.runs[r]["method"] for r in runs} == {"grpo", "truth_graded"}
+    assert {reg.runs[r]["seed"] for r in runs} == set(range(100, 160))
+    assert "upper_bound" in reg.tables and "decisive" not in reg.tables
+    assert reg.upper_bound["seeds"] == list(range(100, 160))
+    interim = _registry(_upper_bound_config(through_look="1"))  # as Snakemake's --config passes it
+    assert len(interim.groups["main"]) == 40 and interim.upper_bound["seeds"] == list(range(100, 160))
+    # the interim runs are the full design's: the same run ids
+    assert set(interim.groups["main"]) <= set(runs)
+
+
+@pytest.mark.parametrize("design,key", [
+    ({"margin": 0.5}, "analysis.upper_bound.margin"),
+    ({"alpha": 0.3}, "analysis.upper_bound.alpha"),
+    ({"looks": [40, 20, 60]}, "analysis.upper_bound.looks"),
+    ({"looks": [20, 40]}, "analysis.upper_bound.looks"),
+    ({"pilot_seeds": [0, 159]}, "analysis.upper_bound.pilot_seeds"),
+    ({"derailment": {"exclude": {"metric": "ess_ratio", "step": 1, "below": 0.5}}},
+     "analysis.upper_bound.derailment.exclude.metric"),
+    ({"derailment": {"exclude": {"metric": "reward", "step": 2, "below": 0.1}}},
+     "analysis.upper_bound.derailment.exclude.step"),
+    ({"through_look": 4}, "analysis.upper_bound.through_look"),
+])
+def test_bad_upper_bound_input_stops_before_any_job_naming_the_key(design, key):
+    from oar.experiment.runs import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _registry(_upper_bound_config(**design))
+    assert e.value.key == key
+
+
+def test_a_primary_family_beside_the_upper_bound_test_is_refused():
+    from oar.experiment.runs import ConfigError, deep_merge
+
+    cfg = deep_merge(_upper_bound_config(), {"analysis": {"primary": {"arms": ["truth_graded"]}}})
+    with pytest.raises(ConfigError, match="analysis.primary"):
+        _registry(cfg)
+
+
+# ------------------------------------------------------------------------------ Holm's family as declared
+
+
+def test_the_registry_declares_holms_family_and_a_missing_run_stops_the_table():
+    from oar.analysis import results
+
+    reg = _registry(_config("decisive.yaml"))
+    family = {tuple(x) for x in reg.primary["family"]}
+    # the graded gate is not run without notes: seven comparisons, as the decisive run declared
+    assert len(family) == 7 and ("chain_d0", "truth_graded") not in family
+    assert reg.primary["seeds"] == list(range(10))
+    rng = np.random.default_rng(0)
+    rows = []
+    for model in ("chain_d0", "chain_d8"):
+        for method in ("grpo", "truth", "truth_graded", "oar_p", "oar_g"):
+            if model == "chain_d0" and method == "truth_graded":
+                continue
+            for seed in range(10):
+                rows.append({"model": model, "method": method, "seed": seed, "threshold": 0.3,
+                             "final_accuracy": 0.5 + rng.normal(0, 0.03), "reward_auc": 0.3,
+                             "steps_to_threshold": 10.0, "reached": True, "steps": 40})
+    outcomes = pd.DataFrame(rows)
+    full = results.paired_differences(outcomes, primary=reg.primary)
+    assert int(full["family_size"].dropna().iloc[0]) == 7
+    # an interim table with OAR-P's runs on chain_d8 missing would apply Holm over six: it stops instead
+    partial = outcomes[~((outcomes["model"] == "chain_d8") & (outcomes["method"] == "oar_p"))]
+    with pytest.raises(ValueError, match="chain_d8/oar_p: no paired runs"):
+        results.paired_differences(partial, primary=reg.primary)
+    fewer = outcomes[~((outcomes["model"] == "chain_d0") & (outcomes["method"] == "oar_g") & (outcomes["seed"] == 3))]
+    with pytest.raises(ValueError, match="chain_d0/oar_g: 9 of the 10 declared seeds"):
+        results.paired_differences(fewer, primary=reg.primary)
+
+
+# ------------------------------------------------------------------------------ where a rule was declared
+
+
+def _git(repo, *args):
+    import subprocess
+
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(repo), "PATH": __import__("os").environ["PATH"]})
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+
+def test_the_declaring_commit_is_the_one_that_gave_the_rule_its_present_value(tmp_path):
+    import shutil
+
+    from oar.analysis import provenance
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    cfg = tmp_path / "run.yaml"
+    _git(tmp_path, "init", "-q")
+    cfg.write_text("analysis:\n  primary: {arms: [truth]}\n")
+    _git(tmp_path, "add", "run.yaml")
+    _git(tmp_path, "commit", "-qm", "first")
+    cfg.write_text("analysis:\n  primary: {arms: [truth, oar_g]}\n")
+    _git(tmp_path, "add", "run.yaml")
+    declaring = _git(tmp_path, "commit", "-qm", "the rule")
+    cfg.write_text("# a comment\nanalysis:\n  primary: {arms: [truth, oar_g]}\n")
+    _git(tmp_path, "add", "run.yaml")
+    later = _git(tmp_path, "commit", "-qm", "a comment")
+    value = {"arms": ["truth", "oar_g"]}
+    d = provenance.declaration("analysis.primary", value, [cfg])
+    assert d["status"] == "committed" and d["commit"] == declaring != later
+    assert declaring[:12] in provenance.declarations_text([d])
+    # changed and not committed: no commit declares it
+    cfg.write_text("analysis:\n  primary: {arms: [oar_g]}\n")
+    assert provenance.declaration("analysis.primary", {"arms": ["oar_g"]}, [cfg])["status"] == "uncommitted"
+    # a value no config file holds came from the command line
+    assert provenance.declaration("analysis.primary", {"arms": ["x"]}, [cfg])["status"] == "set on the command line"
+
+
+def test_without_git_the_declaration_says_so(tmp_path, monkeypatch):
+    from oar.analysis import provenance
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("analysis:\n  primary: {arms: [truth]}\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    d = provenance.declaration("analysis.primary", {"arms": ["truth"]}, [cfg])
+    assert d["status"] == "no git record" and d["note"] == "git is not available"
+    assert "no commit declares it" in provenance.declarations_text([d])
+
+
+def test_the_upper_bound_table_reads_each_look_and_the_derailment_outcome():
+    from oar.analysis import tables
+
+    seeds = list(range(100, 160))
+    rng = np.random.default_rng(11)
+    frame = _outcomes(list(rng.normal(0.0, 0.03, 40)), seeds[:40])
+    frame.loc[(frame["seed"] == 104) & (frame["method"] == "grpo"), "final_accuracy"] = 0.1
+    reading = upper_bound.read_upper_bound(frame, _design(), seeds, 0.45)
+    _, md = tables.upper_bound_table(reading, _design(), upper_bound.plan(_design()), "DECLARED\n")
+    assert "40 of 60 declared seeds run" in md and "not reached" in md
+    assert "GRPO | 1/40 | 2%" in md
+    assert "3.200 (0.0007)" in md and "34 pairs fit in 4 hours" in md
+    assert md.rstrip().endswith("DECLARED")

@@ -342,6 +342,28 @@ def censored_steps(outcomes: pd.DataFrame) -> dict[str, float]:
 PRIMARY_ROLE, SECONDARY_ROLE = "primary", "secondary"
 
 
+def check_family(frame: pd.DataFrame, primary: Mapping[str, Any]) -> None:
+    """Holm's family is the declared one, not the rows that happen to exist: every declared primary
+    comparison (``primary["family"]``: [model, arm] pairs, from the registry) is present on
+    ``primary["metric"]`` with every declared seed (``primary["seeds"]``) paired, and no other row is
+    primary. Raises ValueError naming each missing comparison and seed otherwise (an interim table
+    that applied Holm to the runs made so far would test a smaller family than the one declared)."""
+    declared = [tuple(x) for x in primary["family"]]
+    seeds = sorted(int(s) for s in primary.get("seeds") or [])
+    rows = frame[frame["metric"] == primary["metric"]] if len(frame) else frame
+    problems = []
+    for model, arm in declared:
+        r = rows[(rows["model"] == model) & (rows["method"] == arm)] if len(rows) else rows
+        if r.empty:
+            problems.append(f"{model}/{arm}: no paired runs")
+        elif seeds and int(r["n_seeds"].iloc[0]) < len(seeds):
+            problems.append(f"{model}/{arm}: {int(r['n_seeds'].iloc[0])} of the {len(seeds)} declared seeds paired")
+    if problems:
+        raise ValueError(f"analysis.primary: the declared family of {len(declared)} comparisons is incomplete "
+                         f"({'; '.join(problems)}); Holm over the runs that exist would test a smaller family. "
+                         "Make the missing runs, or read them as exploratory without analysis.primary")
+
+
 def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
                        primary: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Each method minus ``baseline`` over the seeds both ran (same seed = same prompts and first
@@ -400,6 +422,8 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
                                decided=bool(len(seeds) > 1 and (t["ci_low"] > 0 or t["ci_high"] < 0)))
                 out.append(row)
     frame = pd.DataFrame(out)
+    if primary and primary.get("family") is not None:
+        check_family(frame, primary)
     if frame.empty:
         return frame
     is_primary = [bool(primary) and r["method"] in primary["arms"] and r["metric"] == primary["metric"]

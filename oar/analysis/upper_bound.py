@@ -193,3 +193,35 @@ def derailment_outcome(pairs: Sequence[Mapping[str, Any]], arm: str, baseline: s
     p = float(stats.binomtest(arm_only, discordant, 0.5).pvalue) if discordant else math.nan
     return {"n": n, arm: sum(p_["arm_derailed"] for p_ in pairs), baseline: sum(p_["baseline_derailed"] for p_ in pairs),
             "arm_only": arm_only, "baseline_only": base_only, "p_mcnemar": p}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m oar.analysis.upper_bound CONFIG``: the declared design's boundaries, power and time."""
+    import argparse
+
+    import yaml
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("config", help="a config file with analysis.upper_bound (config/upper-bound.yaml)")
+    args = parser.parse_args(argv)
+    with open(args.config, encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    design = (config.get("analysis") or {}).get("upper_bound")
+    if not design:
+        raise SystemExit(f"{args.config}: no analysis.upper_bound")
+    problems = check_design(design, (config.get("runs") or {}).get("main") or {})
+    if problems:
+        raise SystemExit(f"{args.config}: config error at {problems[0][0]}: {problems[0][1]}")
+    p = plan(design)
+    print(f"looks (pairs): {p['looks']}")
+    print("boundaries, Z (nominal one-sided level): "
+          + ", ".join(f"{c:.3f} ({a:.4f})" for c, a in zip(p["boundaries_z"], p["nominal_alpha"])))
+    for s, h in zip(p["scenarios"], p["hours_expected"]):
+        print(f"SD {100 * s['sd']:.2f} points, true gain {100 * design['planning']['assumed_gain']:.1f}: "
+              f"power {s['power']:.3f}, expected pairs {s['expected_pairs']:.1f} ({h:.1f} h)")
+    print("hours to each look: " + ", ".join(f"{h:.1f}" for h in p["hours_at_look"])
+          + f"; pairs within {design['planning']['max_hours']:g} h: {p['pairs_in_budget']}")
+
+
+if __name__ == "__main__":
+    main()
