@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from oar.analysis.statistics import binomial_se, holm, holm_alpha, kaplan_meier, paired_t, t_half_width
+from oar.analysis.statistics import binomial_se, holm, holm_alpha, kaplan_meier, logrank, paired_t, t_half_width
 
 META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
 CURVE_METRICS = (
@@ -339,6 +339,12 @@ def censored_steps(outcomes: pd.DataFrame) -> dict[str, float]:
     return kaplan_meier(times, list(outcomes["reached"].astype(bool)))
 
 
+def _censored_times(runs: pd.DataFrame) -> tuple[list[float], list[bool]]:
+    """Steps to threshold of some runs as (times, reached): a run that never reached it at its last step."""
+    reached = [bool(r) for r in runs["reached"]]
+    return [float(t) if r else float(n) for t, r, n in zip(runs["steps_to_threshold"], reached, runs["steps"])], reached
+
+
 PRIMARY_ROLE, SECONDARY_ROLE = "primary", "secondary"
 
 
@@ -377,7 +383,8 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
     Steps to threshold is censored (a run may never reach it), so it gets no t-interval: per method and
     baseline, how many of the paired runs reached the threshold and the Kaplan-Meier median steps (nan:
     the median is not reached within the runs) and restricted mean (to the last step);
-    ``diff_mean`` is the difference of the two medians, with no interval and never decided.
+    ``diff_mean`` is the difference of the two medians and ``p`` the log-rank test's
+    (:func:`oar.analysis.statistics.logrank`, two-sided); never decided, never primary.
 
     ``primary`` (the config's ``analysis.primary``: ``arms``, ``metric``) marks the declared primary
     comparisons (``role`` primary; every other row secondary) and adds ``p_holm``, Holm's adjusted
@@ -404,8 +411,9 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
                     mine = censored_steps(g.loc[seeds].reset_index())
                     theirs = censored_steps(base.loc[seeds].reset_index())
                     both = [s for s in seeds if g.at[s, "reached"] and base.at[s, "reached"]]
+                    lr = logrank(*_censored_times(g.loc[seeds]), *_censored_times(base.loc[seeds]))
                     row.update(diff_mean=mine["median"] - theirs["median"], ci_low=math.nan, ci_high=math.nan,
-                               p=math.nan, sd_diff=math.nan, mde=math.nan,
+                               p=lr["p"], sd_diff=math.nan, mde=math.nan,
                                wins=sum(float(g.at[s, metric]) < float(base.at[s, metric]) for s in both)
                                + sum(bool(g.at[s, "reached"]) and not bool(base.at[s, "reached"]) for s in seeds),
                                method_mean=mine["median"], baseline_mean=theirs["median"],

@@ -105,8 +105,11 @@ def holm_alpha(m: int, alpha: float = ALPHA) -> float:
 
 def binomial_se(accuracy: float, problems: int, samples: int = 1) -> float:
     """Evaluation (sampling) noise of one run's accuracy: the binomial standard error
-    ``sqrt(p (1 - p) / (problems * samples))``. Samples of the same problem are correlated, so with
-    several samples per problem this is a lower bound; with one sample it is exact for a fixed policy."""
+    ``sqrt(p (1 - p) / (problems * samples))``. For the fixed set of problems evaluated (the noise that
+    separates two evaluations of one policy) it is an upper bound: problems differ in difficulty, and the
+    sampling variance of each, ``p_i (1 - p_i)``, averages to at most ``p (1 - p)``. As the error of the
+    accuracy on the population the problems were drawn from it is a lower bound where several samples of
+    one problem are correlated."""
     k = (problems or 0) * (samples or 1)
     if k <= 0 or accuracy is None or math.isnan(accuracy):
         return math.nan

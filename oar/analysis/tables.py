@@ -276,7 +276,7 @@ PAIRED_NOTE = ("minus GRPO, paired: the variant's average accuracy minus GRPO's 
 NOISE_NOTE = ("seed SD / eval SE: the two noise sources of the average accuracy, in points. Seed SD: the SD of the "
               "per-seed accuracies (training noise with evaluation noise in it). Eval SE: a run's binomial "
               "standard error from its problems x samples, sqrt(p (1 - p) / (problems x samples)), the "
-              "evaluation noise alone (a lower bound where several samples of one problem are correlated). "
+              "evaluation noise alone (for this fixed set of problems an upper bound, as problems differ in difficulty). "
               "Where the seed SD is much larger, seeds, not evaluation problems, limit the comparison.\n")
 
 
@@ -608,13 +608,14 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
                 n, steps = int(r["n_seeds"]), r.get("steps")
                 step_rows.append([label, f"{int(r['method_reached'])}/{n} vs {int(r['baseline_reached'])}/{n}",
                                   f"{_steps_cell(r['method_mean'], steps)} vs {_steps_cell(r['baseline_mean'], steps)}",
-                                  f"{fmt_num(r['method_rmst'], 1)} vs {fmt_num(r['baseline_rmst'], 1)}"])
+                                  f"{fmt_num(r['method_rmst'], 1)} vs {fmt_num(r['baseline_rmst'], 1)}",
+                                  fmt_p(r.get("p"))])
         parts.append(f"\n### {model}: each method minus {base}{_threshold_of(g, model)}\n\n" + markdown_table(
             ["Method", "metric", "comparison", "difference, points [95%]", "p", "Holm p", "interval at Holm's level",
              "SD of differences", "MDE 80% (Holm)", "seeds", "wins"], rows, align="lllrrrrrrrr"))
         if step_rows:
             parts.append(f"\nSteps to threshold (censored; method vs {base}):\n\n" + markdown_table(
-                ["Method", "reached", "Kaplan-Meier median steps", "restricted mean steps"], step_rows))
+                ["Method", "reached", "Kaplan-Meier median steps", "restricted mean steps", "log-rank p"], step_rows))
     if primary:
         arms = ", ".join(METHOD_NAMES.get(a, a) for a in primary["arms"])
         family = int(d["family_size"].dropna().iloc[0]) if "family_size" in d and d["family_size"].notna().any() else 0
@@ -641,8 +642,8 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
                  "mean reward reaches " + (rule or "the threshold")
                  + "; a run that never reaches it is censored at its last step, so the table gives how many runs "
                  "reached it, the Kaplan-Meier median (\"> N\": not reached by half the runs within N steps) and "
-                 "the restricted mean steps (area under the Kaplan-Meier curve up to the last step); no "
-                 "t-interval.\n")
+                 "the restricted mean steps (area under the Kaplan-Meier curve up to the last step) and the two-sided "
+                 "log-rank test of method against baseline (the runs as independent groups; no t-interval).\n")
     return d.drop(columns=["label"]), "".join(parts)
 
 
@@ -755,7 +756,8 @@ def decisive_table(readings: pd.DataFrame, trends: pd.DataFrame, baseline: str =
     else:
         parts.append("\nOne distractor level run: no change with the level to read.\n")
     parts.append(
-        f"\nRules fixed before the runs. A truth gate scores the parsed decisive tokens through the paper's gate: "
+        f"\nRules 1-3 of oar.analysis.decisive were fixed before the runs; the reading of a scorer decided below "
+        f"{base} where no truth gate beats it was added after the truth gates' results had been read. A truth gate scores the parsed decisive tokens through the paper's gate: "
         f"the best a scorer could do through it. Where the better truth gate does not beat {base}, reshaping "
         f"through the gate does not help at that level by more than the MDE, and a scorer's difference there says "
         f"nothing about its scoring, unless it falls below {base}: then its scores cost accuracy that right scores "
