@@ -31,6 +31,7 @@ METHOD_NAMES = {
     "truth": "truth gate",
     "truth_graded": "graded truth gate",
     "truth_final": "final-step truth gate",
+    "truth_early": "earlier-steps truth gate",
     "oar_p": "OAR-P",
     "oar_g": "OAR-G",
     "grad_norm": "grad-norm",

@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 
 METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded",
-           "truth_final")
+           "truth_final", "truth_early")
 TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: scorers of all the parsed decisive tokens
-PARSED_SCORERS = (*TRUTH_GATES, "truth_final")  # scorers that read the chain task's grammar instead of a model
+PARSED_SCORERS = (*TRUTH_GATES, "truth_final", "truth_early")  # scorers that read the chain task's grammar instead of a model
 GATED = METHODS[1:]  # methods whose weights come from the bi-level gate
 USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # methods whose scores read an outcome probe
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
