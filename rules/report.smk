@@ -43,6 +43,7 @@ rule table:
         baseline=REG.paired["baseline"],
         # the upper-bound test's design (with every declared seed), and where each decision rule was declared
         upper_bound=REG.upper_bound,
+        mechanism=REG.mechanism,
         configfiles=[os.path.abspath(f) for f in workflow.configfiles],
         decision_rules=decision_rules(),
     script:
@@ -168,3 +169,8 @@ rule report:
 rule upper_bound:
     input:
         table_files("upper_bound", "paired_differences"),
+
+
+rule mechanism:
+    input:
+        table_files("mechanism", "paired_differences"),

@@ -414,3 +414,75 @@ def test_the_upper_bound_table_reads_each_look_and_the_derailment_outcome():
     assert "GRPO | 1/40 | 2%" in md
     assert "3.200 (0.0007)" in md and "34 pairs fit in 4 hours" in md
     assert md.rstrip().endswith("DECLARED")
+
+
+# ------------------------------------------------------------------------------ declared contrasts (mechanism)
+
+
+def _arms(effects, seeds, sd=0.01, seed=5):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in seeds:
+        base = 0.5 + rng.normal(0, 0.03)
+        for method, effect in effects.items():
+            rows.append({"model": "chain_d8", "method": method, "seed": s,
+                         "final_accuracy": base + effect + rng.normal(0, sd)})
+    return pd.DataFrame(rows)
+
+
+def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
+    from oar.analysis import mechanism, tables
+
+    design = _config("mechanism.yaml")["analysis"]["mechanism"]
+    seeds = list(range(200, 210))
+    # the mechanism as hypothesised: last step only -10 points, earlier only 0, both 0
+    outcomes = _arms({"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0}, seeds)
+    frame = mechanism.read_contrasts(outcomes, design, seeds)
+    assert list(frame["p_holm"]) == pytest.approx(statistics.holm(list(frame["p"])))
+    by = frame.set_index("name")
+    assert by.loc["last step only costs", "decided"] and by.loc["earlier credit recovers", "decided"]
+    assert by.loc["earlier steps only is harmless", "decided"]  # TOST within 3 points at SD 1.4 points
+    assert by.loc["interaction", "mean"] == pytest.approx(0.10, abs=0.02)
+    _, md = tables.mechanism_table(frame, design)
+    assert "decided: equivalent within ±3.0" in md
+    # noisy seeds: the same means, but no equivalence can be shown, and the table claims none
+    noisy = mechanism.read_contrasts(_arms({"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0},
+                                           seeds, sd=0.06), design, seeds)
+    _, md = tables.mechanism_table(noisy, design)
+    assert not noisy.set_index("name").loc["earlier steps only is harmless", "decided"]
+    assert "not shown equivalent" in md and "decided: equivalent" not in md
+    # a missing run stops the reading, naming it
+    with pytest.raises(ValueError, match="chain_d8/truth_early seed 204"):
+        mechanism.read_contrasts(outcomes[~((outcomes["method"] == "truth_early") & (outcomes["seed"] == 204))],
+                                 design, seeds)
+
+
+def _mechanism_config(contrasts=None, **over):
+    from oar.experiment.runs import deep_merge
+
+    cfg = deep_merge(_config("decisive.yaml"), _config("mechanism.yaml"))
+    if contrasts is not None:
+        cfg["analysis"]["mechanism"]["contrasts"] = contrasts
+    return deep_merge(cfg, {"analysis": {"mechanism": over}} if over else {})
+
+
+def test_the_mechanism_config_plans_the_2x2_and_bad_contrasts_name_their_key():
+    from oar.experiment.runs import ConfigError
+
+    reg = _registry(_mechanism_config())
+    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth_final", "truth_early", "truth"}
+    assert "mechanism" in reg.tables and len(reg.groups["main"]) == 40
+    bad = {
+        "analysis.mechanism.contrasts[0].margin": [{"name": "a", "plus": ["truth"], "minus": ["grpo"],
+                                                    "test": "equivalent"}],
+        "analysis.mechanism.contrasts[0].plus": [{"name": "a", "plus": ["oar_g"], "minus": ["grpo"], "test": "less"}],
+        "analysis.mechanism.contrasts[0].minus": [{"name": "a", "plus": ["truth", "grpo"], "minus": ["grpo"],
+                                                   "test": "less"}],
+    }
+    for key, contrasts in bad.items():
+        with pytest.raises(ConfigError) as e:
+            _registry(_mechanism_config(contrasts))
+        assert e.value.key == key
+    with pytest.raises(ConfigError) as e:
+        _registry(_mechanism_config(alpha=0.5))
+    assert e.value.key == "analysis.mechanism.alpha"

@@ -66,6 +66,11 @@ def build(smk):
         reading = upper_bound.read_upper_bound(pd.read_csv(smk.input.outcomes), design, design["seeds"],
                                                base[design["model"]], pd.read_csv(smk.input.curves))
         return tables.upper_bound_table(reading, design, upper_bound.plan(design))
+    if name == "mechanism":
+        from oar.analysis import mechanism
+        design = p.mechanism
+        return tables.mechanism_table(mechanism.read_contrasts(pd.read_csv(smk.input.outcomes), design,
+                                                               design["seeds"]), design)
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]
@@ -82,7 +87,7 @@ def build(smk):
     raise ValueError(f"unknown table {name!r}")
 
 
-DECIDED = ("paired_differences", "decisive", "upper_bound")  # tables that apply declared decision rules
+DECIDED = ("paired_differences", "decisive", "upper_bound", "mechanism")  # tables that apply declared decision rules
 
 
 if __name__ == "__main__":

@@ -138,6 +138,9 @@ class Registry:
             self.primary["family"] = [[m, a] for m in self._group_models(main) for a in self.primary["arms"]
                                       if not self.graded_equals_truth(m, a)]
             self.primary["seeds"] = [int(s) for s in self._group_seeds(main)]
+        self.mechanism = dict(analysis["mechanism"]) if analysis.get("mechanism") else None
+        if self.mechanism:
+            self.mechanism["seeds"] = declared_seeds
         self.upper_bound = dict(analysis["upper_bound"]) if analysis.get("upper_bound") else None
         if self.upper_bound:
             # the declared seeds, in their order (all of them, also in an interim run)
@@ -245,6 +248,7 @@ class Registry:
                               f"(got {paired['reward_threshold']} and {paired.get('reward_gain')})")
         self._check_primary()
         self._check_upper_bound()
+        self._check_mechanism()
         oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
         for name in config["models"]:
             if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
@@ -309,6 +313,22 @@ class Registry:
         if self.config["analysis"].get("primary"):
             raise ConfigError("analysis.primary", "the upper-bound test is this config's one decision; set "
                               "analysis.primary to null (a second family would need its own correction)")
+
+    def _check_mechanism(self) -> None:
+        """The declared contrasts (analysis.mechanism): arms run in runs.main, balanced, tests and margins in
+        range; one family per config (analysis.primary null)."""
+        design = self.config["analysis"].get("mechanism")
+        if not design:
+            return
+        from oar.analysis.mechanism import check_design
+
+        main = self.config["runs"]["main"]
+        problems = check_design(design, list(main["methods"]), self._group_models(main))
+        if problems:
+            raise ConfigError(*problems[0])
+        if self.config["analysis"].get("primary") or self.config["analysis"].get("upper_bound"):
+            raise ConfigError("analysis.mechanism", "the contrasts are this config's decision family; set "
+                              "analysis.primary and analysis.upper_bound to null")
 
     def _check_chain_task(self) -> None:
         """The truth scorer parses the chain task's grammar, and a chain policy is pretrained on chains of
@@ -554,10 +574,12 @@ class Registry:
             names.append("paired_differences")
             if self.is_length_sweep():
                 names.append("length_sweep")
-            if self.has_truth_gate() and not self.upper_bound:
+            if self.has_truth_gate() and not self.upper_bound and not self.mechanism:
                 names.append("decisive")
             if self.upper_bound:
                 names.append("upper_bound")
+            if self.mechanism:
+                names.append("mechanism")
         names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
         if self.chain_models():
             names.append("gradient_share")
