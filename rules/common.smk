@@ -150,8 +150,11 @@ def decision_rules():
     design = config["analysis"].get("upper_bound")
     if design:
         design = {k: v for k, v in design.items() if k != "through_look"}
-    return {"analysis.primary": config["analysis"].get("primary"), "analysis.upper_bound": design,
-            "analysis.mechanism": config["analysis"].get("mechanism")}
+    return {
+        "analysis.primary": config["analysis"].get("primary"),
+        "analysis.upper_bound": design,
+        "analysis.mechanism": config["analysis"].get("mechanism"),
+    }
 
 
 def declared_table(name, *figures):

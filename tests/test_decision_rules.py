@@ -486,3 +486,41 @@ def test_the_mechanism_config_plans_the_2x2_and_bad_contrasts_name_their_key():
     with pytest.raises(ConfigError) as e:
         _registry(_mechanism_config(alpha=0.5))
     assert e.value.key == "analysis.mechanism.alpha"
+
+
+# ------------------------------------------------------------------------------ the workflow's table job
+
+
+def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_declared(tmp_path):
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("tables_job", root / "workflow_scripts" / "tables.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    reg = _registry(_upper_bound_config())
+    seeds = reg.upper_bound["seeds"]
+    outcomes = _outcomes(list(np.random.default_rng(2).normal(-0.01, 0.03, 20)), seeds[:20])
+    outcomes.to_csv(tmp_path / "outcomes.csv", index=False)
+    pd.DataFrame([{"model": "chain_d8", "method": "base", "benchmark": "chain5_test", "pass@1": 0.42,
+                   "mean_response_tokens": 122}]).to_csv(tmp_path / "accuracy.csv", index=False)
+    pd.DataFrame([{"run": r, "step": 1, "reward": 0.3} for r in outcomes["run"]]).to_csv(tmp_path / "curves.csv",
+                                                                                          index=False)
+    design = {k: v for k, v in _upper_bound_config()["analysis"]["upper_bound"].items()}
+    smk = SimpleNamespace(
+        wildcards=SimpleNamespace(name="upper_bound"),
+        input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", accuracy=tmp_path / "accuracy.csv",
+                              curves=tmp_path / "curves.csv"),
+        params=SimpleNamespace(upper_bound=reg.upper_bound, paired_benchmark="chain5_test",
+                               configfiles=[str(root / "config" / "decisive.yaml"),
+                                            str(root / "config" / "upper-bound.yaml")],
+                               decision_rules={"analysis.primary": None, "analysis.upper_bound": design}))
+    frame, md = job.build(smk)
+    assert "20 of 60 declared seeds run" in md and "(42.0%)" in md
+    assert (frame["kind"] == "look").sum() == 3
+    note = job.declared(smk)
+    # the design is declared by a commit of config/upper-bound.yaml, or the note says why not
+    assert "`analysis.upper_bound` in `upper-bound.yaml`" in note
+    assert "declared in commit" in note or "no commit declares it" in note

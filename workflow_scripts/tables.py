@@ -90,11 +90,17 @@ def build(smk):
 DECIDED = ("paired_differences", "decisive", "upper_bound", "mechanism")  # tables that apply declared decision rules
 
 
+def declared(smk) -> str:
+    """Beneath a table that applies declared decision rules: where each was declared (its commit)."""
+    if smk.wildcards.name not in DECIDED:
+        return ""
+    from oar.analysis import provenance
+    return provenance.declarations_text(
+        [provenance.declaration(k, v, smk.params.configfiles) for k, v in smk.params.decision_rules.items()])
+
+
 if __name__ == "__main__":
     frame, markdown = build(smk)
-    if smk.wildcards.name in DECIDED:
-        from oar.analysis import provenance
-        markdown += provenance.declarations_text(
-            [provenance.declaration(k, v, smk.params.configfiles) for k, v in smk.params.decision_rules.items()])
+    markdown += declared(smk)
     tables.write_table(frame, markdown, smk.output.csv, smk.output.md)
     print(markdown)
