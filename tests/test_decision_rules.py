@@ -231,7 +231,9 @@ def test_derailment_outcome_per_arm_and_pre_update_exclusion():
                                  "outcome": {"below_base": 0.0}})
     r = upper_bound.read_upper_bound(frame, design, seeds, 0.45, curves)
     assert [p["seed"] for p in r["pairs"] if p["excluded"]] == [103]
-    assert r["looks"][-1]["pairs"] == 59 or r["looks"][0]["status"].startswith("stopped")
+    # 59 pairs left: the final look falls at 59 and spends what is left; the interim boundaries are the planned
+    assert r["looks"][-1]["pairs"] == 59 and r["looks"][-1]["fraction"] == 1.0
+    assert r["looks"][0]["boundary_z"] == pytest.approx(upper_bound.plan(_design())["boundaries_z"][0])
 
 
 def test_plan_states_power_and_time_against_the_budget():

@@ -165,7 +165,7 @@ def nominal_levels(bounds: Sequence[float]) -> list[float]:
 
 
 def read_looks(differences: Sequence[float], looks: Sequence[int], margin: float, alpha: float,
-               spending: str = "lan_demets") -> list[dict]:
+               spending: str = "lan_demets", planned: int | None = None) -> list[dict]:
     """The non-superiority test (H0: mean gain >= ``margin``; H1: below it) of paired ``differences``
     (in the order the pairs were declared: seed order) at each declared look that has its pairs:
     the look's pairs are the first ``looks[k]``. A look rejects when its one-sided t-test p is at or below
@@ -176,9 +176,12 @@ def read_looks(differences: Sequence[float], looks: Sequence[int], margin: float
     sensitivity analysis at the same nominal level (``wilcoxon_p``, one-sided signed-rank p of the
     differences minus the margin; ``hl_estimate`` and ``hl_upper``, the Hodges-Lehmann estimate and its
     one-sided upper limit) and ``status``: ``"stopped: gain below the margin"``, ``"continue"``,
-    ``"final: gain of the margin not excluded"`` or ``"not reached"`` (fewer pairs than the look)."""
+    ``"final: gain of the margin not excluded"`` or ``"not reached"`` (fewer pairs than the look).
+    ``planned``: the planned pairs of the last look, where the final analysis falls at fewer (the interim
+    looks keep their planned information fractions and the final look spends what is left)."""
     d = [float(x) for x in differences]
-    fractions = [n / looks[-1] for n in looks]
+    planned = planned or looks[-1]
+    fractions = [n / planned for n in looks[:-1]] + [1.0]
     bounds = obf_boundaries(fractions, alpha, spending)
     levels = nominal_levels(bounds)
     rows = []

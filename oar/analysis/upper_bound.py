@@ -177,7 +177,8 @@ def read_upper_bound(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: S
     if complete and len(kept) < looks[-1]:
         # exclusions left fewer pairs than the last look: the final analysis is at the pairs there are
         looks = [n for n in looks[:-1] if n < len(kept)] + [len(kept)]
-    rows = read_looks(kept, looks, design["margin"], design["alpha"], design["spending"]) if kept else []
+    rows = (read_looks(kept, looks, design["margin"], design["alpha"], design["spending"], design["looks"][-1])
+            if kept else [])
     return {"pairs": pairs, "looks": rows, "seeds_run": len(done), "seeds_declared": len(seeds),
             "derailment": derailment_outcome(pairs, arm, baseline), "base_accuracy": base_accuracy}
 
