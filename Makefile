@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run run-ablations run-decisive run-decisive-part run-smollm2 test explain test-slurm install-profile progress
+.PHONY: setup run run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 test explain test-slurm install-profile progress
 setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
@@ -36,6 +36,23 @@ DECISIVE_PART_TABLES = $(foreach t,main_table paired_differences decisive gradie
 run-decisive-part: setup
 	$(BIN)/snakemake --cores 2 $(DECISIVE_PART_TABLES) --configfile config/decisive.yaml config/decisive-part.yaml \
 	    --config results=results-decisive
+
+# The upper-bound test (config/upper-bound.yaml over config/decisive.yaml): GRPO and the graded truth gate on
+# chain_d8, fresh seeds read at declared looks. LOOK=k runs only the seeds up to look k (the same run ids).
+UPPER_BOUND_CONFIG = --configfile config/decisive.yaml config/upper-bound.yaml --config results=results-upper-bound
+run-upper-bound: setup
+	$(BIN)/snakemake --cores 2 upper_bound $(UPPER_BOUND_CONFIG) \
+	    $(if $(LOOK),'analysis={upper_bound: {through_look: $(LOOK)}}')
+
+# Its planned boundaries, power and time, from the declared design (no runs).
+upper-bound-plan: setup
+	$(BIN)/python -m oar.analysis.upper_bound config/upper-bound.yaml
+
+# The 2x2 of where truth credit goes (config/mechanism.yaml over config/decisive.yaml): GRPO, the final-step,
+# earlier-steps and whole truth gates on chain_d8, ten fresh seeds, the declared contrasts.
+run-mechanism: setup
+	$(BIN)/snakemake --cores 2 mechanism --configfile config/decisive.yaml config/mechanism.yaml \
+	    --config results=results-mechanism
 
 # The SmolLM2-135M experiment (config/smollm2.yaml) in its own results folder.
 run-smollm2: setup
@@ -126,6 +143,9 @@ Try it
   run-ablations    the testbed's length sweep and ablations (config/ablations.yaml); reuses the runs of `run`
   run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy, final-step truth gate (config/decisive.yaml; about 7 h on 2 cores)
   run-decisive-part  its part without OAR-P (config/decisive-part.yaml; about 4 h on 2 cores)
+  run-upper-bound  the upper-bound test: GRPO and the graded truth gate on chain_d8, 60 fresh seeds read at 20, 40, 60 pairs (config/upper-bound.yaml; LOOK=1 runs the first look's seeds, about 2.3 h on 2 cores; all three about 7 h)
+  run-mechanism    the 2x2 of where truth credit goes on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, ten fresh seeds, declared contrasts (config/mechanism.yaml; about 2.6 h on 2 cores)
+  upper-bound-plan  print the upper-bound test's boundaries, power and time from its declared design (no runs)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   progress         beside a running `make run`: jobs done and about how long is left, a line a minute
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response

@@ -136,7 +136,25 @@ def table_inputs(wildcards):
             "outcomes": rules.paired_analysis.output.outcomes,
             "accuracy": rules.paired_analysis.input.accuracy,
         },
+        "mechanism": {"outcomes": rules.paired_analysis.output.outcomes},
+        "upper_bound": {
+            "outcomes": rules.paired_analysis.output.outcomes,
+            "accuracy": rules.paired_analysis.input.accuracy,
+            "curves": rules.paired_analysis.input.curves,
+        },
     }[name]
+
+
+def decision_rules():
+    """The config's decision rules as in effect (the interim look aside), for their declaring commits."""
+    design = config["analysis"].get("upper_bound")
+    if design:
+        design = {k: v for k, v in design.items() if k != "through_look"}
+    return {
+        "analysis.primary": config["analysis"].get("primary"),
+        "analysis.upper_bound": design,
+        "analysis.mechanism": config["analysis"].get("mechanism"),
+    }
 
 
 def declared_table(name, *figures):

@@ -41,6 +41,11 @@ rule table:
         # the decisive reading's levels: each main chain policy's remarks and note words per step
         levels=REG.distractor_levels(),
         baseline=REG.paired["baseline"],
+        # the upper-bound test's design (with every declared seed), and where each decision rule was declared
+        upper_bound=REG.upper_bound,
+        mechanism=REG.mechanism,
+        configfiles=[os.path.abspath(f) for f in workflow.configfiles],
+        decision_rules=decision_rules(),
     script:
         "../workflow_scripts/tables.py"
 
@@ -159,3 +164,13 @@ rule figures:
 rule report:
     input:
         rules.html_report.output.html,
+
+
+rule upper_bound:
+    input:
+        table_files("upper_bound", "paired_differences"),
+
+
+rule mechanism:
+    input:
+        table_files("mechanism", "paired_differences"),

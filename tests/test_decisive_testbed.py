@@ -290,3 +290,20 @@ def test_the_gradient_share_table_reads_every_chain_policy():
     assert "| chain_d16 | distractor | 16.7 | 50.0 |" in text
     with pytest.raises(ValueError, match="'old': its summary has no gradient share"):
         gradient_share_table({"old": {"pretrain": {"check": {}}}})
+
+
+def test_the_earlier_steps_truth_gate_is_the_truth_gate_without_the_last_step(tokenizer):
+    import oar.training.grpo_trainer as trainer
+    from oar.method.truth_scores import PARSED_METHODS
+
+    text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}."
+    probe, result, pieces = _ground_truth_scored(
+        tokenizer, text, "truth_early", "scorer 'truth_early' needs the decisive and last-step positions")
+    scores = result.scores[0, : probe.reasoning_len]
+    assert "".join(p for j, p in enumerate(pieces) if scores[j] == 1).replace(" ", "") == "~5=10"
+    # the 2x2 of where truth credit goes: earlier steps + last step = the truth gate, with no overlap
+    final = score("truth_final", torch.nn.Linear(1, 1), [probe]).scores
+    truth = score("truth", torch.nn.Linear(1, 1), [probe]).scores
+    assert torch.equal(result.scores + final, truth) and not (result.scores * final).any()
+    # training attaches the parsed positions for it, and the trainer accepts it as a method
+    assert "truth_early" in PARSED_METHODS and "truth_early" in trainer.METHODS

@@ -161,7 +161,10 @@ def test_paper_config_has_135_runs():
     assert len(reg.runs) == 135
     assert len(reg.eval_runs()) * len(reg.benchmarks) == 685
     assert reg.primary == {"baseline": "grpo", "arms": ["oar_p", "oar_g"], "metric": "final_accuracy",
-                           "min_seeds": 10}
+                           "min_seeds": 10, "seeds": list(range(10)),
+                           # Holm's family as declared: both arms on both policies
+                           "family": [["qwen2.5-math-1.5b", "oar_p"], ["qwen2.5-math-1.5b", "oar_g"],
+                                      ["qwen2.5-7b", "oar_p"], ["qwen2.5-7b", "oar_g"]]}
 
 
 def test_declared_primary_comparisons_pass_with_enough_seeds():

@@ -98,7 +98,8 @@ def test_schema_matches_library():
     """The schema's enums and trainer keys are the library's (a drift would reject valid configs or let
     invalid ones through to a job)."""
     from oar.data.datasets import DATASETS
-    from oar.method.importance import GROUND_TRUTH_METHODS, SCORERS
+    from oar.method.importance import SCORERS
+    from oar.method.truth_scores import PARSED_METHODS
     from oar.method.probes import PROBES
     from oar.training.grpo_trainer import METHODS
     from oar.training.run import DEFAULT_SETTINGS
@@ -106,7 +107,7 @@ def test_schema_matches_library():
     defs = load(SCHEMA)["$defs"]
     assert set(defs["method"]["enum"]) == set(METHODS)
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
-    assert set(defs["scorer"]["enum"]) == set(SCORERS) - set(GROUND_TRUTH_METHODS)
+    assert set(defs["scorer"]["enum"]) == set(SCORERS) - set(PARSED_METHODS)
     assert set(defs["probe"]["enum"]) == set(PROBES)
     assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
     assert set(defs["trainer"]["properties"]) == set(DEFAULT_SETTINGS["trainer"])
@@ -129,7 +130,7 @@ def expected_runs(cfg: dict) -> set[str]:
         probe = oar["probe"] if probe is None else probe
         if method == "grpo":
             return f"{model}/grpo-seed{seed}"
-        if method in ("entropy", "position", "random", "truth", "truth_graded", "truth_final"):
+        if method in ("entropy", "position", "random", "truth", "truth_graded", "truth_final", "truth_early"):
             return f"{model}/{method}-tau{float(tau)!r}-beta{float(beta)!r}-seed{seed}"
         return f"{model}/{method}-tau{float(tau)!r}-beta{float(beta)!r}-{probe}-seed{seed}"
 

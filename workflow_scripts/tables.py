@@ -55,6 +55,22 @@ def build(smk):
         return tables.decisive_table(
             decisive.level_readings(pd.read_csv(smk.input.differences), p.levels, metric),
             decisive.level_trends(pd.read_csv(smk.input.outcomes), p.levels, p.baseline, metric), p.baseline)
+    if name == "upper_bound":
+        from oar.analysis import upper_bound
+        acc = pd.read_csv(smk.input.accuracy)
+        base = results.base_accuracy(acc, p.paired_benchmark)
+        design = p.upper_bound
+        if design["model"] not in base:
+            raise ValueError(f"no {p.paired_benchmark} accuracy of the untrained {design['model']} (the derailment "
+                             "outcome's reference)")
+        reading = upper_bound.read_upper_bound(pd.read_csv(smk.input.outcomes), design, design["seeds"],
+                                               base[design["model"]], pd.read_csv(smk.input.curves))
+        return tables.upper_bound_table(reading, design, upper_bound.plan(design))
+    if name == "mechanism":
+        from oar.analysis import mechanism
+        design = p.mechanism
+        return tables.mechanism_table(mechanism.read_contrasts(pd.read_csv(smk.input.outcomes), design,
+                                                               design["seeds"]), design)
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]
@@ -71,7 +87,20 @@ def build(smk):
     raise ValueError(f"unknown table {name!r}")
 
 
+DECIDED = ("paired_differences", "decisive", "upper_bound", "mechanism")  # tables that apply declared decision rules
+
+
+def declared(smk) -> str:
+    """Beneath a table that applies declared decision rules: where each was declared (its commit)."""
+    if smk.wildcards.name not in DECIDED:
+        return ""
+    from oar.analysis import provenance
+    return provenance.declarations_text(
+        [provenance.declaration(k, v, smk.params.configfiles) for k, v in smk.params.decision_rules.items()])
+
+
 if __name__ == "__main__":
     frame, markdown = build(smk)
+    markdown += declared(smk)
     tables.write_table(frame, markdown, smk.output.csv, smk.output.md)
     print(markdown)

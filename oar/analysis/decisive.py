@@ -13,7 +13,8 @@ it. The run has policies at several distractor levels (words a note, remarks a s
    gate's gain that grows with the distractor level is the paper's mechanism holding where its premise does.
 
 Beside these rules, a scorer decided *below* the baseline at a level where no truth gate beats it is read
-as what it is: its scores cost accuracy that right scores through the same gate do not.
+as what it is: its scores cost accuracy that right scores through the same gate do not. This reading was
+added after the truth gates' results had been read, so it is not a rule fixed in advance; the tables say so.
 
 "Beats" means: for a declared primary comparison (``analysis.primary``), Holm's adjusted p below 5% with a
 positive mean difference; for any other, the raw 95% interval above 0.

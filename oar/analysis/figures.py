@@ -22,10 +22,10 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-METHOD_NAMES = {"base": "Base model", "grpo": "GRPO", "truth": "truth gate", "truth_graded": "graded truth gate", "truth_final": "final-step truth gate", "oar_p": "OAR-P", "oar_g": "OAR-G", "grad_norm": "grad-norm",
+METHOD_NAMES = {"base": "Base model", "grpo": "GRPO", "truth": "truth gate", "truth_graded": "graded truth gate", "truth_final": "final-step truth gate", "truth_early": "earlier-steps truth gate", "oar_p": "OAR-P", "oar_g": "OAR-G", "grad_norm": "grad-norm",
                 "entropy": "entropy", "position": "position", "random": "random"}
 METHOD_ORDER = tuple(METHOD_NAMES)
-COLORS = {"grpo": "#555555", "truth": "#000000", "truth_graded": "#7f7f7f", "truth_final": "#e377c2", "oar_p": "#d62728", "oar_g": "#1f77b4", "grad_norm": "#9467bd", "entropy": "#2ca02c",
+COLORS = {"grpo": "#555555", "truth": "#000000", "truth_graded": "#7f7f7f", "truth_final": "#e377c2", "truth_early": "#bcbd22", "oar_p": "#d62728", "oar_g": "#1f77b4", "grad_norm": "#9467bd", "entropy": "#2ca02c",
           "position": "#ff7f0e", "random": "#8c564b"}
 
 

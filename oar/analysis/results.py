@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from oar.analysis.statistics import binomial_se, holm, holm_alpha, kaplan_meier, paired_t, t_half_width
+from oar.analysis.statistics import binomial_se, holm, holm_alpha, kaplan_meier, logrank, paired_t, t_half_width
 
 META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
 CURVE_METRICS = (
@@ -349,7 +349,35 @@ def censored_steps(outcomes: pd.DataFrame) -> dict[str, float]:
     return kaplan_meier(times, list(outcomes["reached"].astype(bool)))
 
 
+def _censored_times(runs: pd.DataFrame) -> tuple[list[float], list[bool]]:
+    """Steps to threshold of some runs as (times, reached): a run that never reached it at its last step."""
+    reached = [bool(r) for r in runs["reached"]]
+    return [float(t) if r else float(n) for t, r, n in zip(runs["steps_to_threshold"], reached, runs["steps"])], reached
+
+
 PRIMARY_ROLE, SECONDARY_ROLE = "primary", "secondary"
+
+
+def check_family(frame: pd.DataFrame, primary: Mapping[str, Any]) -> None:
+    """Holm's family is the declared one, not the rows that happen to exist: every declared primary
+    comparison (``primary["family"]``: [model, arm] pairs, from the registry) is present on
+    ``primary["metric"]`` with every declared seed (``primary["seeds"]``) paired, and no other row is
+    primary. Raises ValueError naming each missing comparison and seed otherwise (an interim table
+    that applied Holm to the runs made so far would test a smaller family than the one declared)."""
+    declared = [tuple(x) for x in primary["family"]]
+    seeds = sorted(int(s) for s in primary.get("seeds") or [])
+    rows = frame[frame["metric"] == primary["metric"]] if len(frame) else frame
+    problems = []
+    for model, arm in declared:
+        r = rows[(rows["model"] == model) & (rows["method"] == arm)] if len(rows) else rows
+        if r.empty:
+            problems.append(f"{model}/{arm}: no paired runs")
+        elif seeds and int(r["n_seeds"].iloc[0]) < len(seeds):
+            problems.append(f"{model}/{arm}: {int(r['n_seeds'].iloc[0])} of the {len(seeds)} declared seeds paired")
+    if problems:
+        raise ValueError(f"analysis.primary: the declared family of {len(declared)} comparisons is incomplete "
+                         f"({'; '.join(problems)}); Holm over the runs that exist would test a smaller family. "
+                         "Make the missing runs, or read them as exploratory without analysis.primary")
 
 
 def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
@@ -365,7 +393,8 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
     Steps to threshold is censored (a run may never reach it), so it gets no t-interval: per method and
     baseline, how many of the paired runs reached the threshold and the Kaplan-Meier median steps (nan:
     the median is not reached within the runs) and restricted mean (to the last step);
-    ``diff_mean`` is the difference of the two medians, with no interval and never decided.
+    ``diff_mean`` is the difference of the two medians and ``p`` the log-rank test's
+    (:func:`oar.analysis.statistics.logrank`, two-sided); never decided, never primary.
 
     ``primary`` (the config's ``analysis.primary``: ``arms``, ``metric``) marks the declared primary
     comparisons (``role`` primary; every other row secondary) and adds ``p_holm``, Holm's adjusted
@@ -392,8 +421,9 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
                     mine = censored_steps(g.loc[seeds].reset_index())
                     theirs = censored_steps(base.loc[seeds].reset_index())
                     both = [s for s in seeds if g.at[s, "reached"] and base.at[s, "reached"]]
+                    lr = logrank(*_censored_times(g.loc[seeds]), *_censored_times(base.loc[seeds]))
                     row.update(diff_mean=mine["median"] - theirs["median"], ci_low=math.nan, ci_high=math.nan,
-                               p=math.nan, sd_diff=math.nan, mde=math.nan,
+                               p=lr["p"], sd_diff=math.nan, mde=math.nan,
                                wins=sum(float(g.at[s, metric]) < float(base.at[s, metric]) for s in both)
                                + sum(bool(g.at[s, "reached"]) and not bool(base.at[s, "reached"]) for s in seeds),
                                method_mean=mine["median"], baseline_mean=theirs["median"],
@@ -410,6 +440,8 @@ def paired_differences(outcomes: pd.DataFrame, baseline: str = "grpo",
                                decided=bool(len(seeds) > 1 and (t["ci_low"] > 0 or t["ci_high"] < 0)))
                 out.append(row)
     frame = pd.DataFrame(out)
+    if primary and primary.get("family") is not None:
+        check_family(frame, primary)
     if frame.empty:
         return frame
     is_primary = [bool(primary) and r["method"] in primary["arms"] and r["metric"] == primary["metric"]

@@ -105,8 +105,11 @@ def holm_alpha(m: int, alpha: float = ALPHA) -> float:
 
 def binomial_se(accuracy: float, problems: int, samples: int = 1) -> float:
     """Evaluation (sampling) noise of one run's accuracy: the binomial standard error
-    ``sqrt(p (1 - p) / (problems * samples))``. Samples of the same problem are correlated, so with
-    several samples per problem this is a lower bound; with one sample it is exact for a fixed policy."""
+    ``sqrt(p (1 - p) / (problems * samples))``. For the fixed set of problems evaluated (the noise that
+    separates two evaluations of one policy) it is an upper bound: problems differ in difficulty, and the
+    sampling variance of each, ``p_i (1 - p_i)``, averages to at most ``p (1 - p)``. As the error of the
+    accuracy on the population the problems were drawn from it is a lower bound where several samples of
+    one problem are correlated."""
     k = (problems or 0) * (samples or 1)
     if k <= 0 or accuracy is None or math.isnan(accuracy):
         return math.nan
@@ -165,4 +168,135 @@ def blocked_trend(strength: Sequence[float], values: Sequence[float], blocks: Se
     half = float(stats.t.ppf(0.975, df) * se)
     p = float(2 * stats.t.sf(abs(slope) / se, df)) if se > 0 else (0.0 if slope else 1.0)
     out.update(slope=slope, ci_low=slope - half, ci_high=slope + half, p=p)
+    return out
+
+
+# ------------------------------------------------------------------ one-sided and equivalence tests
+
+
+def one_sided_t(differences: Sequence[float], margin: float, alternative: str, level: float = ALPHA) -> dict[str, float]:
+    """One-sided paired t-test of the mean difference against ``margin``.
+
+    ``alternative`` ``"less"``: H0 mean >= margin against H1 mean < margin (non-superiority: the gain is
+    below the margin); ``"greater"``: H0 mean <= margin against H1 mean > margin. Returns ``n``, ``mean``,
+    ``sd``, ``t``, ``p`` (one-sided) and ``bound``: the one-sided ``1 - level`` confidence limit on the
+    side the test rejects from (upper for ``less``, lower for ``greater``); H0 is rejected at ``level``
+    exactly when ``bound`` is on the alternative's side of ``margin``."""
+    if alternative not in ("less", "greater"):
+        raise ValueError(f"alternative must be 'less' or 'greater', got {alternative!r}")
+    d = _clean(differences)
+    n = len(d)
+    out = {"n": n, "mean": float(d.mean()) if n else math.nan, "sd": math.nan, "t": math.nan, "p": math.nan,
+           "bound": math.nan}
+    if n < 2:
+        return out
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    sign = -1.0 if alternative == "less" else 1.0
+    if se > 0:
+        t = (out["mean"] - margin) / se
+        p = float(stats.t.sf(sign * t, n - 1))
+    else:
+        t = math.copysign(math.inf, out["mean"] - margin) if out["mean"] != margin else 0.0
+        p = 0.0 if sign * (out["mean"] - margin) > 0 else 1.0
+    bound = out["mean"] - sign * float(stats.t.ppf(1 - level, n - 1)) * se
+    out.update(sd=sd, t=float(t), p=p, bound=bound)
+    return out
+
+
+def tost(differences: Sequence[float], margin: float, alpha: float = ALPHA) -> dict[str, float]:
+    """Two one-sided tests (TOST) of equivalence within ``(-margin, +margin)`` on paired differences:
+    H0 |mean| >= margin against H1 |mean| < margin. Returns ``n``, ``mean``, ``p_lower`` (H0 mean <=
+    -margin), ``p_upper`` (H0 mean >= +margin), ``p`` (the larger of the two: the TOST p-value),
+    ``ci_low``/``ci_high`` (the ``1 - 2 alpha`` t-interval, inside the margins exactly when both tests
+    reject) and ``equivalent`` (p < alpha). ``margin`` must be positive: it is fixed before the runs."""
+    if not margin > 0:
+        raise ValueError(f"an equivalence margin must be positive, got {margin}")
+    low = one_sided_t(differences, -margin, "greater", alpha)
+    high = one_sided_t(differences, margin, "less", alpha)
+    p = max(low["p"], high["p"]) if not (math.isnan(low["p"]) or math.isnan(high["p"])) else math.nan
+    return {"n": low["n"], "mean": low["mean"], "margin": float(margin), "p_lower": low["p"], "p_upper": high["p"],
+            "p": p, "ci_low": low["bound"], "ci_high": high["bound"],
+            "equivalent": bool(not math.isnan(p) and p < alpha)}
+
+
+def _signed_rank_counts(n: int) -> np.ndarray:
+    """Number of sign patterns of ranks 1..n with each positive-rank sum W+ (index 0..n(n+1)/2): the exact
+    null distribution of the Wilcoxon signed-rank statistic without ties, times 2**n."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for k in range(1, n + 1):
+        counts[k:] = counts[k:] + counts[:-k].copy()
+    return counts
+
+
+def hodges_lehmann(differences: Sequence[float], confidence: float = 0.95, side: str = "two-sided") -> dict[str, float]:
+    """The Hodges-Lehmann estimate of the centre of paired differences (the median of the Walsh averages
+    ``(d_i + d_j) / 2``, i <= j) with its distribution-free confidence interval from the exact null
+    distribution of the signed-rank statistic (order statistics of the Walsh averages; no ties assumed).
+    ``side``: ``"two-sided"`` (both limits at ``confidence``), ``"upper"`` or ``"lower"`` (a one-sided
+    limit at ``confidence``; the other is infinite). Returns ``n``, ``estimate``, ``ci_low``, ``ci_high``
+    and ``coverage``: the interval's exact coverage (at least ``confidence``; nan where n is too small to
+    reach it, and the limits are then infinite)."""
+    d = _clean(differences)
+    n = len(d)
+    out = {"n": n, "estimate": math.nan, "ci_low": -math.inf, "ci_high": math.inf, "coverage": math.nan}
+    if n == 0:
+        return out
+    walsh = np.sort([(d[i] + d[j]) / 2 for i in range(n) for j in range(i, n)])
+    out["estimate"] = float(np.median(walsh))
+    m = len(walsh)
+    cdf = np.cumsum(_signed_rank_counts(n)) / 2.0 ** n  # P(W+ <= w)
+    tail = (1 - confidence) / (2 if side == "two-sided" else 1)
+    # the largest k with P(W+ <= k - 1) <= tail: the k-th smallest Walsh average is the lower limit
+    k = int(np.searchsorted(cdf, tail, side="right"))
+    if k < 1:
+        return out
+    achieved = float(cdf[k - 1])
+    if side in ("two-sided", "lower"):
+        out["ci_low"] = float(walsh[k - 1])
+    if side in ("two-sided", "upper"):
+        out["ci_high"] = float(walsh[m - k])
+    out["coverage"] = 1 - achieved * (2 if side == "two-sided" else 1)
+    return out
+
+
+def wilcoxon_shift(differences: Sequence[float], margin: float = 0.0, alternative: str = "two-sided") -> dict[str, float]:
+    """Wilcoxon's signed-rank test of the paired differences shifted by ``margin`` (H0: their centre is
+    ``margin``; ``alternative`` as scipy's: ``"less"`` tests a centre below the margin), exact where
+    scipy computes it exactly. Returns ``n``, ``statistic`` and ``p`` (nan with fewer than 2 values)."""
+    d = _clean(differences) - margin
+    if len(d) < 2 or not np.any(d != 0):
+        return {"n": len(d), "statistic": math.nan, "p": math.nan}
+    res = stats.wilcoxon(d, alternative=alternative)
+    return {"n": len(d), "statistic": float(res.statistic), "p": float(res.pvalue)}
+
+
+def logrank(times_a: Sequence[float], reached_a: Sequence[bool], times_b: Sequence[float],
+            reached_b: Sequence[bool]) -> dict[str, float]:
+    """The log-rank test of two groups' steps to a threshold with right censoring (a run that never
+    reached it is censored at its last step): ``observed_a``/``expected_a`` (group a's events and their
+    expectation under equal hazards), ``chi2`` (1 df) and two-sided ``p``; nan where no run reached it.
+    Pairing by seed is not used: the test treats the two groups' runs as independent, which is
+    conservative when seeds correlate positively."""
+    t = np.concatenate([np.asarray(times_a, float), np.asarray(times_b, float)])
+    e = np.concatenate([np.asarray(reached_a, bool), np.asarray(reached_b, bool)])
+    g = np.concatenate([np.zeros(len(times_a), bool), np.ones(len(times_b), bool)])
+    out = {"observed_a": float((e & ~g).sum()), "expected_a": math.nan, "chi2": math.nan, "p": math.nan}
+    if not e.any() or not len(times_a) or not len(times_b):
+        return out
+    observed, expected, variance = 0.0, 0.0, 0.0
+    for time in np.unique(t[e]):
+        at_risk = t >= time
+        n_all, n_a = at_risk.sum(), (at_risk & ~g).sum()
+        d_all = (e & (t == time)).sum()
+        d_a = (e & (t == time) & ~g).sum()
+        observed += d_a
+        expected += d_all * n_a / n_all
+        if n_all > 1:
+            variance += d_all * (n_a / n_all) * (1 - n_a / n_all) * (n_all - d_all) / (n_all - 1)
+    out["expected_a"] = float(expected)
+    if variance > 0:
+        chi2 = (observed - expected) ** 2 / variance
+        out.update(chi2=float(chi2), p=float(stats.chi2.sf(chi2, 1)))
     return out

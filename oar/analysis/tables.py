@@ -31,6 +31,7 @@ METHOD_NAMES = {
     "truth": "truth gate",
     "truth_graded": "graded truth gate",
     "truth_final": "final-step truth gate",
+    "truth_early": "earlier-steps truth gate",
     "oar_p": "OAR-P",
     "oar_g": "OAR-G",
     "grad_norm": "grad-norm",
@@ -290,7 +291,7 @@ PAIRED_NOTE = ("minus GRPO, paired: the variant's average accuracy minus GRPO's 
 NOISE_NOTE = ("seed SD / eval SE: the two noise sources of the average accuracy, in points. Seed SD: the SD of the "
               "per-seed accuracies (training noise with evaluation noise in it). Eval SE: a run's binomial "
               "standard error from its problems x samples, sqrt(p (1 - p) / (problems x samples)), the "
-              "evaluation noise alone (a lower bound where several samples of one problem are correlated). "
+              "evaluation noise alone (for this fixed set of problems an upper bound, as problems differ in difficulty). "
               "Where the seed SD is much larger, seeds, not evaluation problems, limit the comparison.\n")
 
 
@@ -622,13 +623,14 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
                 n, steps = int(r["n_seeds"]), r.get("steps")
                 step_rows.append([label, f"{int(r['method_reached'])}/{n} vs {int(r['baseline_reached'])}/{n}",
                                   f"{_steps_cell(r['method_mean'], steps)} vs {_steps_cell(r['baseline_mean'], steps)}",
-                                  f"{fmt_num(r['method_rmst'], 1)} vs {fmt_num(r['baseline_rmst'], 1)}"])
+                                  f"{fmt_num(r['method_rmst'], 1)} vs {fmt_num(r['baseline_rmst'], 1)}",
+                                  fmt_p(r.get("p"))])
         parts.append(f"\n### {model}: each method minus {base}{_threshold_of(g, model)}\n\n" + markdown_table(
             ["Method", "metric", "comparison", "difference, points [95%]", "p", "Holm p", "interval at Holm's level",
              "SD of differences", "MDE 80% (Holm)", "seeds", "wins"], rows, align="lllrrrrrrrr"))
         if step_rows:
             parts.append(f"\nSteps to threshold (censored; method vs {base}):\n\n" + markdown_table(
-                ["Method", "reached", "Kaplan-Meier median steps", "restricted mean steps"], step_rows))
+                ["Method", "reached", "Kaplan-Meier median steps", "restricted mean steps", "log-rank p"], step_rows))
     if primary:
         arms = ", ".join(METHOD_NAMES.get(a, a) for a in primary["arms"])
         family = int(d["family_size"].dropna().iloc[0]) if "family_size" in d and d["family_size"].notna().any() else 0
@@ -655,8 +657,8 @@ def paired_table(differences: pd.DataFrame, rule: str | None = None,
                  "mean reward reaches " + (rule or "the threshold")
                  + "; a run that never reaches it is censored at its last step, so the table gives how many runs "
                  "reached it, the Kaplan-Meier median (\"> N\": not reached by half the runs within N steps) and "
-                 "the restricted mean steps (area under the Kaplan-Meier curve up to the last step); no "
-                 "t-interval.\n")
+                 "the restricted mean steps (area under the Kaplan-Meier curve up to the last step) and the two-sided "
+                 "log-rank test of method against baseline (the runs as independent groups; no t-interval).\n")
     return d.drop(columns=["label"]), "".join(parts)
 
 
@@ -769,7 +771,8 @@ def decisive_table(readings: pd.DataFrame, trends: pd.DataFrame, baseline: str =
     else:
         parts.append("\nOne distractor level run: no change with the level to read.\n")
     parts.append(
-        f"\nRules fixed before the runs. A truth gate scores the parsed decisive tokens through the paper's gate: "
+        f"\nRules 1-3 of oar.analysis.decisive were fixed before the runs; the reading of a scorer decided below "
+        f"{base} where no truth gate beats it was added after the truth gates' results had been read. A truth gate scores the parsed decisive tokens through the paper's gate: "
         f"the best a scorer could do through it. Where the better truth gate does not beat {base}, reshaping "
         f"through the gate does not help at that level by more than the MDE, and a scorer's difference there says "
         f"nothing about its scoring, unless it falls below {base}: then its scores cost accuracy that right scores "
@@ -795,3 +798,108 @@ def write_table(frame: pd.DataFrame, markdown: str, csv_path: str | os.PathLike,
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], planned: Mapping[str, Any] | None = None,
+                      declared: str = "") -> tuple[pd.DataFrame, str]:
+    """The upper-bound test (:mod:`oar.analysis.upper_bound`) at each declared look: pairs, the boundary and
+    its nominal level, the mean gain with its repeated one-sided upper limit, the t-test's one-sided p, the
+    decision, and the declared sensitivity analysis (Wilcoxon p, Hodges-Lehmann estimate and upper limit);
+    then the derailment outcome per arm; then the planned power and time; then where the rules were
+    declared (``declared``: :func:`oar.analysis.provenance.declarations_text`)."""
+    arm, base = METHOD_NAMES.get(design["arm"], design["arm"]), METHOD_NAMES.get(design["baseline"], design["baseline"])
+    margin = 100 * float(design["margin"])
+    rows, frame_rows = [], []
+    for r in reading["looks"]:
+        frame_rows.append({"kind": "look", **r})
+        if "mean" not in r:
+            rows.append([r["look"], r["pairs"], f"{r['boundary_z']:.3f} ({r['nominal_alpha']:.4f})", "–", "–", "–",
+                         r["status"], "–", "–"])
+            continue
+        rows.append([r["look"], r["pairs"], f"{r['boundary_z']:.3f} ({r['nominal_alpha']:.4f})",
+                     f"{fmt_num(r['mean'], 2, 100.0)} (SD {fmt_num(r['sd'], 2, 100.0)})",
+                     f"< {fmt_num(r['upper'], 2, 100.0)}", fmt_p(r["p"]), r["status"], fmt_p(r["wilcoxon_p"]),
+                     f"{fmt_num(r['hl_estimate'], 2, 100.0)} (< {fmt_num(r['hl_upper'], 2, 100.0)})"])
+    parts = [f"## The upper-bound test: {arm} minus {base} on {design['model']}\n\n",
+             f"Non-superiority: H0 the gain in final accuracy is at least +{margin:.1f} points, one-sided alpha "
+             f"{design['alpha']}, {reading['seeds_run']} of {reading['seeds_declared']} declared seeds run.\n\n",
+             markdown_table(["look", "pairs", "boundary Z (nominal level)", "mean gain, points",
+                             "repeated upper limit", "p (one-sided)", "decision", "Wilcoxon p",
+                             "Hodges-Lehmann (upper limit)"], rows, align="rrrrrrlrr")]
+    excluded = [p["seed"] for p in reading["pairs"] if p["excluded"]]
+    rule = (design.get("derailment") or {}).get("exclude")
+    parts.append("\nExclusion rule: " + ("none declared." if not rule else
+                 f"`{rule['metric']}` at step {rule['step']} "
+                 + (f"below {rule['below']}" if rule.get("below") is not None else f"above {rule['above']}")
+                 + f"; seeds excluded from both arms: {excluded or 'none'}.") + "\n")
+    d = reading["derailment"]
+    below = 100 * float(design["derailment"]["outcome"]["below_base"])
+    frame_rows.append({"kind": "derailment", **{k: v for k, v in d.items()}})
+    if d["n"]:
+        parts.append(f"\nDerailment (an outcome, not an exclusion): a run whose final accuracy falls more than "
+                     f"{below:.1f} points below the untrained policy's ({fmt_num(reading['base_accuracy'], 1, 100.0)}%). "
+                     + markdown_table(["arm", "derailed runs", "rate"],
+                                      [[arm, f"{d[design['arm']]}/{d['n']}", f"{100 * d[design['arm']] / d['n']:.0f}%"],
+                                       [base, f"{d[design['baseline']]}/{d['n']}",
+                                        f"{100 * d[design['baseline']] / d['n']:.0f}%"]])
+                     + f"\nSeeds where only {arm} derailed: {d['arm_only']}; only {base}: {d['baseline_only']}; "
+                     f"exact McNemar p {fmt_p(d['p_mcnemar'])}.\n")
+    if planned:
+        scen = "; ".join(f"SD {100 * s['sd']:.2f} points: power {s['power']:.2f}, expected {s['expected_pairs']:.0f} pairs"
+                         for s in planned["scenarios"])
+        hours = ", ".join(f"{h:.1f} h" for h in planned["hours_at_look"])
+        parts.append(f"\nPlanned at a true gain of {100 * design['planning']['assumed_gain']:.1f} points: {scen}. "
+                     f"Time to each look on {design['planning']['cores']} cores at "
+                     f"{design['planning']['minutes_per_pair']:g} job-minutes a pair: {hours}; "
+                     f"{planned['pairs_in_budget']} pairs fit in {design['planning']['max_hours']:g} hours.\n")
+    parts.append(
+        "\nEach look reads the first `pairs` declared seeds. Boundary: O'Brien-Fleming by "
+        + ("Lan-DeMets alpha spending" if design["spending"] == "lan_demets" else "O'Brien and Fleming's constant")
+        + ", on the Z scale, with the nominal one-sided level the look's paired t-test must reach. Repeated "
+        "upper limit: the one-sided upper confidence limit at that level (below the margin exactly when the "
+        "look stops the test; valid over all looks together). A look that stops the test decides the gain is "
+        f"below +{margin:.1f} points; a final look that does not leaves a gain of +{margin:.1f} or more "
+        "possible. Wilcoxon p: the signed-rank test of the differences minus the margin, one-sided; "
+        "Hodges-Lehmann: the median of the Walsh averages with its upper limit at the same level (declared "
+        "sensitivity analysis: where it disagrees with the t-test, say so).\n")
+    parts.append(declared)
+    return pd.DataFrame(frame_rows), "".join(parts)
+
+
+CONTRAST_CLAIMS = {"greater": "above", "less": "below", "two-sided": "different from 0",
+                   "equivalent": "equivalent within the margin"}
+
+
+def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared: str = "") -> tuple[pd.DataFrame, str]:
+    """The declared contrasts (:func:`oar.analysis.mechanism.read_contrasts`): each with its mean and 95%
+    interval (points), the declared test, its p and Holm p over the family, and what is decided. An
+    equivalence is claimed only where its TOST decides it."""
+    rows = []
+    for r in contrasts.to_dict("records"):
+        margin = r.get("margin")
+        what = CONTRAST_CLAIMS[r["test"]]
+        if r["test"] in ("greater", "less"):
+            what += f" {fmt_num(margin or 0.0, 1, 100.0)}"
+        elif r["test"] == "equivalent":
+            what = f"equivalent within ±{fmt_num(margin, 1, 100.0)}"
+        if r["decided"]:
+            verdict = f"decided: {what}"
+        elif r["test"] == "equivalent":
+            verdict = "not shown equivalent (no claim either way)"
+        else:
+            verdict = "not decided"
+        interval = fmt_cell(r["mean"], r["ci_low"], r["ci_high"])
+        if r["test"] == "equivalent":
+            interval += f"; 90% [{fmt_num(r['tost_low'], 1, 100.0)}, {fmt_num(r['tost_high'], 1, 100.0)}]"
+        rows.append([r["name"], f"{r['plus']} - {r['minus']}", r["test"], interval, fmt_p(r["p"]),
+                     fmt_p(r["p_holm"]), fmt_num(r["mde"], 1, 100.0), int(r["n_seeds"]), verdict])
+    md = (f"## Declared contrasts on {design['model']}\n\n"
+          + markdown_table(["contrast", "arms", "test", "mean, points [95%]", "p", "Holm p", "MDE 80%", "seeds",
+                            "decision"], rows, align="lllrrrrrl")
+          + f"\nEach contrast is the sum of the plus arms' final accuracies minus the minus arms' on the same seed, "
+            f"declared with its test before the runs. greater/less: one-sided paired t-test against the margin; "
+            f"two-sided: paired t-test of 0; equivalent: two one-sided tests within ±margin (its 90% interval "
+            f"inside the margins), the only test by which a table claims equivalence. Holm p: over the "
+            f"{len(contrasts)} declared contrasts at alpha {design.get('alpha', 0.05)}; a contrast that is not "
+            f"decided says only that this design did not detect it (MDE 80%: two-sided 5%).\n" + declared)
+    return contrasts, md

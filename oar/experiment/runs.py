@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 
 METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded",
-           "truth_final")
+           "truth_final", "truth_early")
 TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: scorers of all the parsed decisive tokens
-PARSED_SCORERS = (*TRUTH_GATES, "truth_final")  # scorers that read the chain task's grammar instead of a model
+PARSED_SCORERS = (*TRUTH_GATES, "truth_final", "truth_early")  # scorers that read the chain task's grammar instead of a model
 GATED = METHODS[1:]  # methods whose weights come from the bi-level gate
 USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # methods whose scores read an outcome probe
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
@@ -115,6 +115,16 @@ class Registry:
         self.results = config["results"]
         self.trainer_keys = tuple(trainer_keys)
         self.check()
+        design = config["analysis"].get("upper_bound")
+        declared_seeds = [int(x) for x in self._group_seeds(config["runs"]["main"])]
+        if design and design.get("through_look"):
+            # an interim run: plan only the seeds up to the given look (the same run ids as the full run's)
+            k = int(design["through_look"])
+            if not 1 <= k <= len(design["looks"]):
+                raise ConfigError("analysis.upper_bound.through_look",
+                                  f"{k} is not a look of analysis.upper_bound.looks {design['looks']}")
+            self.config = config = deep_merge(config, {"runs": {"main": {
+                "seeds": declared_seeds[: design["looks"][k - 1]]}}})
         self.runs, self.groups = self._build()
         self.benchmarks = list(config["evaluation"]["benchmarks"])
         analysis = config["analysis"]
@@ -123,6 +133,18 @@ class Registry:
         self.primary = dict(analysis["primary"]) if analysis.get("primary") else None
         if self.primary:
             self.primary = {"baseline": "grpo", "metric": "final_accuracy", "min_seeds": 10, **self.primary}
+            # Holm's family as declared: every primary arm on every main policy that runs it, every main seed
+            main = self.config["runs"]["main"]
+            self.primary["family"] = [[m, a] for m in self._group_models(main) for a in self.primary["arms"]
+                                      if not self.graded_equals_truth(m, a)]
+            self.primary["seeds"] = [int(s) for s in self._group_seeds(main)]
+        self.mechanism = dict(analysis["mechanism"]) if analysis.get("mechanism") else None
+        if self.mechanism:
+            self.mechanism["seeds"] = declared_seeds
+        self.upper_bound = dict(analysis["upper_bound"]) if analysis.get("upper_bound") else None
+        if self.upper_bound:
+            # the declared seeds, in their order (all of them, also in an interim run)
+            self.upper_bound["seeds"] = declared_seeds
         if self.paired["benchmark"] is None:
             self.paired["benchmark"] = self.group_benchmarks("main")[0]
         # cost and training curves compare GRPO, OAR and the controls when the controls are trained
@@ -225,6 +247,8 @@ class Registry:
                               "set exactly one of analysis.paired.reward_threshold and analysis.paired.reward_gain "
                               f"(got {paired['reward_threshold']} and {paired.get('reward_gain')})")
         self._check_primary()
+        self._check_upper_bound()
+        self._check_mechanism()
         oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
         for name in config["models"]:
             if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
@@ -271,6 +295,40 @@ class Registry:
             raise ConfigError("analysis.primary.min_seeds",
                               f"the primary comparisons need {need} paired seeds, runs.main runs {len(set(seeds))} "
                               f"({list(seeds)}); add seeds to runs.main.seeds or declare fewer with the design's reason")
+
+    def _check_upper_bound(self) -> None:
+        """The upper-bound test (analysis.upper_bound), declared before its runs: margin, level and looks in
+        range, fresh seeds, two arms, an exclusion rule that reads only what precedes the first update."""
+        design = self.config["analysis"].get("upper_bound")
+        if not design:
+            return
+        from oar.analysis.upper_bound import check_design
+
+        main = dict(self.config["runs"]["main"])
+        main["models"] = self._group_models(main)
+        main["seeds"] = self._group_seeds(main)
+        problems = check_design(design, main)
+        if problems:
+            raise ConfigError(*problems[0])
+        if self.config["analysis"].get("primary"):
+            raise ConfigError("analysis.primary", "the upper-bound test is this config's one decision; set "
+                              "analysis.primary to null (a second family would need its own correction)")
+
+    def _check_mechanism(self) -> None:
+        """The declared contrasts (analysis.mechanism): arms run in runs.main, balanced, tests and margins in
+        range; one family per config (analysis.primary null)."""
+        design = self.config["analysis"].get("mechanism")
+        if not design:
+            return
+        from oar.analysis.mechanism import check_design
+
+        main = self.config["runs"]["main"]
+        problems = check_design(design, list(main["methods"]), self._group_models(main))
+        if problems:
+            raise ConfigError(*problems[0])
+        if self.config["analysis"].get("primary") or self.config["analysis"].get("upper_bound"):
+            raise ConfigError("analysis.mechanism", "the contrasts are this config's decision family; set "
+                              "analysis.primary and analysis.upper_bound to null")
 
     def _check_chain_task(self) -> None:
         """The truth scorer parses the chain task's grammar, and a chain policy is pretrained on chains of
@@ -516,8 +574,12 @@ class Registry:
             names.append("paired_differences")
             if self.is_length_sweep():
                 names.append("length_sweep")
-            if self.has_truth_gate():
+            if self.has_truth_gate() and not self.upper_bound and not self.mechanism:
                 names.append("decisive")
+            if self.upper_bound:
+                names.append("upper_bound")
+            if self.mechanism:
+                names.append("mechanism")
         names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
         if self.chain_models():
             names.append("gradient_share")

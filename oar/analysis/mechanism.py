@@ -1,0 +1,105 @@
+"""Declared contrasts between arms over paired seeds: the mechanism test's reading.
+
+A contrast (``analysis.mechanism.contrasts``) is a difference of arms' final accuracies on the same seed,
+``sum(plus) - sum(minus)`` with as many arms on each side (so it is on the accuracy scale), and one test
+fixed before the runs:
+
+- ``greater`` / ``less``: a one-sided paired t-test against ``margin`` (0 when left out): the contrast
+  is above (below) it;
+- ``two-sided``: the paired t-test of a zero contrast;
+- ``equivalent``: two one-sided tests (TOST) within ``(-margin, +margin)``; the only way a table says
+  two arms are equivalent.
+
+Holm's correction runs over the declared family (every contrast), and a contrast whose runs are missing
+on a declared seed stops the reading, naming the run: the family never shrinks to what has run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from oar.analysis.statistics import holm, one_sided_t, paired_t, tost
+
+KEY = "analysis.mechanism"
+TESTS = ("greater", "less", "two-sided", "equivalent")
+MARGIN_RANGE = (0.0, 0.2)
+
+
+def check_design(design: Mapping[str, Any], methods: Sequence[str], models: Sequence[str]) -> list[tuple[str, str]]:
+    """Problems of a declared contrast family, each (key, message), against runs.main's methods and models."""
+    problems = []
+    if design.get("model") not in models:
+        problems.append((f"{KEY}.model", f"{design.get('model')!r} is not in runs.main.models {list(models)}"))
+    names = [c.get("name") for c in design.get("contrasts") or []]
+    if not names:
+        problems.append((f"{KEY}.contrasts", "no contrast declared"))
+    if len(set(names)) != len(names):
+        problems.append((f"{KEY}.contrasts", f"contrast names repeat: {names}"))
+    for i, c in enumerate(design.get("contrasts") or []):
+        k = f"{KEY}.contrasts[{i}]"
+        plus, minus = list(c.get("plus") or []), list(c.get("minus") or [])
+        if not plus or len(plus) != len(minus):
+            problems.append((f"{k}.minus", f"{c.get('name')!r}: as many arms on each side (plus {plus}, minus {minus})"))
+        for m in plus + minus:
+            if m not in methods:
+                problems.append((f"{k}.plus" if m in plus else f"{k}.minus",
+                                 f"{m!r} is not run in runs.main.methods {list(methods)}"))
+        test = c.get("test")
+        if test not in TESTS:
+            problems.append((f"{k}.test", f"{test!r} is not one of {list(TESTS)}"))
+        margin = c.get("margin")
+        if test == "equivalent" and (not isinstance(margin, (int, float)) or not MARGIN_RANGE[0] < margin < MARGIN_RANGE[1]):
+            problems.append((f"{k}.margin", f"{margin!r}: an equivalence margin in ({MARGIN_RANGE[0]}, "
+                                            f"{MARGIN_RANGE[1]}) on the 0-1 scale, fixed before the runs"))
+        elif margin is not None and (not isinstance(margin, (int, float)) or abs(margin) >= MARGIN_RANGE[1]):
+            problems.append((f"{k}.margin", f"{margin!r} is outside (-{MARGIN_RANGE[1]}, {MARGIN_RANGE[1]})"))
+    alpha = design.get("alpha", 0.05)
+    if not isinstance(alpha, (int, float)) or not 0 < alpha <= 0.2:
+        problems.append((f"{KEY}.alpha", f"{alpha!r} is outside (0, 0.2]"))
+    return problems
+
+
+def contrast_values(outcomes: pd.DataFrame, model: str, plus: Sequence[str], minus: Sequence[str],
+                    seeds: Sequence[int], metric: str = "final_accuracy") -> list[float]:
+    """Per declared seed, ``sum(plus) - sum(minus)`` of the arms' ``metric``; a missing run raises naming it."""
+    o = outcomes[outcomes["model"] == model]
+    have = {(r["method"], int(r["seed"])): float(r[metric]) for r in o.to_dict("records")}
+    missing = [f"{model}/{m} seed {s}" for s in seeds for m in [*plus, *minus] if (m, int(s)) not in have]
+    if missing:
+        raise ValueError(f"{KEY}: declared runs missing: {', '.join(missing[:6])}"
+                         + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+                         + "; Holm over the contrasts that can be read would test a smaller family")
+    return [sum(have[(m, int(s))] for m in plus) - sum(have[(m, int(s))] for m in minus) for s in seeds]
+
+
+def read_contrasts(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Sequence[int]) -> pd.DataFrame:
+    """Each declared contrast on the declared seeds: ``mean`` with its two-sided 95% interval, the declared
+    test's ``p`` (and for ``equivalent`` the 90% interval TOST reads), Holm's ``p_holm`` over the family
+    and ``decided`` (Holm p below alpha)."""
+    alpha = float(design.get("alpha", 0.05))
+    rows = []
+    for c in design["contrasts"]:
+        d = contrast_values(outcomes, design["model"], c["plus"], c["minus"], seeds)
+        two = paired_t(d)
+        margin = c.get("margin")
+        row = {"name": c["name"], "plus": " + ".join(c["plus"]), "minus": " + ".join(c["minus"]),
+               "test": c["test"], "margin": margin, "n_seeds": len(d), "mean": two["mean"],
+               "ci_low": two["ci_low"], "ci_high": two["ci_high"], "sd": two["sd"], "mde": two["mde"],
+               "tost_low": math.nan, "tost_high": math.nan}
+        if c["test"] == "equivalent":
+            t = tost(d, float(margin), alpha)
+            row.update(p=t["p"], tost_low=t["ci_low"], tost_high=t["ci_high"])
+        elif c["test"] == "two-sided":
+            row["p"] = two["p"]
+        else:
+            row["p"] = one_sided_t(d, float(margin or 0.0), c["test"], alpha)["p"]
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame["p_holm"] = holm(list(frame["p"]))
+    frame["family_size"] = len(frame)
+    frame["decided"] = [not math.isnan(p) and p < alpha for p in frame["p_holm"]]
+    return frame
