@@ -380,8 +380,8 @@ def test_stacked_packing_matches_a_copy_by_copy_simulation():
     _, shape = _model("qwen2")
     for responses, chunk, span, window in ((3, 64, 1, 0), (5, 200, 2, 0), (4, 96, 1, 8), (2, 1, 1, 0)):
         prompt, reasoning, probe = 16, 40, 16 + 40 + 6
-        copies = sorted([c for _ in range(responses) for c in cp._oar_p_copies(prompt, reasoning, probe, span,
-                                                                                window)], key=lambda c: -c[0])
+        copies = sorted([c for _ in range(responses) for c in cp.oar_p_copies(prompt, reasoning, probe, span,
+                                                                               window)], key=lambda c: -c[0])
         forwards, flops, i = 0, 0.0, 0
         while i < len(copies):
             longest = copies[i][0]

@@ -51,7 +51,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from oar.experiment.memory_plan import CONCLUDE_AND_ANSWER_TOKENS, PlanError, load_config, model_config
+from oar.experiment.memory_plan import (CONCLUDE_AND_ANSWER_TOKENS, PlanError, load_config, model_config, oar_p_copies,
+                                       stacked_forwards)
 
 GB = 1e9
 
@@ -239,18 +240,6 @@ SCHEDULES = ("stacked", "per_response")
 SCHEDULE = "stacked"
 
 
-def _oar_p_copies(prompt: float, reasoning: int, probe: float, span: int, window: int) -> list[tuple[float, float]]:
-    """(tokens run, tokens cached) of each substituted copy of one response, longest run first."""
-    tail = probe - prompt - reasoning
-    copies = []
-    for a in range(0, reasoning, span):
-        if window:  # the window's reasoning tokens and the tail, over the whole prompt and reasoning
-            copies.append((min(max(span, window), reasoning - a) + tail, prompt + reasoning))
-        else:  # the suffix from a to the probe's end, over the response's clean prefix
-            copies.append((probe - prompt - a, prompt + a))
-    return sorted(copies, key=lambda c: -c[0])
-
-
 def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep: int, chunk_tokens: int,
                span: int = 1, window: int = 0, responses: int = 1, schedule: str = SCHEDULE) -> Work:
     """OAR-P of ``responses`` alike responses in one scoring call: a clean forward of each probe (its KV
@@ -276,19 +265,11 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
     clean_calls = math.ceil(responses / clean_rows)
     work = Work(flops=responses * forward_flops(shape, probe, keep=keep), calls=clean_calls, forwards=clean_calls,
                 overlapped=True)
-    longest, rows, cap = None, 0, 0
-    for run, cached in _oar_p_copies(prompt, reasoning, probe, span, window):
-        left = responses  # every response has this copy
-        while left:
-            if longest is None:  # a new forward, led by the longest copy not yet run
-                longest, rows, cap = run, 0, max(1, int(chunk_tokens // run))
-                work.calls += 1
-                work.forwards += 1
-            take = min(left, cap - rows)
-            work.flops += take * forward_flops(shape, longest, cached, keep)
-            rows, left = rows + take, left - take
-            if rows >= cap:
-                longest = None
+    copies = oar_p_copies(prompt, reasoning, probe, span, window)
+    for longest, members in stacked_forwards(copies, responses, chunk_tokens):
+        work.calls += 1
+        work.forwards += 1
+        work.flops += sum(rows * forward_flops(shape, longest, cached, keep) for cached, rows in members)
     return work
 
 
