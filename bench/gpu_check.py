@@ -172,27 +172,35 @@ def scorer_settings(config_path: Path, shape: str, options: dict) -> tuple[dict,
 
 @dataclasses.dataclass
 class Row:
+    """One process: a method trained for ``len(lengths)`` steps, step i forced to ``lengths[i]`` tokens.
+    Every length it runs is a result row; step 1 (warm-up, profiled) is in none of them."""
+
     method: str
-    tokens: int
-    steps: int
+    lengths: list
     window: int = 0
     planned_s: float = 0.0
     note: str = ""
 
     @property
     def name(self) -> str:
-        return f"{self.method}-{self.tokens}" + (f"-w{self.window}" if self.window else "")
+        return f"{self.method}" + (f"-w{self.window}" if self.window else "") + "-" + "-".join(
+            str(t) for t in dict.fromkeys(self.lengths))
 
-    @property
-    def label(self) -> str:
+    def label(self, tokens: int | None = None) -> str:
         kind = {"oar_p": "exact OAR-P" if not self.window else f"OAR-P (window {self.window})",
                 "oar_g": "OAR-G", "grpo": "GRPO"}[self.method]
-        return f"{kind} at {self.tokens:,} tokens"
+        return f"{kind} at {tokens or self.lengths[-1]:,} tokens"
+
+    def parts(self) -> list[tuple[str, int]]:
+        """(result name, tokens) of every length this row measures."""
+        tag = self.method + (f"-w{self.window}" if self.window else "")
+        return [(f"{tag}-{t}", t) for t in dict.fromkeys(self.lengths)]
 
 
 PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokenizer (TRL's num_tokens on the H200)
 ROW_OVERHEAD_S = 20.0  # a 1.5B row's process beyond its steps on the H200: start, imports, weights, trainer
 BUILD_S = 8.0  # the 1.5B model folder, built once (H200)
+PROFILE_FACTOR = 1.5  # assumed: the profiled scoring call's time over an unprofiled one
 CALIBRATION = REPO / "bench" / "calibration" / "h200-2026-11"
 MIN_STEPS, MIN_TOKENS = 2, 256
 
@@ -209,53 +217,56 @@ def check_shape(shape: str):
     return cost_plan.shape_of(Qwen2Config(**spec))
 
 
-def row_seconds(row: Row, shape, hw, oar: dict, args) -> tuple[float, float]:
-    """(first step, steady step) planned by oar.experiment.cost_plan for this row's settings."""
+def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
+    """The row's process planned by oar.experiment.cost_plan for its settings: start-up, then each step; a
+    step at a length the process has not generated yet is planned at the first step's decode rate."""
     from oar.experiment import cost_plan
 
-    settings = {"run_id": "check", "method": row.method,
-                "oar": {**oar, "window_tokens": row.window, "score_all": True},
-                "trainer": {"max_completion_length": row.tokens, "per_device_train_batch_size": args.batch,
-                            "gradient_accumulation_steps": 1, "num_generations": args.num_generations,
-                            "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False, "beta": 0.0}}
     assume = cost_plan.Assumptions(prompt_tokens=PROMPT_TOKENS, completion_fill=1.0, scored_share=1.0)
-    first = cost_plan.step_plan(shape, settings, hw, assume, first_step=True)
-    steady = cost_plan.step_plan(shape, settings, hw, assume)
-    return first.step, steady.step
+    total, seen = ROW_OVERHEAD_S, set()
+    for i, tokens in enumerate(row.lengths):
+        settings = {"run_id": "check", "method": row.method,
+                    "oar": {**oar, "window_tokens": row.window, "score_all": True},
+                    "trainer": {"max_completion_length": tokens, "per_device_train_batch_size": args.batch,
+                                "gradient_accumulation_steps": 1, "num_generations": args.num_generations,
+                                "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
+                                "beta": 0.0}}
+        step = cost_plan.step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
+        total += step.step + (PROFILE_FACTOR - 1) * step.scoring * (i == 0)
+        seen.add(tokens)
+    return total
 
 
 def plan_rows(rows: list[Row], shape, hw, oar: dict, args, budget: float | None) -> tuple[list[Row], list[str]]:
-    """Each row's planned seconds (process, first step, steady steps); with a budget, the rows that fit
-    what is left, each with fewer steps or shorter responses where that makes it fit. Lines saying what
-    was changed or skipped come back with the rows."""
+    """Each row's planned seconds; with a budget, the rows that fit what is left, a row that does not
+    losing its last length, then halving its lengths (down to 256 tokens) until it fits, else skipped.
+    Lines saying what was changed or skipped come back with the rows."""
     kept, said = [], []
     left = None if budget is None else budget - BUILD_S
     for row in rows:
-        first, steady = row_seconds(row, shape, hw, oar, args)
-        row.planned_s = ROW_OVERHEAD_S + first + (row.steps - 1) * steady
+        row.planned_s = row_seconds(row, shape, hw, oar, args)
+        wanted = list(row.lengths)
+        while left is not None and row.planned_s > left:
+            distinct = list(dict.fromkeys(row.lengths))
+            if len(distinct) > 1:  # drop the last length
+                row.lengths = [t for t in row.lengths if t != distinct[-1]]
+            elif row.lengths[0] // 2 >= MIN_TOKENS:
+                row.lengths = [t // 2 for t in row.lengths]
+            else:
+                break
+            row.planned_s = row_seconds(row, shape, hw, oar, args)
         if left is None or row.planned_s <= left:
+            if row.lengths != wanted:
+                row.note = f"sized from steps of {wanted} tokens to {row.lengths} to fit the budget"
+                said.append(f"{row.label(wanted[-1])}: {row.note}")
             kept.append(row)
             left = None if left is None else left - row.planned_s
-            continue
-        wanted = (row.steps, row.tokens)
-        while row.planned_s > left and (row.steps > MIN_STEPS or row.tokens // 2 >= MIN_TOKENS):
-            if row.steps > MIN_STEPS:
-                row.steps -= 1
-            else:
-                row.tokens //= 2
-                first, steady = row_seconds(row, shape, hw, oar, args)
-            row.planned_s = ROW_OVERHEAD_S + first + (row.steps - 1) * steady
-        if row.planned_s <= left:
-            row.note = f"sized from {wanted[0]} steps x {wanted[1]:,} tokens to fit the budget"
-            said.append(f"{row.label}: {row.note}")
-            kept.append(row)
-            left -= row.planned_s
         else:
-            said.append(f"{row.label}: skipped, planned {row.planned_s:,.0f} s at {MIN_STEPS} steps x "
-                        f"{row.tokens:,} tokens with {max(left, 0):,.0f} s of the budget left")
+            said.append(f"{row.label(wanted[-1])}: skipped, planned {row.planned_s:,.0f} s even at "
+                        f"{row.lengths} tokens with {max(left, 0):,.0f} s of the budget left")
     if budget is not None and not kept:
-        raise CheckError(f"--budget-s {budget:g}: too small for one row ({said[0] if said else ''}); the first "
-                         f"row alone needs about {rows[0].planned_s:,.0f} s")
+        raise CheckError(f"--budget-s {budget:g}: too small for one row ({said[0]}); the smallest plan is "
+                         f"{BUILD_S + rows[0].planned_s:,.0f} s")
     return kept, said
 
 
@@ -277,9 +288,10 @@ def profile_summary(prof, calls: int, seconds: float) -> dict:
     on_gpu = torch.cuda.is_available()
     events = prof.key_averages()
     attr = "self_device_time_total" if on_gpu else "self_cpu_time_total"
-    top = sorted((e for e in events if not e.key.startswith(("cuda", "cu")) and getattr(e, attr, 0) > 0),
-                 key=lambda e: -getattr(e, attr))[:10]
-    total = sum(getattr(e, attr, 0) for e in events if not e.key.startswith(("cuda", "cu"))) or 1
+    ops = [e for e in events if "::" in e.key and not e.key.startswith(("cuda", "cu"))]  # operators, not
+    # annotations (record_function ranges), runtime calls or the kernels themselves
+    top = sorted((e for e in ops if getattr(e, attr, 0) > 0), key=lambda e: -getattr(e, attr))[:10]
+    total = sum(getattr(e, attr, 0) for e in ops) or 1
     syncs = {name: sum(e.count for e in events if e.key == name) for name in SYNC_OPS}
     launches = sum(e.count for e in events if e.key in LAUNCH_OPS)
     return {"seconds": seconds, "model_calls": calls, "synchronisations": sum(syncs.values()), "by_op": syncs,
@@ -290,9 +302,10 @@ def profile_summary(prof, calls: int, seconds: float) -> dict:
                     for e in top]}
 
 
-def train_one(settings: dict, out_dir: Path, response_tokens: int) -> None:
-    """``oar.training.run``'s trainer and metrics file, with forced response lengths, the parity reward, no
-    checkpoint, synchronised step timing, per-step peaks and a profile of the first scoring call."""
+def train_one(settings: dict, out_dir: Path, lengths: list[int]) -> None:
+    """``oar.training.run``'s trainer and metrics file, step i's responses forced to ``lengths[i]`` tokens,
+    the parity reward, no checkpoint, synchronised step timing, per-step peaks and a profile of the first
+    step's scoring call."""
     from oar.training.grpo_trainer import OARTrainer
     from oar.training.memory import _reset_rss_high_water
     from oar.training.run import MetricsFile, build_config, load_problems, resolve_settings, training_dataset
@@ -304,7 +317,7 @@ def train_one(settings: dict, out_dir: Path, response_tokens: int) -> None:
     tokenizer = AutoTokenizer.from_pretrained(settings["model"])
     model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=getattr(torch, settings["model_dtype"]))
     config = build_config(settings, out_dir / "checkpoints")
-    config.generation_kwargs = {"min_new_tokens": response_tokens}
+    config.generation_kwargs = {"min_new_tokens": lengths[0]}
     # transformers' DefaultFlowCallback saves at max_steps whenever save_strategy is "steps"
     config.save_strategy = SaveStrategy.NO
     steps_file = out_dir / "steps.jsonl"
@@ -341,6 +354,10 @@ def train_one(settings: dict, out_dir: Path, response_tokens: int) -> None:
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
+            tokens = lengths[min(state.global_step, len(lengths) - 1)]  # this step's forced length
+            trainer.max_completion_length = tokens
+            trainer.generation_config.max_new_tokens = trainer.generation_config.min_new_tokens = tokens
+            trainer.generation_kwargs.update(max_new_tokens=tokens, min_new_tokens=tokens)
             _sync()
             trainer._memory._process_peak_mb = 0.0  # this step's own peak
             if torch.cuda.is_available():
@@ -353,7 +370,7 @@ def train_one(settings: dict, out_dir: Path, response_tokens: int) -> None:
             _sync()  # the backward and AdamW's step have finished
             ended = time.perf_counter()
             c = trainer._check
-            line = {"step": state.global_step, "step_s": ended - c["began"],
+            line = {"step": state.global_step, "tokens": trainer.max_completion_length, "step_s": ended - c["began"],
                     "update_s": ended - c.get("scored_at", c["began"]), "peak_mb": trainer._memory.process_peak_mb(),
                     "score_forwards": c.get("score_forwards", 0), "prompt_tokens": c.get("prompt_tokens")}
             with open(steps_file, "a", encoding="utf-8") as handle:
@@ -367,6 +384,7 @@ def train_one(settings: dict, out_dir: Path, response_tokens: int) -> None:
 
 
 def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict, timeout: float | None) -> dict:
+    """Run one row's process; its results by length (steady: the steps at that length after step 1)."""
     out = args.work / row.name
     for name in ("metrics.jsonl", "steps.jsonl", "profile.json"):
         (out / name).unlink(missing_ok=True)
@@ -374,38 +392,50 @@ def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict,
         "run_id": f"gpu-check-{row.name}", "method": row.method, "seed": 0, "model": str(model),
         "train_file": str(problems), "model_dtype": dtype,
         "oar": {**oar, "score_all": True, "window_tokens": row.window},
-        "trainer": {"max_steps": row.steps, "num_generations": args.num_generations,
-                    "per_device_train_batch_size": args.batch, "max_completion_length": row.tokens,
+        "trainer": {"max_steps": len(row.lengths), "num_generations": args.num_generations,
+                    "per_device_train_batch_size": args.batch, "max_completion_length": max(row.lengths),
                     "gradient_checkpointing": args.gradient_checkpointing},
     }
     started = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--one-method", json.dumps(settings), str(out),
-                    "--response-tokens", str(row.tokens), "--threads", str(args.threads)], check=True,
-                   timeout=timeout)
+    subprocess.run([sys.executable, __file__, "--one-method", json.dumps({"settings": settings, "lengths": row.lengths}),
+                    str(out), "--threads", str(args.threads)], check=True, timeout=timeout)
     seconds = time.perf_counter() - started
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    if len(lines) != row.steps or len(steps) != row.steps:
-        raise RuntimeError(f"{out}: {len(lines)} steps logged and {len(steps)} timed, expected {row.steps}")
-    steady, steady_clock = lines[1:] or lines, steps[1:] or steps  # step 1 carries one-off warm-up
-    r = {"method": row.method, "window_tokens": row.window, "steps": row.steps, "process_s": seconds,
-         "generate_s": statistics.median(x["time_generate_s"] or 0.0 for x in steady),
-         "score_s": statistics.median(x["time_score_s"] or 0.0 for x in steady),
-         "update_s": statistics.median(x["update_s"] for x in steady_clock),
-         "step_s": statistics.median(x["step_s"] for x in steady_clock),
-         "first_generate_s": lines[0]["time_generate_s"], "first_step_s": steps[0]["step_s"],
-         "completion_length": statistics.mean(x["completion_length"] for x in lines),
-         "frac_scored": statistics.mean(x["frac_scored"] for x in lines),
-         "prompt_tokens": statistics.mean(x["prompt_tokens"] for x in steps if x["prompt_tokens"] is not None),
-         "score_forwards": statistics.median(x["score_forwards"] for x in steady_clock),
-         "peak_memory_mb": max(x["peak_mb"] for x in steady_clock),
-         "score_peak_mb": max((x["score_peak_memory_mb"] or 0.0) for x in steady),
-         "steady_steps": len(steady_clock), "update_timing": "synchronised, optimizer step included"}
-    if (out / "profile.json").exists():
-        r["profile"] = json.loads((out / "profile.json").read_text())
-    print(f"{row.name}: {seconds:.0f} s: {json.dumps({k: v for k, v in r.items() if k != 'profile'})}",
-          file=sys.stderr, flush=True)
-    return r
+    if len(lines) != len(row.lengths) or len(steps) != len(row.lengths):
+        raise RuntimeError(f"{out}: {len(lines)} steps logged and {len(steps)} timed, expected {len(row.lengths)}")
+    profile = json.loads((out / "profile.json").read_text()) if (out / "profile.json").exists() else None
+    results = {}
+    for name, tokens in row.parts():
+        at = [i for i, t in enumerate(row.lengths) if t == tokens and i > 0]  # step 1 carries one-off warm-up
+        if not at:
+            continue
+        logged, clocked = [lines[i] for i in at], [steps[i] for i in at]
+        first_here = row.lengths.index(tokens) == at[0]  # no earlier step generated this length
+        r = {"method": row.method, "window_tokens": row.window, "process": row.name, "steps": len(row.lengths),
+             "steady_steps": len(at), "process_s": seconds,
+             "generate_s": statistics.median(x["time_generate_s"] or 0.0 for x in logged),
+             "generate_first_at_length": first_here and len(at) == 1,
+             "score_s": statistics.median(x["time_score_s"] or 0.0 for x in logged),
+             "update_s": statistics.median(x["update_s"] for x in clocked),
+             "step_s": statistics.median(x["step_s"] for x in clocked),
+             "first_step_s": steps[0]["step_s"],
+             "completion_length": statistics.mean(x["completion_length"] for x in logged),
+             "frac_scored": statistics.mean(x["frac_scored"] for x in logged),
+             "prompt_tokens": statistics.mean(x["prompt_tokens"] for x in steps if x["prompt_tokens"] is not None),
+             "score_forwards": statistics.median(x["score_forwards"] for x in clocked),
+             "peak_memory_mb": max(x["peak_mb"] for x in clocked),
+             "score_peak_mb": max((x["score_peak_memory_mb"] or 0.0) for x in logged),
+             "update_timing": "synchronised, optimizer step included"}
+        if row.lengths[0] == tokens:
+            r["first_generate_s"] = lines[0]["time_generate_s"]
+        if profile is not None:
+            r["profile"] = profile
+            r["profiled_tokens"] = row.lengths[0]
+        results[name] = r
+        print(f"{name}: {json.dumps({k: v for k, v in r.items() if k != 'profile'})}", file=sys.stderr, flush=True)
+    print(f"{row.name}: {seconds:.0f} s", file=sys.stderr, flush=True)
+    return results
 
 
 def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
@@ -428,20 +458,20 @@ def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
     return {"load_s": load_s, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
-def predicted_peaks_mib(args, model: Path, dtype: str, oar: dict, row: Row) -> float:
-    """oar.experiment.memory_plan's peak (the largest of the row's phases) for this row's settings."""
+def predicted_peak_mib(args, model: Path, dtype: str, oar: dict, method: str, tokens: int, window: int) -> float:
+    """oar.experiment.memory_plan's peak (the largest of the phases) for one result row's settings."""
     from transformers import AutoConfig
 
     from oar.experiment import memory_plan
 
     shape = memory_plan.shape_of(AutoConfig.from_pretrained(model))
-    settings = {"model_dtype": dtype, "oar": {"chunk_tokens": oar["chunk_tokens"], "window_tokens": row.window},
-                "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": row.tokens,
+    settings = {"model_dtype": dtype, "oar": {"chunk_tokens": oar["chunk_tokens"], "window_tokens": window,
+                                             "span_tokens": oar["span_tokens"]},
+                "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": tokens,
                             "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
-                            "gradient_accumulation_steps": 1}}
-    methods = [row.method] if row.method != "grpo" else []
+                            "gradient_accumulation_steps": 1, "bf16": "auto" if dtype != "float32" else False}}
     phases = memory_plan.plan_model("check", {"launcher": "python"}, settings, shape, PROMPT_TOKENS,
-                                    methods=methods, scored=args.batch)
+                                    methods=[method] if method != "grpo" else [], scored=args.batch)
     reserve = memory_plan.RESERVE_GB * memory_plan.GB
     return max((sum(p.parts.values()) - reserve) / 2**20 for p in phases)
 
@@ -467,14 +497,14 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
                                              "tie_word_embeddings")}
     rows = []
     for name, r in results.items():
-        rows.append({**{k: v for k, v in r.items() if k != "profile"}, "batch": args.batch,
+        rows.append({**{k: v for k, v in r.items() if k not in ("profile", "profiled_tokens")}, "batch": args.batch,
                      "num_generations": args.num_generations, "chunk_tokens": oar["chunk_tokens"],
                      "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
                      "generation_backend": "transformers", "gradient_checkpointing": args.gradient_checkpointing,
                      "row": name})
     return {
         "complete": complete,
-        "rows_planned": [r.name for r in planned],
+        "rows_planned": [name for r in planned for name, _ in r.parts()],
         "device": device,
         "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9 if device != "CPU" else None,
         "dtype": dtype,
@@ -488,7 +518,8 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
         "vllm_importable": importlib.util.find_spec("vllm") is not None,
         "torch": torch.__version__,
         "rows": rows,
-        "profiles": {name: r["profile"] for name, r in results.items() if "profile" in r},
+        "profiles": {r["process"]: {**r["profile"], "tokens": r["profiled_tokens"]}
+                     for r in results.values() if "profile" in r},
         "evaluation": {b: {"tokens_per_s": e["tokens_per_s"], "prompts": args.eval_batch,
                            "max_new_tokens": args.response_tokens} for b, e in evaluations.items()},
     }
@@ -503,24 +534,30 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
             + ", ".join(f"{k} {oar[k]} ({where[k]})" for k in OAR_KEYS)
             + f"; generation: transformers generate (vLLM {'importable' if vllm else 'not importable'}); "
             f"model folder built in {build_s:.0f} s")
-    state = "" if complete else (f"\n\n**Partial: {len(results)} of {len(planned)} planned rows finished** "
+    wanted = sum(len(r.parts()) for r in planned)
+    state = "" if complete else (f"\n\n**Partial: {len(results)} of {wanted} planned rows finished** "
                                  "(the rest did not run or were cut off).")
     lines = [head + state, "",
-             "| row | steps | generate s | score s | update s | step s | first step s | step / GRPO | paper "
+             "| row | steady steps | generate s | score s | update s | step s | first step s | step / GRPO | paper "
              "| scored | score calls | peak MiB | predicted MiB | planned s | process s |",
              "|" + "---|" * 15]
-    base = next((r for r in results.values() if r["method"] == "grpo"), None)
     for row in planned:
-        r = results.get(row.name)
-        if r is None:
-            lines.append(f"| {row.label} | {row.steps} | | | | | | | | | | | | {row.planned_s:.0f} | not run |")
-            continue
-        same = base is not None and base["completion_length"] == r["completion_length"]
-        ratio = r["step_s"] / base["step_s"] if same else float("nan")
-        lines.append(f"| {row.label} | {row.steps} | {r['generate_s']:.3g} | {r['score_s']:.3g} | {r['update_s']:.3g} | "
-                     f"{r['step_s']:.3g} | {r['first_step_s']:.3g} | {ratio:.2f} | {PAPER_RATIO[row.method]:.1f} | "
-                     f"{r['frac_scored']:.2f} | {r['score_forwards']:.0f} | {r['peak_memory_mb']:.0f} | "
-                     f"{predicted.get(row.name, float('nan')):.0f} | {row.planned_s:.0f} | {r['process_s']:.0f} |")
+        for name, tokens in row.parts():
+            r = results.get(name)
+            label = row.label(tokens)
+            if r is None:
+                lines.append(f"| {label} | | | | | | | | {PAPER_RATIO[row.method]:.1f} | | | | "
+                             f"{predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | not run |")
+                continue
+            base = next((b for b in results.values() if b["method"] == "grpo"
+                         and b["completion_length"] == r["completion_length"]), None)
+            ratio = r["step_s"] / base["step_s"] if base else float("nan")
+            generate = f"{r['generate_s']:.3g}" + (" (first at this length)" if r["generate_first_at_length"] else "")
+            lines.append(f"| {label} | {r['steady_steps']} of {r['steps']} | {generate} | {r['score_s']:.3g} | "
+                         f"{r['update_s']:.3g} | {r['step_s']:.3g} | {r['first_step_s']:.3g} | {ratio:.2f} | "
+                         f"{PAPER_RATIO[row.method]:.1f} | {r['frac_scored']:.2f} | {r['score_forwards']:.0f} | "
+                         f"{r['peak_memory_mb']:.0f} | {predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | "
+                         f"{r['process_s']:.0f} |")
     lines.append("\nSteady figures: the median over the steps after the first. update: from the end of scoring to "
                  "the end of the optimizer step, device synchronised. peak: the largest steady step's (AdamW's state "
                  "resident); predicted: oar.experiment.memory_plan's (one process, no vLLM, without its CUDA-context "
@@ -529,7 +566,8 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
                  f"{args.calibration_label}.")
     if said:
         lines += ["", "Budget: " + "; ".join(said) + "."]
-    profiles = {name: r["profile"] for name, r in results.items() if "profile" in r}
+    profiles = {f"{r['process']} ({r['profiled_tokens']:,} tokens)": r["profile"] for r in results.values()
+                if "profile" in r}
     if profiles:
         lines += ["", "| scoring call profiled (first step) | s | model calls | synchronisations | kernel launches "
                   "| launches / call | top operators (share of " + ("device" if device != "CPU" else "CPU") + " time) |",
@@ -553,11 +591,21 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
 
 
 def default_rows(args, oar: dict) -> list[Row]:
-    rows = [Row(m, args.response_tokens, args.steps, oar["window_tokens"] if m == "oar_p" else 0)
-            for m in args.methods]
-    if "oar_p" in args.methods and args.exact_oar_p_tokens and (
-            args.exact_oar_p_tokens != args.response_tokens or oar["window_tokens"]):
-        rows.append(Row("oar_p", args.exact_oar_p_tokens, args.steps, 0))
+    """One row per method at ``--response-tokens``. With an exact OAR-P row asked at another length, exact
+    OAR-P runs both in one process: its first steps at the shorter length (step 1 the warm-up), then one
+    step at the longer, whose scoring, update and peak are steady and whose generation is marked as the
+    first at that length (GRPO's and OAR-G's rows time that generation)."""
+    rows = []
+    for method in args.methods:
+        window = oar["window_tokens"] if method == "oar_p" else 0
+        lengths = [args.response_tokens] * args.steps
+        short = args.exact_oar_p_tokens
+        if method == "oar_p" and short and short != args.response_tokens:
+            if window:
+                rows.append(Row("oar_p", [short] * args.steps, 0))
+            else:
+                lengths = [short] * args.steps + [args.response_tokens]
+        rows.append(Row(method, lengths, window))
     return rows
 
 
@@ -596,7 +644,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.one_method:
-        train_one(json.loads(args.one_method[0]), Path(args.one_method[1]), args.response_tokens)
+        spec = json.loads(args.one_method[0])
+        train_one(spec["settings"], Path(args.one_method[1]), spec["lengths"])
         return
     if args.batch % args.num_generations:
         parser.error("--batch must be a multiple of --num-generations")
@@ -625,8 +674,8 @@ def main() -> None:
     print(f"Plan ({args.calibration_label}; {ROW_OVERHEAD_S:.0f} s a row to start, load and set up; first step "
           "at the first step's measured decode rate):", file=sys.stderr)
     for r in planned:
-        print(f"  {r.label}: {r.steps} steps, {r.planned_s:,.0f} s" + (f" ({r.note})" if r.note else ""),
-              file=sys.stderr)
+        print(f"  {r.method}" + (f" (window {r.window})" if r.window else "") + f": steps of {r.lengths} tokens, "
+              f"{r.planned_s:,.0f} s" + (f" ({r.note})" if r.note else ""), file=sys.stderr)
     for line in said:
         if "skipped" in line:
             print(f"  {line}", file=sys.stderr)
@@ -651,11 +700,13 @@ def main() -> None:
     if args.out:
         args.out.unlink(missing_ok=True)
     model = build_model_folder(args.shape, args.work / f"model-{args.shape}",
-                               256 + max(r.tokens for r in planned))
+                               256 + max(max(r.lengths) for r in planned))
     build_s = time.perf_counter() - started
-    problems = write_problems(args.work / "problems.jsonl", max(args.batch * args.steps, args.eval_batch))
+    problems = write_problems(args.work / "problems.jsonl",
+                              max(args.batch * max(len(r.lengths) for r in planned), args.eval_batch))
     device = torch.cuda.get_device_name() if on_gpu else "CPU"
-    predicted = {r.name: predicted_peaks_mib(args, model, dtype, oar, r) for r in planned}
+    predicted = {name: predicted_peak_mib(args, model, dtype, oar, r.method, tokens, r.window)
+                 for r in planned for name, tokens in r.parts()}
     results: dict[str, dict] = {}
     evaluations: dict[str, dict | None] = {}
 
@@ -672,8 +723,7 @@ def main() -> None:
     for row in planned:
         left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - started)
         try:
-            results[row.name] = time_row(args, row, model, problems, dtype, oar,
-                                         None if left is None else max(left, 1.0))
+            results.update(time_row(args, row, model, problems, dtype, oar, None if left is None else max(left, 1.0)))
         except subprocess.TimeoutExpired:
             print(f"{row.name}: cut off at the end of the budget", file=sys.stderr)
             break
@@ -682,12 +732,12 @@ def main() -> None:
         for backend in ("transformers", "vllm"):
             evaluations[backend] = (None if backend == "vllm" and importlib.util.find_spec("vllm") is None
                                     else time_evaluation(backend, model, args, dtype))
-    text = write(complete=len(results) == len(planned))
+    text = write(complete=len(results) == sum(len(r.parts()) for r in planned))
     print(text)
     print(f"outputs: {args.work / 'gpu_check.md'}" + (f", {args.out}" if args.out else "")
           + f"; calibration for python -m oar.experiment.cost_plan --calibration: {args.work / 'calibration.json'}; "
           f"each row's metrics, steps and profile under {args.work}/<row>/; {time.perf_counter() - started:.0f} s")
-    if len(results) < len(planned):
+    if len(results) < sum(len(r.parts()) for r in planned):
         sys.exit(1)
 
 
