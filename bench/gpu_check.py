@@ -664,7 +664,8 @@ def main() -> None:
         hw = cost_plan.calibrate(calibration, cost_plan.hardware("h200"))
     except cost_plan.PlanError as error:
         parser.error(str(error))
-    args.calibration_label = f"the rates of {hw.measured}"
+    args.calibration_label = (f"the rates of {hw.measured}" if args.calibration else
+                              f"the rates of {CALIBRATION.relative_to(REPO)} ({hw.name})")
     shape = check_shape(args.shape)
     try:
         planned, said = plan_rows(default_rows(args, oar), shape, hw, oar, args, args.budget_s)
