@@ -140,31 +140,37 @@ class CheckError(ValueError):
 
 
 def scorer_settings(config_path: Path, shape: str, options: dict) -> tuple[dict, dict]:
-    """(the scorer settings, where each came from): ``training.oar`` of the config with the ``oar`` of its
-    model whose source has ``shape``'s layer shapes; an option given on the command line must agree."""
-    from oar.experiment.memory_plan import HUB_SHAPES, QWEN_SHAPES, load_config
+    """(the scorer settings, where each came from): ``training.oar`` of the config (config/schema.yaml's
+    defaults where it is silent) with the ``oar`` of its model whose source has ``shape``'s layer shapes;
+    an option given on the command line must agree. Read with PyYAML alone: the preflight's machine may
+    have no jsonschema."""
+    import yaml
+
+    from oar.experiment.memory_plan import HUB_SHAPES
 
     try:
-        config = load_config(config_path)
-    except Exception as error:  # noqa: BLE001  (jsonschema or yaml: the message names the key)
+        config = yaml.safe_load(Path(config_path).read_text())
+    except (OSError, yaml.YAMLError) as error:
         raise CheckError(f"--config {config_path}: {error}") from error
-    oar = dict(config["training"]["oar"])
-    where = {k: f"training.oar.{k}" for k in oar}
-    models = [name for name, spec in config["models"].items()
-              if spec["source"] == shape or HUB_SHAPES.get(spec["source"]) == shape
-              or (spec["source"] in QWEN_SHAPES and spec["source"] == shape)]
-    if models:
-        model = models[0]
-        for key, value in (config["models"][model].get("oar") or {}).items():
-            oar[key], where[key] = value, f"models.{model}.oar.{key}"
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    defaults = {k: v.get("default") for k, v in schema["$defs"]["oar"]["properties"].items()}
+    training = ((config or {}).get("training") or {}).get("oar") or {}
+    oar = {**defaults, **training}
+    where = {k: f"training.oar.{k}" if k in training else f"config/schema.yaml's default of training.oar.{k}"
+             for k in oar}
+    for name, spec in ((config or {}).get("models") or {}).items():
+        if spec.get("source") == shape or HUB_SHAPES.get(spec.get("source")) == shape:
+            for key, value in (spec.get("oar") or {}).items():
+                oar[key], where[key] = value, f"models.{name}.oar.{key}"
+            break
     for key, value in options.items():
         if value is None:
             continue
-        if key in oar and oar[key] != value:
-            raise CheckError(f"--{key.replace('_', '-')} {value} contradicts {where[key]} = {oar[key]} in {config_path} "
-                             f"(the check measures the config's settings: change the config, or leave the option out)")
-        oar[key] = value
-    return {k: oar[k] for k in OAR_KEYS}, {k: where.get(k, "option") for k in OAR_KEYS}
+        if oar.get(key) != value:
+            raise CheckError(f"--{key.replace('_', '-')} {value} contradicts {where.get(key, key)} = {oar.get(key)} "
+                             f"in {config_path} (the check measures the config's settings: change the config, or "
+                             "leave the option out)")
+    return {k: oar[k] for k in OAR_KEYS}, {k: where[k] for k in OAR_KEYS}
 
 
 # ---------------------------------------------------------------------------------- the rows
@@ -201,6 +207,7 @@ PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokeniz
 ROW_OVERHEAD_S = 20.0  # a 1.5B row's process beyond its steps on the H200: start, imports, weights, trainer
 BUILD_S = 8.0  # the 1.5B model folder, built once (H200)
 PROFILE_FACTOR = 1.5  # assumed: the profiled scoring call's time over an unprofiled one
+PROFILE_S = 15.0  # assumed: the profiler's processing of one scoring call's trace
 CALIBRATION = REPO / "bench" / "calibration" / "h200-2026-11"
 MIN_STEPS, MIN_TOKENS = 2, 256
 
@@ -232,14 +239,17 @@ def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
                                 "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
                                 "beta": 0.0}}
         step = cost_plan.step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
-        total += step.step + (PROFILE_FACTOR - 1) * step.scoring * (i == 0)
+        if i == 0 and row.method != "grpo":
+            total += (PROFILE_FACTOR - 1) * step.scoring + PROFILE_S
+        total += step.step
         seen.add(tokens)
     return total
 
 
 def plan_rows(rows: list[Row], shape, hw, oar: dict, args, budget: float | None) -> tuple[list[Row], list[str]]:
     """Each row's planned seconds; with a budget, the rows that fit what is left, a row that does not
-    losing its last length, then halving its lengths (down to 256 tokens) until it fits, else skipped.
+    losing steps (down to two), then its last length, then halving its lengths (down to 256 tokens) until
+    it fits, else skipped.
     Lines saying what was changed or skipped come back with the rows."""
     kept, said = [], []
     left = None if budget is None else budget - BUILD_S
@@ -248,7 +258,9 @@ def plan_rows(rows: list[Row], shape, hw, oar: dict, args, budget: float | None)
         wanted = list(row.lengths)
         while left is not None and row.planned_s > left:
             distinct = list(dict.fromkeys(row.lengths))
-            if len(distinct) > 1:  # drop the last length
+            if row.lengths.count(row.lengths[0]) > MIN_STEPS:  # fewer steps first
+                row.lengths.remove(row.lengths[0])
+            elif len(distinct) > 1:  # then drop the last length
                 row.lengths = [t for t in row.lengths if t != distinct[-1]]
             elif row.lengths[0] // 2 >= MIN_TOKENS:
                 row.lengths = [t // 2 for t in row.lengths]
