@@ -47,7 +47,6 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -409,8 +408,9 @@ def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict,
                     "gradient_checkpointing": args.gradient_checkpointing},
     }
     started = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--one-method", json.dumps({"settings": settings, "lengths": row.lengths}),
-                    str(out), "--threads", str(args.threads)], check=True, timeout=timeout)
+    spec = json.dumps({"settings": settings, "lengths": row.lengths})
+    subprocess.run([sys.executable, __file__, "--one-method", spec, str(out), "--threads", str(args.threads)],
+                   check=True, timeout=timeout)
     seconds = time.perf_counter() - started
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
@@ -582,7 +582,8 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
                 if "profile" in r}
     if profiles:
         lines += ["", "| scoring call profiled (first step) | s | model calls | synchronisations | kernel launches "
-                  "| launches / call | top operators (share of " + ("device" if device != "CPU" else "CPU") + " time) |",
+                  "| launches / call | top operators (share of "
+                  + ("device" if device != "CPU" else "CPU") + " time) |",
                   "|---|---|---|---|---|---|---|"]
         for name, p in profiles.items():
             top = ", ".join(f"{t['op']} {t['share']:.0%}" for t in p["top"][:5])
@@ -643,7 +644,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float,
                         help="seconds the whole check may take: rows are planned, sized and skipped to fit")
     parser.add_argument("--calibration", nargs="+", type=Path,
-                        help="calibration.json files the plan's rates come from (default: bench/calibration/h200-2026-11)")
+                        help="calibration.json files the plan's rates come from "
+                             "(default: bench/calibration/h200-2026-11)")
     parser.add_argument("--plan-only", action="store_true", help="print the plan and stop")
     parser.add_argument("--eval", action="store_true", help="also time the evaluation backends")
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")

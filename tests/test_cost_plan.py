@@ -3,6 +3,7 @@ models, its testbed prediction against `make run`'s measured step times, its err
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -336,7 +337,7 @@ def test_decode_calibration_applies_to_its_own_backend_only():
     settings = registry.run_settings("qwen2.5-math-1.5b", "grpo", 0)
     assert settings["trainer"]["use_vllm"]
     shape = cp.shape_of(Qwen2Config(**cp_qwen15()))
-    slow = cp.dataclasses.replace(hw, decode_step_s=1.0)
+    slow = dataclasses.replace(hw, decode_step_s=1.0)
     vllm = cp.step_plan(shape, settings, hw, cp.Assumptions())
     assert cp.step_plan(shape, settings, slow, cp.Assumptions()).generation == vllm.generation
     hf = {**settings, "trainer": {**settings["trainer"], "use_vllm": False}}

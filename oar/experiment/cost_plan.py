@@ -584,7 +584,8 @@ def calibrate(paths, base: Hardware) -> Hardware:
     return dataclasses.replace(measured, name=f"{device} (calibrated)",
                                memory_gb=header.get("memory_gb") or base.memory_gb,
                                measured=f"{', '.join(str(p) for p in paths)} ({device})",
-                               scorer_call_s=tuple((m, s, statistics.median(v)) for (m, s), v in sorted(per_call.items())))
+                               scorer_call_s=tuple((m, s, statistics.median(v))
+                                                   for (m, s), v in sorted(per_call.items())))
 
 
 def _check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) -> Work:
@@ -708,8 +709,9 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
                 work = generation_work(shapes[model], problems * n, assume.prompt_tokens, ev["max_new_tokens"],
                                        concurrent)
                 layers = shapes[model].layers  # vLLM's engine: a measured decode of another backend is not its
+                decode = hw.decode_step_s if hw.decode_backend == "vllm" else None
                 evals[key] = work.seconds(hw, layers, call_s=layers * hw.layer_overhead_s,
-                                          decode_step_s=hw.decode_step_s if hw.decode_backend == "vllm" else None) / 3600
+                                          decode_step_s=decode) / 3600
     per_run: dict[str, float] = {}
     for (run, _bench), hours in evals.items():
         per_run[run] = per_run.get(run, 0.0) + hours
@@ -730,9 +732,11 @@ def table(plan: Plan) -> str:
                     f"{hw.layer_overhead_s * 1e6:.0f} us per layer (assumed)")
                  + f", a {hw.decode_backend} decode step {hw.decode_step_s * 1e3:.1f} ms fixed (applied to "
                  f"{hw.decode_backend} generation only); "
-                 + "".join(f"{m} {sched} scoring {sec * 1e3:.1f} ms a model call; " for m, sched, sec in hw.scorer_call_s)
+                 + "".join(f"{m} {sched} scoring {sec * 1e3:.1f} ms a model call; "
+                           for m, sched, sec in hw.scorer_call_s)
                  + f"decode {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
-                 f"{hw.bytes_per_s / 1e12:.2f} TB/s; vLLM's calls {hw.layer_overhead_s * 1e6:.0f} us per layer (assumed)")
+                 f"{hw.bytes_per_s / 1e12:.2f} TB/s; vLLM's calls {hw.layer_overhead_s * 1e6:.0f} us per layer "
+                 "(assumed)")
     else:
         rates = (f"{hw.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense x MFU {hw.mfu} (assumed) = "
                  f"{hw.flops / 1e12:,.0f} TFLOP/s; {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "

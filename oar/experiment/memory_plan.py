@@ -323,7 +323,8 @@ def _bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def oar_p_copies(prompt: float, reasoning: int, probe: float, span: int = 1, window: int = 0) -> list[tuple[float, float]]:
+def oar_p_copies(prompt: float, reasoning: int, probe: float, span: int = 1,
+                 window: int = 0) -> list[tuple[float, float]]:
     """OAR-P's substituted copies of one response as (tokens run, tokens of its clean prefix), longest
     run first: a copy of span [a, a + w) runs reasoning position a to the probe's end over the clean prefix
     of prompt + a tokens; with a window K, min(max(w, K), R - a) reasoning tokens and the tail over the
