@@ -233,7 +233,7 @@ def _synthetic_record(rate=1e12, update_fixed=0.05, decode_fixed=0.02, oar_p_cal
     work = cp._check_scoring_work(shape, oar_p)
     oar_p["score_s"] = work.flops / rate + work.calls * oar_p_call  # a CPU-like device: compute + calls
     rows.append(oar_p)
-    return {"device": "test", "memory_gb": 80.0, "batch": 8, "shape": SHAPE_SPEC, "rows": rows}
+    return {"device": "CPU", "memory_gb": 80.0, "batch": 8, "shape": SHAPE_SPEC, "rows": rows}
 
 
 def test_calibration_recovers_the_rates_its_times_were_made_from(tmp_path):
@@ -246,6 +246,14 @@ def test_calibration_recovers_the_rates_its_times_were_made_from(tmp_path):
     assert hw.call_s == pytest.approx(0.02, rel=1e-6)  # transformers' decode step: one eager forward call
     assert hw.scorer_call("oar_p", "stacked") == pytest.approx(0.03, rel=1e-6)
     assert hw.scorer_call("oar_p", "per_response") is None  # measured on one schedule, applied to it only
+    # on a GPU the stacked scorer's calls and compute overlap: a call-bound score_s is calls x their cost
+    record = _synthetic_record()
+    shape = cp.shape_of(Qwen2Config(**SHAPE_SPEC))
+    record["device"] = "a GPU"
+    record["rows"][-1]["score_s"] = cp._check_scoring_work(shape, record["rows"][-1]).calls * 0.03
+    path.write_text(json.dumps(record))
+    gpu = cp.calibrate(path, cp.Hardware("base", 1e15, 1e12, 80, mfu=1.0, bandwidth_util=1.0))
+    assert gpu.asynchronous and gpu.scorer_call("oar_p", "stacked") == pytest.approx(0.03, rel=1e-6)
 
 
 def test_calibration_of_another_shape_or_without_grpo_names_the_field(tmp_path):

@@ -530,6 +530,8 @@ def calibrate(paths, base: Hardware) -> Hardware:
         rows += file_rows
     shape = shape_of(Qwen2Config(**shape_spec))
     grpo = [r for r in rows if r["method"] == "grpo"]
+    # a GPU queues kernels ahead of the host; a CPU runs them itself (the check records which it ran on)
+    base = dataclasses.replace(base, asynchronous=header.get("device", "CPU") != "CPU")
 
     # the update: t = F / R + U over GRPO's lengths
     points = sorted({(_scale(update_work(shape, r["prompt_tokens"], r["completion_length"], r["batch"],
@@ -561,7 +563,9 @@ def calibrate(paths, base: Hardware) -> Hardware:
         # the prefill is one more call, its fixed cost taken to be a decode step's
         return max(0.0, (r[key] - gen.flops / measured.flops - count * roof) / (count + 1))
 
-    decode_s = statistics.median(decode_fixed(r, "generate_s") for r in grpo)
+    # a length generated for the first time in its process is not a steady generation
+    steady = [r for r in grpo if not r.get("generate_first_at_length")] or grpo
+    decode_s = statistics.median(decode_fixed(r, "generate_s") for r in steady)
     firsts = [decode_fixed(r, "first_generate_s") for r in rows if r.get("first_generate_s")]
     measured = dataclasses.replace(measured, decode_backend=backend, decode_step_s=decode_s,
                                    first_step_decode_s=statistics.median(firsts) if firsts else None,
