@@ -10,9 +10,10 @@ One training step has three phases; each is counted as work and turned into time
   OAR-P one clean probe forward plus, for each substituted reasoning position j (every
   ``oar.span_tokens``-th, 1 = exact), a forward of the suffix after j over the clean prefix's KV
   cache: about R^2/2 token-forwards for R reasoning tokens (with ``oar.window_tokens`` K, only K
-  reasoning tokens and the conclusion: about R x (K + tail)). OAR-G a clean no-grad forward, a forward
-  with grad on the input embeddings and its backward (input gradients only: about one forward's
-  matmuls, two of its attention). grad_norm the same without the clean forward; entropy one no-grad
+  reasoning tokens and the conclusion: about R x (K + tail)); the copies of all responses of a scoring
+  call stacked, longest first, into forwards of ``oar.chunk_tokens`` (``SCHEDULE``). OAR-G a clean
+  no-grad forward, a forward with grad on the input embeddings and its backward (input gradients only:
+  about one forward's matmuls, two of its attention). grad_norm the same without the clean forward; entropy one no-grad
   forward of prompt + reasoning keeping R + 1 logits; truth, position and random read no model.
 - **update**: forward + backward of prompt + completion (weight and input gradients: 3x the forward's
   matmuls), one more forward with gradient checkpointing, plus TRL's no-grad forwards: the old
@@ -30,13 +31,16 @@ skips the masked half of a causal square, so for long sequences the term is up t
 of the weights and inputs is 2x the forward's matmuls, attention's included (a flash kernel's backward
 also recomputes the scores: half a forward's attention more, not counted).
 
-Each forward call also costs a fixed time per layer (kernel launches, Python): what dominates small
-models and CPUs. Times are work over a sustained rate: peak x utilisation, both assumptions printed
-above the table, or measured on a GPU by ``bench/gpu_check.py`` (its ``calibration.json``).
+Each model call also costs a fixed time (kernel launches, Python): what dominates small models, CPUs,
+and eager transformers forwards on a GPU. Work without host synchronisations overlaps its calls' fixed
+cost with its compute on a GPU. Times are work over a sustained rate: peak x utilisation and an assumed
+per-layer call cost, printed above the table, or the rates and fixed costs measured on a GPU by
+``bench/gpu_check.py`` (its ``calibration.json``; :func:`calibrate`), each applied to what it measured.
 
     python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, Markdown
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware a100
-    python -m oar.experiment.cost_plan --config config/paper.yaml --calibration results/bench/gpu_check/calibration.json
+    python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \
+        --calibration bench/calibration/h200-2026-11/calibration_1024.json bench/calibration/h200-2026-11/calibration_256.json
 """
 
 from __future__ import annotations
