@@ -39,8 +39,9 @@ per-layer call cost, printed above the table, or the rates and fixed costs measu
 
     python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, Markdown
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware a100
-    python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \
-        --calibration bench/calibration/h200-2026-11/calibration_1024.json bench/calibration/h200-2026-11/calibration_256.json
+    python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
+        --calibration bench/calibration/h200-2026-11/calibration_1024.json \\
+                      bench/calibration/h200-2026-11/calibration_256.json
 """
 
 from __future__ import annotations
