@@ -533,7 +533,8 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
         "profiles": {r["process"]: {**r["profile"], "tokens": r["profiled_tokens"]}
                      for r in results.values() if "profile" in r},
         "evaluation": {b: {"tokens_per_s": e["tokens_per_s"], "prompts": args.eval_batch,
-                           "max_new_tokens": args.response_tokens} for b, e in evaluations.items()},
+                           "max_new_tokens": args.response_tokens}
+                       for b, e in evaluations.items() if e is not None},  # None: vLLM not importable
     }
 
 

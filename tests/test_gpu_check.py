@@ -101,9 +101,11 @@ def _table(path: Path) -> dict:
 @pytest.mark.slow
 def test_gpu_check_times_every_row_at_forced_length(tmp_path):
     work, out = tmp_path / "work", tmp_path / "gpu_check.md"
-    done = _run(TINY + ["--work", str(work), "--out", str(out)], timeout=900)
+    done = _run(TINY + ["--work", str(work), "--out", str(out), "--eval", "--eval-batch", "4"], timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     rows = _table(out)
+    assert float(rows["transformers"][3]) > 0  # evaluation tokens/s
+    assert "vllm" in rows  # timed where vLLM is importable, else marked not installed
     for label, method in (("GRPO at 12 tokens", "grpo"), ("OAR-G at 12 tokens", "oar_g"),
                           ("exact OAR-P at 8 tokens", "oar_p"), ("exact OAR-P at 12 tokens", "oar_p")):
         steady, generate, score, update, step, first, ratio, paper, scored, calls, peak, predicted, *_ = rows[label]
