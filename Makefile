@@ -134,6 +134,18 @@ rehearse: setup
 	[ $$rc -eq 0 ] || exit $$rc; \
 	OAR_REHEARSAL=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm/test_rehearsal_on_slurm.py
 
+# `make gpu-preflight`: on one CUDA GPU with torch, transformers, accelerate and TRL installed (no .venv
+# needed: the project runs from PYTHONPATH; no network): where every second of a GRPO, OAR-G and OAR-P step
+# goes at the 1.5B shape with the paper's scorer settings, planned to fit 8 minutes of one H200
+# (bench/gpu_check.py; docs/cost.md). GPU_PREFLIGHT_ARGS adds options, e.g. --shape qwen2.5-7b.
+GPU_PREFLIGHT_WORK ?= results/bench/gpu_check
+GPU_PREFLIGHT_BUDGET ?= 480
+.PHONY: gpu-preflight
+gpu-preflight:
+	@echo "gpu-preflight: table $(GPU_PREFLIGHT_WORK)/gpu_check.md, calibration $(GPU_PREFLIGHT_WORK)/calibration.json, each row's metrics, step times and scorer profile in $(GPU_PREFLIGHT_WORK)/<row>/"
+	PYTHONPATH=$(CURDIR) $(PYTHON) bench/gpu_check.py --budget-s $(GPU_PREFLIGHT_BUDGET) --work $(GPU_PREFLIGHT_WORK) $(GPU_PREFLIGHT_ARGS)
+	@echo "gpu-preflight: done; the cost plan calibrated by it: PYTHONPATH=. $(PYTHON) -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 --calibration $(GPU_PREFLIGHT_WORK)/calibration.json"
+
 # `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
 define HELP_TEXT
 Usage: make <target>
@@ -155,6 +167,7 @@ Test
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
+  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the 1.5B shape, paper settings (8 min on an H200)
 
 Set up
   setup            create .venv with the pinned packages (the other targets do this first)

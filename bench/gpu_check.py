@@ -1,31 +1,53 @@
-"""GPU check: step times of GRPO, OAR-G and OAR-P (and the evaluation backends) on a model of real shape.
+"""GPU preflight: where every second of a GRPO, OAR-G and OAR-P step goes, on a model of real shape.
 
 Made for a CUDA machine with no network and no room for weights: the model is built from a shape below
 with random weights (nothing to download or carry), the tokenizer is the tiny test tokenizer padded with
-placeholder tokens up to the shape's vocabulary, and responses are forced to ``--response-tokens``
-tokens (``min_new_tokens``: random weights would stop at a random eos). Rewards are a hash parity of the
-text, so groups have non-zero advantages, and every response is scored (``score_all``): the timings
-are those of a full step, whatever the model says. Each method trains in its own process, so its peak
-memory is its own. The vLLM evaluation row is timed when vLLM is importable.
+placeholder tokens up to the shape's vocabulary, and responses are forced to the row's length
+(``min_new_tokens``: random weights would stop at a random eos). Rewards are a hash parity of the text,
+so groups have non-zero advantages, and every response is scored (``score_all``): the timings are those
+of a full step, whatever the model says. Each row trains in its own process, so its peak memory is its own.
 
-    python bench/gpu_check.py                                   # Qwen2.5-1.5B shape, bf16, 1,024 tokens
-    python bench/gpu_check.py --shape qwen2.5-7b --response-tokens 3072 --batch 8   # 7B layer shapes
-    python bench/gpu_check.py --shape tiny --response-tokens 16 --batch 4 --steps 1   # CPU smoke run
+    python bench/gpu_check.py --budget-s 480     # the full 1.5B check: GRPO, OAR-G, OAR-P at 1,024 tokens
+                                                 # and exact OAR-P at 256, planned to fit 8 minutes (make gpu-preflight)
+    python bench/gpu_check.py --plan-only        # print the plan and stop
+    python bench/gpu_check.py --shape qwen2.5-7b --response-tokens 3072   # 7B layer shapes
+    python bench/gpu_check.py --shape tiny --response-tokens 16 --batch 4 --num-generations 2   # CPU smoke run
 
-The preflight before the paper run (docs/memory.md): on one GPU node, it prints each method's step
-time, the ratios OAR-G/GRPO and OAR-P/GRPO beside the paper's 1.4x and 4.2x, and each method's
-measured peak memory beside oar.experiment.memory_plan's prediction for the same settings. The real shapes run
-on CUDA only: without a CUDA device it stops with an error rather than running on the CPU.
-Prints a Markdown table (and writes it with ``--out``), and writes ``calibration.json`` in ``--work``: the
-measured times with the shape and lengths they ran at, which ``python -m oar.experiment.cost_plan
---calibration`` turns into sustained FLOP/s and decode bandwidth.
+What each row measures:
+
+- the scorer settings of the paper run: ``chunk_tokens``, ``probe``, ``span_tokens``, ``window_tokens``
+  and ``noise_sigma`` from ``--config`` (config/paper.yaml) for the shape's model (``training.oar`` with
+  the model's ``oar`` overrides); an option that contradicts the config stops with an error naming the key;
+- per step, with the device synchronised at every boundary: generation (transformers' ``generate``,
+  recorded as the row's backend), scoring, and the update timed to completion (loss, backward, clipping,
+  AdamW's step and ``zero_grad``: from the end of scoring to transformers' ``on_step_end``, which TRL's own
+  step timer stops before); the first step (its generation runs about 3x slower on a fresh process) is kept
+  out of the steady figures, which are the median of the later steps;
+- the peak memory of a steady step (AdamW's state resident), beside ``oar.experiment.memory_plan``'s;
+- per scorer, a profile of the first step's scoring call (``torch.profiler``): the operators with the
+  most device time (CPU time on a CPU), host synchronisations (``aten::item``, ``aten::_local_scalar_dense``,
+  ``aten::nonzero``), model calls and kernel launches per call;
+- whether vLLM was importable (the evaluation rows, ``--eval``, time it when it is).
+
+No checkpoint is written (``save_strategy: no``: transformers otherwise saves at ``max_steps``, 9 GB a
+method at 1.5B). The table (``--out``, and ``gpu_check.md`` in ``--work``) and ``calibration.json`` are
+rewritten after every row, atomically, marked partial until the last row: a run cut off keeps its finished
+rows and leaves no complete-looking file. ``python -m oar.experiment.cost_plan --calibration`` reads it.
+
+``--budget-s`` plans every row with ``oar.experiment.cost_plan`` calibrated by ``--calibration`` (the H200
+rows in bench/calibration by default): a row that does not fit what is left runs with fewer steps (at least
+2) or shorter responses (down to 256 tokens), or is skipped, and the plan says which. The real shapes run on
+CUDA only: without a CUDA device the check stops with an error rather than running on the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,6 +57,7 @@ from pathlib import Path
 
 import torch
 
+REPO = Path(__file__).resolve().parents[1]
 # Shapes from the models' published config.json files (Qwen2.5-Math-1.5B has Qwen2.5-1.5B's shape).
 SHAPES = {
     "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
@@ -104,50 +127,327 @@ def hash_parity_reward(completions, **kwargs) -> list[float]:
     return [float(zlib.crc32(t.encode()) % 2) for t in texts]
 
 
-def train_one(settings: dict, out_dir: Path, response_tokens: int) -> None:
-    """``oar.training.run``'s trainer and metrics file, with forced response lengths and the parity reward."""
+# ------------------------------------------------------------------------------- scorer settings
+
+OAR_KEYS = ("chunk_tokens", "probe", "span_tokens", "window_tokens", "noise_sigma")
+# which model of a workflow config each shape stands for (its source's layer shapes)
+SHAPE_OF_SOURCE = {"qwen2.5-1.5b": "qwen2.5-1.5b", "qwen2.5-7b": "qwen2.5-7b"}
+
+
+class CheckError(ValueError):
+    """A setting the check cannot run with; the message names the option, key or field."""
+
+
+def scorer_settings(config_path: Path, shape: str, options: dict) -> tuple[dict, dict]:
+    """(the scorer settings, where each came from): ``training.oar`` of the config (config/schema.yaml's
+    defaults where it is silent) with the ``oar`` of its model whose source has ``shape``'s layer shapes;
+    an option given on the command line must agree. Read with PyYAML alone: the preflight's machine may
+    have no jsonschema."""
+    import yaml
+
+    from oar.experiment.memory_plan import HUB_SHAPES
+
+    try:
+        config = yaml.safe_load(Path(config_path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise CheckError(f"--config {config_path}: {error}") from error
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    defaults = {k: v.get("default") for k, v in schema["$defs"]["oar"]["properties"].items()}
+    training = ((config or {}).get("training") or {}).get("oar") or {}
+    oar = {**defaults, **training}
+    where = {k: f"training.oar.{k}" if k in training else f"config/schema.yaml's default of training.oar.{k}"
+             for k in oar}
+    for name, spec in ((config or {}).get("models") or {}).items():
+        if spec.get("source") == shape or HUB_SHAPES.get(spec.get("source")) == shape:
+            for key, value in (spec.get("oar") or {}).items():
+                oar[key], where[key] = value, f"models.{name}.oar.{key}"
+            break
+    for key, value in options.items():
+        if value is None:
+            continue
+        if oar.get(key) != value:
+            raise CheckError(f"--{key.replace('_', '-')} {value} contradicts {where.get(key, key)} = {oar.get(key)} "
+                             f"in {config_path} (the check measures the config's settings: change the config, or "
+                             "leave the option out)")
+    return {k: oar[k] for k in OAR_KEYS}, {k: where[k] for k in OAR_KEYS}
+
+
+# ---------------------------------------------------------------------------------- the rows
+
+
+@dataclasses.dataclass
+class Row:
+    """One process: a method trained for ``len(lengths)`` steps, step i forced to ``lengths[i]`` tokens.
+    Every length it runs is a result row; step 1 (warm-up, profiled) is in none of them."""
+
+    method: str
+    lengths: list
+    window: int = 0
+    planned_s: float = 0.0
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}" + (f"-w{self.window}" if self.window else "") + "-" + "-".join(
+            str(t) for t in dict.fromkeys(self.lengths))
+
+    def label(self, tokens: int | None = None) -> str:
+        kind = {"oar_p": "exact OAR-P" if not self.window else f"OAR-P (window {self.window})",
+                "oar_g": "OAR-G", "grpo": "GRPO"}[self.method]
+        return f"{kind} at {tokens or self.lengths[-1]:,} tokens"
+
+    def parts(self) -> list[tuple[str, int]]:
+        """(result name, tokens) of every length this row measures."""
+        tag = self.method + (f"-w{self.window}" if self.window else "")
+        return [(f"{tag}-{t}", t) for t in dict.fromkeys(self.lengths)]
+
+
+PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokenizer (TRL's num_tokens on the H200)
+ROW_OVERHEAD_S = 20.0  # a 1.5B row's process beyond its steps on the H200: start, imports, weights, trainer
+BUILD_S = 8.0  # the 1.5B model folder, built once (H200)
+PROFILE_FACTOR = 1.5  # assumed: the profiled scoring call's time over an unprofiled one
+PROFILE_S = 15.0  # assumed: the profiler's processing of one scoring call's trace
+CALIBRATION = REPO / "bench" / "calibration" / "h200-2026-11"
+MIN_STEPS, MIN_TOKENS = 2, 256
+
+
+def check_shape(shape: str):
+    from oar.experiment import cost_plan
+    from transformers import Qwen2Config
+
+    spec = dict(SHAPES[shape])
+    if spec["vocab_size"] is None:
+        from oar.models.tiny import build_tiny_tokenizer
+
+        spec["vocab_size"] = len(build_tiny_tokenizer())
+    return cost_plan.shape_of(Qwen2Config(**spec))
+
+
+def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
+    """The row's process planned by oar.experiment.cost_plan for its settings: start-up, then each step; a
+    step at a length the process has not generated yet is planned at the first step's decode rate."""
+    from oar.experiment import cost_plan
+
+    assume = cost_plan.Assumptions(prompt_tokens=PROMPT_TOKENS, completion_fill=1.0, scored_share=1.0)
+    total, seen = ROW_OVERHEAD_S, set()
+    for i, tokens in enumerate(row.lengths):
+        settings = {"run_id": "check", "method": row.method,
+                    "oar": {**oar, "window_tokens": row.window, "score_all": True},
+                    "trainer": {"max_completion_length": tokens, "per_device_train_batch_size": args.batch,
+                                "gradient_accumulation_steps": 1, "num_generations": args.num_generations,
+                                "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
+                                "beta": 0.0}}
+        step = cost_plan.step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
+        if i == 0 and row.method != "grpo":
+            total += (PROFILE_FACTOR - 1) * step.scoring + PROFILE_S
+        total += step.step
+        seen.add(tokens)
+    return total
+
+
+def plan_rows(rows: list[Row], shape, hw, oar: dict, args, budget: float | None) -> tuple[list[Row], list[str]]:
+    """Each row's planned seconds; with a budget, the rows that fit what is left, a row that does not
+    losing steps (down to two), then its last length, then halving its lengths (down to 256 tokens) until
+    it fits, else skipped.
+    Lines saying what was changed or skipped come back with the rows."""
+    kept, said = [], []
+    left = None if budget is None else budget - BUILD_S
+    for row in rows:
+        row.planned_s = row_seconds(row, shape, hw, oar, args)
+        wanted = list(row.lengths)
+        while left is not None and row.planned_s > left:
+            distinct = list(dict.fromkeys(row.lengths))
+            if row.lengths.count(row.lengths[0]) > MIN_STEPS:  # fewer steps first
+                row.lengths.remove(row.lengths[0])
+            elif len(distinct) > 1:  # then drop the last length
+                row.lengths = [t for t in row.lengths if t != distinct[-1]]
+            elif row.lengths[0] // 2 >= MIN_TOKENS:
+                row.lengths = [t // 2 for t in row.lengths]
+            else:
+                break
+            row.planned_s = row_seconds(row, shape, hw, oar, args)
+        if left is None or row.planned_s <= left:
+            if row.lengths != wanted:
+                row.note = f"sized from steps of {wanted} tokens to {row.lengths} to fit the budget"
+                said.append(f"{row.label(wanted[-1])}: {row.note}")
+            kept.append(row)
+            left = None if left is None else left - row.planned_s
+        else:
+            said.append(f"{row.label(wanted[-1])}: skipped, planned {row.planned_s:,.0f} s even at "
+                        f"{row.lengths} tokens with {max(left, 0):,.0f} s of the budget left")
+    if budget is not None and not kept:
+        raise CheckError(f"--budget-s {budget:g}: too small for one row ({said[0]}); the smallest plan is "
+                         f"{BUILD_S + rows[0].planned_s:,.0f} s")
+    return kept, said
+
+
+# ------------------------------------------------------------------------------ one row's process
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
+LAUNCH_OPS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+
+
+def profile_summary(prof, calls: int, seconds: float) -> dict:
+    """Top operators by device time (CPU time without a GPU), host synchronisations, model calls and
+    kernel launches of one profiled scoring call."""
+    on_gpu = torch.cuda.is_available()
+    events = prof.key_averages()
+    attr = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+    ops = [e for e in events if "::" in e.key and not e.key.startswith(("cuda", "cu"))]  # operators, not
+    # annotations (record_function ranges), runtime calls or the kernels themselves
+    top = sorted((e for e in ops if getattr(e, attr, 0) > 0), key=lambda e: -getattr(e, attr))[:10]
+    total = sum(getattr(e, attr, 0) for e in ops) or 1
+    syncs = {name: sum(e.count for e in events if e.key == name) for name in SYNC_OPS}
+    launches = sum(e.count for e in events if e.key in LAUNCH_OPS)
+    return {"seconds": seconds, "model_calls": calls, "synchronisations": sum(syncs.values()), "by_op": syncs,
+            "kernel_launches": launches if on_gpu else None,
+            "launches_per_call": launches / calls if on_gpu and calls else None,
+            "time_kind": "device" if on_gpu else "cpu",
+            "top": [{"op": e.key, "ms": getattr(e, attr) / 1e3, "share": getattr(e, attr) / total, "count": e.count}
+                    for e in top]}
+
+
+def train_one(settings: dict, out_dir: Path, lengths: list[int]) -> None:
+    """``oar.training.run``'s trainer and metrics file, step i's responses forced to ``lengths[i]`` tokens,
+    the parity reward, no checkpoint, synchronised step timing, per-step peaks and a profile of the first
+    step's scoring call."""
     from oar.training.grpo_trainer import OARTrainer
+    from oar.training.memory import _reset_rss_high_water
     from oar.training.run import MetricsFile, build_config, load_problems, resolve_settings, training_dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers.trainer_utils import SaveStrategy
 
     settings = resolve_settings(settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(settings["model"])
     model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=getattr(torch, settings["model_dtype"]))
     config = build_config(settings, out_dir / "checkpoints")
-    config.generation_kwargs = {"min_new_tokens": response_tokens}
-    trainer = OARTrainer(model=model, reward_funcs=hash_parity_reward, args=config, processing_class=tokenizer,
-                         train_dataset=training_dataset(load_problems(settings["train_file"], None), tokenizer),
-                         callbacks=[MetricsFile(out_dir / "metrics.jsonl")])
+    config.generation_kwargs = {"min_new_tokens": lengths[0]}
+    # transformers' DefaultFlowCallback saves at max_steps whenever save_strategy is "steps"
+    config.save_strategy = SaveStrategy.NO
+    steps_file = out_dir / "steps.jsonl"
+    steps_file.unlink(missing_ok=True)
+
+    class CheckTrainer(OARTrainer):
+        def _token_weights(self, output):
+            calls = [0]
+            handle = self.accelerator.unwrap_model(self.model).register_forward_pre_hook(
+                lambda *_: calls.__setitem__(0, calls[0] + 1))
+            profile = self.state.global_step == 0 and self.args.oar_method != "grpo"
+            activities = [torch.profiler.ProfilerActivity.CPU] + (
+                [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            context = torch.profiler.profile(activities=activities) if profile else contextlib.nullcontext()
+            started = time.perf_counter()
+            try:
+                with context as prof:
+                    result = super()._token_weights(output)
+                    _sync()
+            finally:
+                handle.remove()
+            self._check["score_forwards"] = calls[0]
+            self._check["prompt_tokens"] = float(output["prompt_mask"].sum(dim=1).float().mean())
+            if profile:
+                summary = profile_summary(prof, calls[0], time.perf_counter() - started)
+                (out_dir / "profile.json").write_text(json.dumps(summary, indent=1) + "\n")
+            return result
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            _sync()
+            self._check["scored_at"] = time.perf_counter()
+            return output
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            tokens = lengths[min(state.global_step, len(lengths) - 1)]  # this step's forced length
+            trainer.max_completion_length = tokens
+            trainer.generation_config.max_new_tokens = trainer.generation_config.min_new_tokens = tokens
+            trainer.generation_kwargs.update(max_new_tokens=tokens, min_new_tokens=tokens)
+            _sync()
+            trainer._memory._process_peak_mb = 0.0  # this step's own peak
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+            else:
+                _reset_rss_high_water()
+            trainer._check = {"began": time.perf_counter()}
+
+        def on_step_end(self, args, state, control, **kwargs):
+            _sync()  # the backward and AdamW's step have finished
+            ended = time.perf_counter()
+            c = trainer._check
+            line = {"step": state.global_step, "tokens": trainer.max_completion_length, "step_s": ended - c["began"],
+                    "update_s": ended - c.get("scored_at", c["began"]), "peak_mb": trainer._memory.process_peak_mb(),
+                    "score_forwards": c.get("score_forwards", 0), "prompt_tokens": c.get("prompt_tokens")}
+            with open(steps_file, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(line) + "\n")
+
+    trainer = CheckTrainer(model=model, reward_funcs=hash_parity_reward, args=config, processing_class=tokenizer,
+                           train_dataset=training_dataset(load_problems(settings["train_file"], None), tokenizer),
+                           callbacks=[MetricsFile(out_dir / "metrics.jsonl"), StepClock()])
+    trainer._check = {}
     trainer.train()
 
 
-def time_method(args, method: str, model: Path, problems: Path, dtype: str) -> dict:
-    out = args.work / method
-    metrics = out / "metrics.jsonl"
-    metrics.unlink(missing_ok=True)
+def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict, timeout: float | None) -> dict:
+    """Run one row's process; its results by length (steady: the steps at that length after step 1)."""
+    out = args.work / row.name
+    for name in ("metrics.jsonl", "steps.jsonl", "profile.json"):
+        (out / name).unlink(missing_ok=True)
     settings = {
-        "run_id": f"gpu-check-{method}", "method": method, "seed": 0, "model": str(model),
+        "run_id": f"gpu-check-{row.name}", "method": row.method, "seed": 0, "model": str(model),
         "train_file": str(problems), "model_dtype": dtype,
-        "oar": {"score_all": True, "window_tokens": args.window_tokens},
-        "trainer": {"max_steps": args.steps, "num_generations": args.num_generations,
-                    "per_device_train_batch_size": args.batch, "max_completion_length": args.response_tokens,
-                    "save_steps": 10**6, "gradient_checkpointing": args.gradient_checkpointing},
+        "oar": {**oar, "score_all": True, "window_tokens": row.window},
+        "trainer": {"max_steps": len(row.lengths), "num_generations": args.num_generations,
+                    "per_device_train_batch_size": args.batch, "max_completion_length": max(row.lengths),
+                    "gradient_checkpointing": args.gradient_checkpointing},
     }
     started = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--one-method", json.dumps(settings), str(out),
-                    "--response-tokens", str(args.response_tokens), "--threads", str(args.threads)], check=True)
-    print(f"{method}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
-    if len(lines) != args.steps:
-        raise RuntimeError(f"{metrics}: {len(lines)} steps logged, expected {args.steps}")
-    steady = lines[1:] or lines  # step 1 carries one-off warm-up
-    row = {part: statistics.median(line[part] or 0.0 for line in steady) for part in PARTS}
-    row["completion_length"] = statistics.mean(line["completion_length"] for line in lines)
-    row["frac_scored"] = statistics.mean(line["frac_scored"] for line in lines)
-    row["peak_memory_mb"] = max(line["peak_memory_mb"] for line in lines)
-    print(f"{method}: {json.dumps(row)}", file=sys.stderr, flush=True)
-    return row
+    spec = json.dumps({"settings": settings, "lengths": row.lengths})
+    subprocess.run([sys.executable, __file__, "--one-method", spec, str(out), "--threads", str(args.threads)],
+                   check=True, timeout=timeout)
+    seconds = time.perf_counter() - started
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    if len(lines) != len(row.lengths) or len(steps) != len(row.lengths):
+        raise RuntimeError(f"{out}: {len(lines)} steps logged and {len(steps)} timed, expected {len(row.lengths)}")
+    profile = json.loads((out / "profile.json").read_text()) if (out / "profile.json").exists() else None
+    results = {}
+    for name, tokens in row.parts():
+        at = [i for i, t in enumerate(row.lengths) if t == tokens and i > 0]  # step 1 carries one-off warm-up
+        if not at:
+            continue
+        logged, clocked = [lines[i] for i in at], [steps[i] for i in at]
+        first_here = row.lengths.index(tokens) == at[0]  # no earlier step generated this length
+        r = {"method": row.method, "window_tokens": row.window, "process": row.name, "steps": len(row.lengths),
+             "steady_steps": len(at), "process_s": seconds,
+             "generate_s": statistics.median(x["time_generate_s"] or 0.0 for x in logged),
+             "generate_first_at_length": first_here and len(at) == 1,
+             "score_s": statistics.median(x["time_score_s"] or 0.0 for x in logged),
+             "update_s": statistics.median(x["update_s"] for x in clocked),
+             "step_s": statistics.median(x["step_s"] for x in clocked),
+             "first_step_s": steps[0]["step_s"],
+             "completion_length": statistics.mean(x["completion_length"] for x in logged),
+             "frac_scored": statistics.mean(x["frac_scored"] for x in logged),
+             "prompt_tokens": statistics.mean(x["prompt_tokens"] for x in steps if x["prompt_tokens"] is not None),
+             "score_forwards": statistics.median(x["score_forwards"] for x in clocked),
+             "peak_memory_mb": max(x["peak_mb"] for x in clocked),
+             "score_peak_mb": max((x["score_peak_memory_mb"] or 0.0) for x in logged),
+             "update_timing": "synchronised, optimizer step included"}
+        if row.lengths[0] == tokens:
+            r["first_generate_s"] = lines[0]["time_generate_s"]
+        if profile is not None:
+            r["profile"] = profile
+            r["profiled_tokens"] = row.lengths[0]
+        results[name] = r
+        print(f"{name}: {json.dumps({k: v for k, v in r.items() if k != 'profile'})}", file=sys.stderr, flush=True)
+    print(f"{row.name}: {seconds:.0f} s", file=sys.stderr, flush=True)
+    return results
 
 
 def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
@@ -170,90 +470,236 @@ def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
     return {"load_s": load_s, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
-def predicted_peaks_mib(args, model: Path, dtype: str) -> dict[str, float]:
-    """oar.experiment.memory_plan's per-method peak (the largest of its phases) for this check's settings."""
+def predicted_peak_mib(args, model: Path, dtype: str, oar: dict, method: str, tokens: int, window: int) -> float:
+    """oar.experiment.memory_plan's peak (the largest of the phases) for one result row's settings."""
     from transformers import AutoConfig
 
     from oar.experiment import memory_plan
 
     shape = memory_plan.shape_of(AutoConfig.from_pretrained(model))
-    settings = {"model_dtype": dtype, "oar": {"chunk_tokens": 512, "window_tokens": args.window_tokens},
-                "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": args.response_tokens,
+    settings = {"model_dtype": dtype, "oar": {"chunk_tokens": oar["chunk_tokens"], "window_tokens": window,
+                                             "span_tokens": oar["span_tokens"]},
+                "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": tokens,
                             "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
-                            "gradient_accumulation_steps": 1}}
-    phases = memory_plan.plan_model("check", {"launcher": "python"}, settings, shape, PROMPT_TOKENS)
+                            "gradient_accumulation_steps": 1, "bf16": "auto" if dtype != "float32" else False}}
+    phases = memory_plan.plan_model("check", {"launcher": "python"}, settings, shape, PROMPT_TOKENS,
+                                    methods=[method] if method != "grpo" else [], scored=args.batch)
     reserve = memory_plan.RESERVE_GB * memory_plan.GB
-    mib = {p.phase: (sum(p.parts.values()) - reserve) / 2**20 for p in phases}
-    return {"grpo": mib["update"], "oar_g": max(mib["update"], mib["scoring OAR-G"]),
-            "oar_p": max(mib["update"], mib["scoring OAR-P"])}
+    return max((sum(p.parts.values()) - reserve) / 2**20 for p in phases)
 
 
-PROMPT_TOKENS = 64  # the check's problems are one-line word problems in the tiny tokenizer (an estimate)
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
-def calibration_record(args, model: Path, device: str, dtype: str, rows: dict, evaluations: dict) -> dict:
-    """What ``oar.experiment.cost_plan --calibration`` reads: the measured step times of each method with the
-    shape and lengths they ran at, from which it derives the sustained FLOP rate of the update and the
-    decode bandwidth (the plan's work for these settings over these times)."""
+def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, results: dict, evaluations: dict,
+                       planned: list[Row], complete: bool) -> dict:
+    """What ``oar.experiment.cost_plan --calibration`` reads: every finished row with the settings it ran
+    with; ``complete`` is false until the last planned row has finished."""
     from transformers import AutoConfig
+
+    from oar.experiment.cost_plan import SCHEDULE
 
     config = AutoConfig.from_pretrained(model)
     shape = {k: getattr(config, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                              "num_attention_heads", "num_key_value_heads", "vocab_size",
                                              "tie_word_embeddings")}
+    rows = []
+    for name, r in results.items():
+        rows.append({**{k: v for k, v in r.items() if k not in ("profile", "profiled_tokens")}, "batch": args.batch,
+                     "num_generations": args.num_generations, "chunk_tokens": oar["chunk_tokens"],
+                     "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
+                     "generation_backend": "transformers", "gradient_checkpointing": args.gradient_checkpointing,
+                     "row": name})
     return {
+        "complete": complete,
+        "rows_planned": [name for r in planned for name, _ in r.parts()],
         "device": device,
         "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9 if device != "CPU" else None,
         "dtype": dtype,
+        "autocast": "bf16" if device != "CPU" else None,
         "shape_name": args.shape,
         "shape": shape,
         "parameters": parameter_count(model),
-        "prompt_tokens": PROMPT_TOKENS,
-        "response_tokens": args.response_tokens,
         "batch": args.batch,
         "num_generations": args.num_generations,
-        "gradient_checkpointing": args.gradient_checkpointing,
-        "score_all": True,
-        "oar_p_window_tokens": args.window_tokens,
-        "methods": {m: {"generate_s": r["time_generate_s"], "score_s": r["time_score_s"],
-                        "update_s": r["time_update_s"], "step_s": r["step_time_s"],
-                        "completion_length": r["completion_length"], "frac_scored": r["frac_scored"],
-                        "peak_memory_mb": r["peak_memory_mb"]} for m, r in rows.items()},
+        "steps": args.steps,
+        "vllm_importable": importlib.util.find_spec("vllm") is not None,
+        "torch": torch.__version__,
+        "rows": rows,
+        "profiles": {r["process"]: {**r["profile"], "tokens": r["profiled_tokens"]}
+                     for r in results.values() if "profile" in r},
         "evaluation": {b: {"tokens_per_s": e["tokens_per_s"], "prompts": args.eval_batch,
-                           "max_new_tokens": args.response_tokens} for b, e in evaluations.items()},
+                           "max_new_tokens": args.response_tokens}
+                       for b, e in evaluations.items() if e is not None},  # None: vLLM not importable
     }
+
+
+def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict, planned: list[Row],
+           predicted: dict, build_s: float, said: list[str], evaluations: dict, complete: bool) -> str:
+    vllm = importlib.util.find_spec("vllm") is not None
+    head = (f"GPU check: {args.shape} shape (random weights) on {device}, {dtype} weights"
+            f"{' + bf16 autocast' if device != 'CPU' else ''}; {args.batch} completions per step (forced "
+            f"lengths), G = {args.num_generations}, every response scored; scorer settings "
+            + ", ".join(f"{k} {oar[k]} ({where[k]})" for k in OAR_KEYS)
+            + f"; generation: transformers generate (vLLM {'importable' if vllm else 'not importable'}); "
+            f"model folder built in {build_s:.0f} s")
+    wanted = sum(len(r.parts()) for r in planned)
+    state = "" if complete else (f"\n\n**Partial: {len(results)} of {wanted} planned rows finished** "
+                                 "(the rest did not run or were cut off).")
+    lines = [head + state, "",
+             "| row | steady steps | generate s | score s | update s | step s | first step s | step / GRPO | paper "
+             "| scored | score calls | peak MiB | predicted MiB | planned s | process s |",
+             "|" + "---|" * 15]
+    for row in planned:
+        for name, tokens in row.parts():
+            r = results.get(name)
+            label = row.label(tokens)
+            if r is None:
+                lines.append(f"| {label} | | | | | | | | {PAPER_RATIO[row.method]:.1f} | | | | "
+                             f"{predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | not run |")
+                continue
+            base = next((b for b in results.values() if b["method"] == "grpo"
+                         and b["completion_length"] == r["completion_length"]), None)
+            ratio = r["step_s"] / base["step_s"] if base else float("nan")
+            generate = f"{r['generate_s']:.3g}" + (" (first at this length)" if r["generate_first_at_length"] else "")
+            lines.append(f"| {label} | {r['steady_steps']} of {r['steps']} | {generate} | {r['score_s']:.3g} | "
+                         f"{r['update_s']:.3g} | {r['step_s']:.3g} | {r['first_step_s']:.3g} | {ratio:.2f} | "
+                         f"{PAPER_RATIO[row.method]:.1f} | {r['frac_scored']:.2f} | {r['score_forwards']:.0f} | "
+                         f"{r['peak_memory_mb']:.0f} | {predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | "
+                         f"{r['process_s']:.0f} |")
+    lines.append("\nSteady figures: the median over the steps after the first. update: from the end of scoring to "
+                 "the end of the optimizer step, device synchronised. peak: the largest steady step's (AdamW's state "
+                 "resident); predicted: oar.experiment.memory_plan's (one process, no vLLM, without its CUDA-context "
+                 "reserve); on CPU the peak is the process's resident memory, libraries included, and not comparable. "
+                 "paper: the paper's step time over GRPO's. planned: oar.experiment.cost_plan with "
+                 f"{args.calibration_label}.")
+    if said:
+        lines += ["", "Budget: " + "; ".join(said) + "."]
+    profiles = {f"{r['process']} ({r['profiled_tokens']:,} tokens)": r["profile"] for r in results.values()
+                if "profile" in r}
+    if profiles:
+        lines += ["", "| scoring call profiled (first step) | s | model calls | synchronisations | kernel launches "
+                  "| launches / call | top operators (share of "
+                  + ("device" if device != "CPU" else "CPU") + " time) |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, p in profiles.items():
+            top = ", ".join(f"{t['op']} {t['share']:.0%}" for t in p["top"][:5])
+            launches = "n/a" if p["kernel_launches"] is None else f"{p['kernel_launches']}"
+            per = "n/a" if p["launches_per_call"] is None else f"{p['launches_per_call']:.0f}"
+            lines.append(f"| {name} | {p['seconds']:.3g} | {p['model_calls']} | {p['synchronisations']} "
+                         f"({', '.join(f'{k.split(chr(58))[-1]} {v}' for k, v in p['by_op'].items())}) | {launches} | "
+                         f"{per} | {top} |")
+    if evaluations:
+        lines += ["", "| evaluation backend | load s | generate s | tokens | tokens / s |", "|---|---|---|---|---|"]
+        for backend, e in evaluations.items():
+            if e is None:
+                lines.append(f"| {backend} | not installed | | | |")
+            else:
+                lines.append(f"| {backend} | {e['load_s']:.0f} | {e['seconds']:.1f} | {e['tokens']} | "
+                             f"{e['tokens_per_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def default_rows(args, oar: dict) -> list[Row]:
+    """One row per method at ``--response-tokens``. With an exact OAR-P row asked at another length, exact
+    OAR-P runs both in one process: its first steps at the shorter length (step 1 the warm-up), then one
+    step at the longer, whose scoring, update and peak are steady and whose generation is marked as the
+    first at that length (GRPO's and OAR-G's rows time that generation)."""
+    rows = []
+    for method in args.methods:
+        window = oar["window_tokens"] if method == "oar_p" else 0
+        lengths = [args.response_tokens] * args.steps
+        short = args.exact_oar_p_tokens
+        if method == "oar_p" and short and short != args.response_tokens:
+            if window:
+                rows.append(Row("oar_p", [short] * args.steps, 0))
+            else:
+                lengths = [short] * args.steps + [args.response_tokens]
+        rows.append(Row(method, lengths, window))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    parser.add_argument("--config", type=Path, default=REPO / "config" / "paper.yaml",
+                        help="workflow config whose scorer settings the check runs (its model of this shape)")
     parser.add_argument("--response-tokens", type=int, default=1024)
+    parser.add_argument("--exact-oar-p-tokens", type=int, default=256,
+                        help="also an exact OAR-P row at this length (0: none)")
     parser.add_argument("--batch", type=int, default=8, help="completions per step (per process)")
     parser.add_argument("--num-generations", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=2, help="steps per method; step 1 is left out of medians")
+    parser.add_argument("--steps", type=int, default=2, help="steps per row; step 1 is left out of the steady figures")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
                         help="weights: auto = bfloat16 on CUDA (with bf16 autocast), float32 on CPU")
     parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--window-tokens", type=int, default=0,
-                        help="OAR-P with a local window of this many tokens (training.oar.window_tokens; 0: exact)")
+    for key, kind in (("chunk_tokens", int), ("probe", str), ("span_tokens", int), ("window_tokens", int),
+                      ("noise_sigma", float)):
+        parser.add_argument(f"--{key.replace('_', '-')}", type=kind,
+                            help=f"must agree with the config's oar.{key} (default: the config's)")
+    parser.add_argument("--budget-s", type=float,
+                        help="seconds the whole check may take: rows are planned, sized and skipped to fit")
+    parser.add_argument("--calibration", nargs="+", type=Path,
+                        help="calibration.json files the plan's rates come from "
+                             "(default: bench/calibration/h200-2026-11)")
+    parser.add_argument("--plan-only", action="store_true", help="print the plan and stop")
+    parser.add_argument("--eval", action="store_true", help="also time the evaluation backends")
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
-    parser.add_argument("--no-eval", action="store_true", help="skip the evaluation rows")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--device", choices=("cuda", "cpu"),
                         help="default: cuda, cpu for --shape tiny; cuda without a CUDA device is an error")
     parser.add_argument("--work", type=Path, default=Path("results/bench/gpu_check"))
-    parser.add_argument("--out", type=Path, help="Markdown table to write")
+    parser.add_argument("--out", type=Path, help="Markdown table to write (also gpu_check.md in --work)")
     parser.add_argument("--one-method", nargs=2, metavar=("SETTINGS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.one_method:
-        train_one(json.loads(args.one_method[0]), Path(args.one_method[1]), args.response_tokens)
+        spec = json.loads(args.one_method[0])
+        train_one(spec["settings"], Path(args.one_method[1]), spec["lengths"])
         return
     if args.batch % args.num_generations:
         parser.error("--batch must be a multiple of --num-generations")
-    if args.window_tokens < 0:
-        parser.error("--window-tokens must be >= 0 (0: exact OAR-P)")
+    if args.steps < MIN_STEPS:
+        parser.error(f"--steps must be >= {MIN_STEPS}: the first step is warm-up, left out of the steady figures")
+    if args.budget_s is not None and args.budget_s <= 0:
+        parser.error("--budget-s must be > 0")
+    try:
+        oar, where = scorer_settings(args.config, args.shape, {k: getattr(args, k) for k in OAR_KEYS})
+    except CheckError as error:
+        parser.error(str(error))
+    from oar.experiment import cost_plan
+
+    calibration = args.calibration or sorted(CALIBRATION.glob("*.json"))
+    try:
+        hw = cost_plan.calibrate(calibration, cost_plan.hardware("h200"))
+    except cost_plan.PlanError as error:
+        parser.error(str(error))
+    args.calibration_label = (f"the rates of {hw.measured}" if args.calibration else
+                              f"the rates of {CALIBRATION.relative_to(REPO)} ({hw.name})")
+    shape = check_shape(args.shape)
+    try:
+        planned, said = plan_rows(default_rows(args, oar), shape, hw, oar, args, args.budget_s)
+    except CheckError as error:
+        parser.error(str(error))
+    total = BUILD_S + sum(r.planned_s for r in planned)
+    print(f"Plan ({args.calibration_label}; {ROW_OVERHEAD_S:.0f} s a row to start, load and set up; first step "
+          "at the first step's measured decode rate):", file=sys.stderr)
+    for r in planned:
+        print(f"  {r.method}" + (f" (window {r.window})" if r.window else "") + f": steps of {r.lengths} tokens, "
+              f"{r.planned_s:,.0f} s" + (f" ({r.note})" if r.note else ""), file=sys.stderr)
+    for line in said:
+        if "skipped" in line:
+            print(f"  {line}", file=sys.stderr)
+    print(f"  total {total:,.0f} s" + (f" of a {args.budget_s:,.0f} s budget" if args.budget_s else ""),
+          file=sys.stderr, flush=True)
+    if args.plan_only:
+        return
+
     device_kind = args.device or ("cpu" if args.shape == "tiny" else "cuda")
     if device_kind == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device cuda (the default for --shape {args.shape}): no CUDA device is visible "
@@ -263,58 +709,52 @@ def main() -> None:
                      "CUDA_VISIBLE_DEVICES=''")
     on_gpu = device_kind == "cuda"
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
-    args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    model = build_model_folder(args.shape, args.work / f"model-{args.shape}", 256 + args.response_tokens)
-    build_s = time.perf_counter() - started
-    problems = write_problems(args.work / "problems.jsonl", max(args.batch * args.steps, args.eval_batch))
-
-    device = torch.cuda.get_device_name() if on_gpu else "CPU"
-    rows = {method: time_method(args, method, model, problems, dtype) for method in args.methods}
-    lines = [
-        f"GPU check: {args.shape} shape ({parameter_count(model) / 1e6:,.1f} M parameters, random weights) on "
-        f"{device}, {dtype} weights{' + bf16 autocast' if on_gpu else ''}; {args.batch} completions x "
-        f"{args.response_tokens} tokens (forced) per step, G = {args.num_generations}, "
-        "every response scored by the OAR methods"
-        + (f", OAR-P with a local window of {args.window_tokens} tokens" if args.window_tokens else "") + "; "
-        f"model folder built in {build_s:.0f} s",
-        "",
-        "| method | generate s | score s | update s | step s | step / GRPO | paper | tokens / response | scored "
-        "| peak MiB | predicted MiB |",
-        "|" + "---|" * 11,
-    ]
-    base = rows.get("grpo")
-    predicted = predicted_peaks_mib(args, model, dtype)
-    for method, r in rows.items():
-        ratio = r["step_time_s"] / base["step_time_s"] if base else float("nan")
-        # three significant digits: a tiny model's scoring takes milliseconds, a GPU step seconds
-        lines.append(f"| {method} | {r['time_generate_s']:.3g} | {r['time_score_s']:.3g} | {r['time_update_s']:.3g} | "
-                     f"{r['step_time_s']:.3g} | {ratio:.2f} | {PAPER_RATIO[method]:.1f} | "
-                     f"{r['completion_length']:.0f} | "
-                     f"{r['frac_scored']:.2f} | {r['peak_memory_mb']:.0f} | {predicted[method]:.0f} |")
-    lines.append("\npaper: the paper's step time over GRPO's. predicted: oar.experiment.memory_plan's peak for these "
-                 "settings (one process, no vLLM, without its CUDA-context reserve), to compare with the peak on "
-                 "CUDA (the allocator's peak); on CPU the peak is the process's resident memory, libraries "
-                 "included, and not comparable.")
-    evaluations = {}
-    if not args.no_eval:
-        lines += ["", "| evaluation backend | load s | generate s | tokens | tokens / s |", "|---|---|---|---|---|"]
-        for backend in ("transformers", "vllm"):
-            if backend == "vllm" and importlib.util.find_spec("vllm") is None:
-                lines.append("| vllm | not installed | | | |")
-                continue
-            e = evaluations[backend] = time_evaluation(backend, model, args, dtype)
-            lines.append(f"| {backend} | {e['load_s']:.0f} | {e['seconds']:.1f} | {e['tokens']} | {e['tokens_per_s']:.0f} |")
-        lines.append(f"\nEvaluation: {args.eval_batch} prompts, temperature 0.6, top-p 0.95, at most "
-                     f"{args.response_tokens} new tokens (random weights stop only at a sampled eos).")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    record = calibration_record(args, model, device, dtype, rows, evaluations)
-    (args.work / "calibration.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"calibration for python -m oar.experiment.cost_plan --calibration: {args.work / 'calibration.json'}")
+    args.work.mkdir(parents=True, exist_ok=True)
+    for stale in ("calibration.json", "gpu_check.md"):  # a new run's files replace an old run's, never mix
+        (args.work / stale).unlink(missing_ok=True)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        args.out.unlink(missing_ok=True)
+    model = build_model_folder(args.shape, args.work / f"model-{args.shape}",
+                               256 + max(max(r.lengths) for r in planned))
+    build_s = time.perf_counter() - started
+    problems = write_problems(args.work / "problems.jsonl",
+                              max(args.batch * max(len(r.lengths) for r in planned), args.eval_batch))
+    device = torch.cuda.get_device_name() if on_gpu else "CPU"
+    predicted = {name: predicted_peak_mib(args, model, dtype, oar, r.method, tokens, r.window)
+                 for r in planned for name, tokens in r.parts()}
+    results: dict[str, dict] = {}
+    evaluations: dict[str, dict | None] = {}
+
+    def write(complete: bool) -> str:
+        text = report(args, device, dtype, oar, where, results, planned, predicted, build_s, said, evaluations,
+                      complete)
+        record = calibration_record(args, model, device, dtype, oar, results, evaluations, planned, complete)
+        _write_atomic(args.work / "calibration.json", json.dumps(record, indent=1) + "\n")
+        _write_atomic(args.work / "gpu_check.md", text)
+        if args.out:
+            _write_atomic(args.out, text)
+        return text
+
+    for row in planned:
+        left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - started)
+        try:
+            results.update(time_row(args, row, model, problems, dtype, oar, None if left is None else max(left, 1.0)))
+        except subprocess.TimeoutExpired:
+            print(f"{row.name}: cut off at the end of the budget", file=sys.stderr)
+            break
+        write(complete=False)
+    if args.eval:
+        for backend in ("transformers", "vllm"):
+            evaluations[backend] = (None if backend == "vllm" and importlib.util.find_spec("vllm") is None
+                                    else time_evaluation(backend, model, args, dtype))
+    text = write(complete=len(results) == sum(len(r.parts()) for r in planned))
+    print(text)
+    print(f"outputs: {args.work / 'gpu_check.md'}" + (f", {args.out}" if args.out else "")
+          + f"; calibration for python -m oar.experiment.cost_plan --calibration: {args.work / 'calibration.json'}; "
+          f"each row's metrics, steps and profile under {args.work}/<row>/; {time.perf_counter() - started:.0f} s")
+    if len(results) < sum(len(r.parts()) for r in planned):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

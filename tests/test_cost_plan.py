@@ -3,8 +3,11 @@ models, its testbed prediction against `make run`'s measured step times, its err
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -241,27 +244,197 @@ def test_engine_without_room_for_one_sequence_names_the_key():
         cp.plan_config(config, cp.hardware("h100"), cp.Assumptions())
 
 
-def test_calibration_round_trip(tmp_path):
-    """A calibration.json as bench/gpu_check.py writes it: the plan's own work over the recorded times
-    gives back the rates the times were made from."""
-    record = {"device": "test", "memory_gb": 80.0, "prompt_tokens": 64, "response_tokens": 128, "batch": 8,
-              "gradient_checkpointing": False,
-              "shape": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-                            num_key_value_heads=2, vocab_size=300, tie_word_embeddings=True)}
-    shape = cp.shape_of(Qwen2Config(**record["shape"]))
-    update = cp._scale(cp.update_work(shape, 64, 128, 8, False, 0), 8).flops
-    gen = cp.generation_work(shape, 8, 64, 128, 8)
-    (_, step_bytes, steps), = gen.decode
-    generate_s = gen.flops / 1e12 + steps * step_bytes / 1e11
-    record["methods"] = {"grpo": {"generate_s": generate_s, "update_s": update / 1e12, "completion_length": 128}}
+SHAPE_SPEC = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=300, tie_word_embeddings=True)
+
+
+def _synthetic_record(rate=1e12, update_fixed=0.05, decode_fixed=0.02, oar_p_call=0.03):
+    """A calibration.json as bench/gpu_check.py writes it, its times made from known rates by the plan's
+    own work: GRPO at two lengths and exact OAR-P at one, on the stacked schedule."""
+    shape = cp.shape_of(Qwen2Config(**SHAPE_SPEC))
+    hw = cp.Hardware("made", rate, 1e12, 80, mfu=1.0, bandwidth_util=1.0)
+    rows = []
+    for length in (64, 256):
+        update = cp._scale(cp.update_work(shape, 32, length, 8, False, 0), 8).flops / rate + update_fixed
+        gen = cp.generation_work(shape, 8, 32, length, 8)
+        (step_flops, step_bytes, steps), = gen.decode
+        roof = max(step_flops / rate, step_bytes / hw.bytes_per_s)
+        generate = gen.flops / rate + steps * roof + (steps + 1) * decode_fixed
+        rows.append({"method": "grpo", "prompt_tokens": 32, "completion_length": length, "batch": 8,
+                     "generation_backend": "transformers", "generate_s": generate, "score_s": 0.0,
+                     "update_s": update, "step_s": generate + update, "frac_scored": 0.0})
+    oar_p = {**rows[0], "method": "oar_p", "frac_scored": 1.0, "chunk_tokens": 128, "scorer_schedule": "stacked"}
+    work = cp._check_scoring_work(shape, oar_p)
+    oar_p["score_s"] = work.flops / rate + work.calls * oar_p_call  # a CPU-like device: compute + calls
+    rows.append(oar_p)
+    return {"device": "CPU", "memory_gb": 80.0, "batch": 8, "shape": SHAPE_SPEC, "rows": rows}
+
+
+def test_calibration_recovers_the_rates_its_times_were_made_from(tmp_path):
     path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(_synthetic_record()))
+    hw = cp.calibrate(path, cp.Hardware("base", 1e15, 1e12, 80, mfu=1.0, bandwidth_util=1.0))
+    assert hw.flops == pytest.approx(1e12, rel=1e-6)
+    assert hw.update_fixed_s == pytest.approx(0.05, rel=1e-6)  # two lengths: the fixed cost is fitted
+    assert hw.decode_step_s == pytest.approx(0.02, rel=1e-6) and hw.decode_backend == "transformers"
+    assert hw.call_s == pytest.approx(0.02, rel=1e-6)  # transformers' decode step: one eager forward call
+    assert hw.scorer_call("oar_p", "stacked") == pytest.approx(0.03, rel=1e-6)
+    assert hw.scorer_call("oar_p", "per_response") is None  # measured on one schedule, applied to it only
+    # on a GPU the stacked scorer's calls and compute overlap: a call-bound score_s is calls x their cost
+    record = _synthetic_record()
+    shape = cp.shape_of(Qwen2Config(**SHAPE_SPEC))
+    record["device"] = "a GPU"
+    record["rows"][-1]["score_s"] = cp._check_scoring_work(shape, record["rows"][-1]).calls * 0.03
     path.write_text(json.dumps(record))
-    hw = cp.calibrate(path, cp.hardware("h100"))
-    assert hw.flops == pytest.approx(1e12) and hw.bytes_per_s == pytest.approx(1e11)
-    del record["batch"]
-    path.write_text(json.dumps(record))
+    gpu = cp.calibrate(path, cp.Hardware("base", 1e15, 1e12, 80, mfu=1.0, bandwidth_util=1.0))
+    assert gpu.asynchronous and gpu.scorer_call("oar_p", "stacked") == pytest.approx(0.03, rel=1e-6)
+
+
+def test_calibration_of_another_shape_or_without_grpo_names_the_field(tmp_path):
+    path = tmp_path / "calibration.json"
+    base = cp.hardware("h200")
+    record = _synthetic_record()
+    path.write_text(json.dumps({**record, "rows": [r for r in record["rows"] if r["method"] != "grpo"]}))
+    with pytest.raises(PlanError, match="no GRPO row"):
+        cp.calibrate(path, base)
+    path.write_text(json.dumps([record]))
+    with pytest.raises(PlanError, match="not a JSON object"):
+        cp.calibrate(path, base)
+    path.write_text(json.dumps({k: v for k, v in record.items() if k != "batch"}))
     with pytest.raises(PlanError, match="no key 'batch'"):
-        cp.calibrate(path, cp.hardware("h100"))
+        cp.calibrate(path, base)
+    path.write_text(json.dumps({**record, "shape": {**SHAPE_SPEC, "hidden_size": "64"}}))
+    with pytest.raises(PlanError, match=r"field 'shape\.hidden_size'"):
+        cp.calibrate(path, base)
+    broken = json.loads(json.dumps(record))
+    del broken["rows"][0]["update_s"]
+    path.write_text(json.dumps(broken))
+    with pytest.raises(PlanError, match=r"field 'update_s' of the grpo row \(rows\[0\]\.update_s\)"):
+        cp.calibrate(path, base)
+    other = tmp_path / "other.json"
+    path.write_text(json.dumps(record))
+    other.write_text(json.dumps({**record, "shape": {**SHAPE_SPEC, "num_hidden_layers": 4}}))
+    with pytest.raises(PlanError, match="field 'shape' differs"):
+        cp.calibrate([path, other], base)
+
+
+# --- the H200 rows: the plan, calibrated with them, against each measured phase -------------------------
+
+H200 = sorted((Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11").glob("*.json"))
+PHASES = (("generation", "generate_s"), ("scoring", "score_s"), ("update", "update_s"), ("step", "step_s"))
+
+
+def _h200_rows():
+    for path in H200:
+        data, rows = cp.calibration_rows(path)
+        shape = cp.shape_of(Qwen2Config(**data["shape"]))
+        for row in rows:
+            yield shape, row
+
+
+def _check_plan(shape, row, hw, schedule=None, first_step=False):
+    assume = cp.Assumptions(prompt_tokens=row["prompt_tokens"], completion_fill=1.0, scored_share=1.0)
+    return cp.step_plan(shape, cp.check_settings(row), hw, assume, schedule=schedule or row["scorer_schedule"],
+                        first_step=first_step)
+
+
+def test_calibrated_plan_holds_each_measured_phase_of_the_h200_rows():
+    """GRPO and OAR-G at 1,024 tokens, GRPO and exact OAR-P at 256 (bench/calibration/h200-2026-11),
+    planned for the check's own settings on the schedule they ran on, within 25% of every phase (GRPO's
+    scoring, 1-2 ms of bookkeeping, within 10 ms). The update's rate and fixed cost and each scorer's
+    per-call cost are fitted from these rows; generation's one fitted constant stands for four rows, and
+    OAR-G's and OAR-P's steps add up what was fitted separately."""
+    assert len(H200) == 2
+    hw = cp.calibrate(H200, cp.hardware("h200"))
+    seen = set()
+    for shape, row in _h200_rows():
+        plan = _check_plan(shape, row, hw)
+        for phase, key in PHASES:
+            planned, measured = getattr(plan, phase), row[key]
+            assert abs(planned - measured) <= 0.25 * measured + 0.01, (row["method"], row["completion_length"],
+                                                                      phase, planned, measured)
+        seen.add((row["method"], row["completion_length"]))
+    assert seen == {("grpo", 1024), ("oar_g", 1024), ("grpo", 256), ("oar_p", 256)}
+
+
+def test_one_length_places_generation_but_not_the_update_at_the_other():
+    """Calibrated at one length only, the decode's fixed cost places the other length's GRPO generation
+    within 5%; the update, without its fixed cost (two lengths fit it), is off by 2x or more."""
+    by_length = {int(json.loads(p.read_text())["rows"][0]["completion_length"]): p for p in H200}
+    for source, target in ((1024, 256), (256, 1024)):
+        hw = cp.calibrate(by_length[source], cp.hardware("h200"))
+        (shape, row), = [(s, r) for s, r in _h200_rows() if r["method"] == "grpo" and r["completion_length"] == target]
+        plan = _check_plan(shape, row, hw)
+        assert plan.generation == pytest.approx(row["generate_s"], rel=0.05)
+        assert not 0.5 < plan.update / row["update_s"] < 2.0
+
+
+def test_decode_calibration_applies_to_its_own_backend_only():
+    """The H200 rows generated with transformers' generate (about 23 ms a decode step, fixed cost): a
+    plan of vLLM rollouts keeps its own roofline, whatever that latency."""
+    hw = cp.calibrate(H200, cp.hardware("h200"))
+    assert hw.decode_backend == "transformers" and 0.015 < hw.decode_step_s < 0.03
+    config = load_config("config/paper.yaml")
+    registry = Registry(config, config["training"]["trainer"].keys() | _trainer_keys())
+    settings = registry.run_settings("qwen2.5-math-1.5b", "grpo", 0)
+    assert settings["trainer"]["use_vllm"]
+    shape = cp.shape_of(Qwen2Config(**cp_qwen15()))
+    slow = dataclasses.replace(hw, decode_step_s=1.0)
+    vllm = cp.step_plan(shape, settings, hw, cp.Assumptions())
+    assert cp.step_plan(shape, settings, slow, cp.Assumptions()).generation == vllm.generation
+    hf = {**settings, "trainer": {**settings["trainer"], "use_vllm": False}}
+    assert cp.step_plan(shape, hf, slow, cp.Assumptions()).generation > cp.step_plan(shape, hf, hw,
+                                                                                     cp.Assumptions()).generation
+    # and the vLLM plan is far below what the transformers latency would make of 1,024 decode steps
+    assert vllm.generation < 1024 * hw.decode_step_s
+
+
+def cp_qwen15() -> dict:
+    from oar.experiment.memory_plan import QWEN_SHAPES
+
+    return {k: v for k, v in QWEN_SHAPES["qwen2.5-1.5b"].items() if k != "max_position_embeddings"}
+
+
+def test_stacked_schedule_after_the_scorer_change():
+    """What the plan says of the new schedule for the H200 OAR-P row's settings (8 responses of 256
+    tokens): at the check's chunk_tokens 512 stacking saves few forwards (a 373-token probe fills a
+    forward alone); at the paper's 2,048 the forwards are within 10% of ceil(suffix tokens / chunk) +
+    ceil(clean tokens / chunk), 4x fewer than at 512 and fewer than the per-response schedule's. Its calls
+    are timed by the measured eager forward call (no per-chunk synchronisation), not by the old code's
+    per-call cost."""
+    hw = cp.calibrate(H200, cp.hardware("h200"))
+    assert hw.scorer_call("oar_p", "stacked") is None and hw.scorer_call("oar_p", "per_response") > hw.call_s
+    (shape, row), = [(s, r) for s, r in _h200_rows() if r["method"] == "oar_p"]
+    old = cp._check_scoring_work(shape, row, "per_response")
+    new = cp._check_scoring_work(shape, row, "stacked")
+    assert new.flops == pytest.approx(old.flops, rel=0.05) and new.calls <= old.calls
+    paper = {**row, "chunk_tokens": 2048}
+    new_paper, old_paper = (cp._check_scoring_work(shape, paper, s) for s in ("stacked", "per_response"))
+    reasoning, probe = cp.reasoning_probe(row["prompt_tokens"], row["completion_length"])
+    suffix_tokens = 8 * sum(probe - row["prompt_tokens"] - a for a in range(int(reasoning)))
+    bound = math.ceil(suffix_tokens / 2048) + math.ceil(8 * probe / 2048)
+    assert new_paper.calls <= 1.1 * bound and new_paper.calls < old_paper.calls and 4 * new_paper.calls < old.calls
+    assert _check_plan(shape, paper, hw, "stacked").scoring < _check_plan(shape, paper, hw, "per_response").scoring
+
+
+def test_stacked_packing_matches_a_copy_by_copy_simulation():
+    """oar_p_work's packing by copy length with multiplicities equals packing the copies one by one:
+    sorted longest first, a forward takes rows while rows x its longest <= chunk_tokens."""
+    _, shape = _model("qwen2")
+    for responses, chunk, span, window in ((3, 64, 1, 0), (5, 200, 2, 0), (4, 96, 1, 8), (2, 1, 1, 0)):
+        prompt, reasoning, probe = 16, 40, 16 + 40 + 6
+        copies = sorted([c for _ in range(responses) for c in cp.oar_p_copies(prompt, reasoning, probe, span,
+                                                                               window)], key=lambda c: -c[0])
+        forwards, flops, i = 0, 0.0, 0
+        while i < len(copies):
+            longest = copies[i][0]
+            rows = max(1, chunk // longest)
+            flops += sum(cp.forward_flops(shape, longest, c, 3) for _, c in copies[i : i + rows])
+            forwards, i = forwards + 1, i + rows
+        clean = math.ceil(responses / max(1, chunk // probe))
+        work = cp.oar_p_work(shape, prompt, reasoning, probe, 3, chunk, span, window, responses=responses)
+        assert work.calls == forwards + clean and work.forwards == work.calls
+        assert work.flops == pytest.approx(flops + responses * cp.forward_flops(shape, probe, keep=3))
 
 
 # --- the CLI -----------------------------------------------------------------------------------------

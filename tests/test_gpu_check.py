@@ -1,54 +1,158 @@
-"""bench/gpu_check.py at tiny size on CPU, so the GPU check still runs on the day a GPU is lent."""
+"""bench/gpu_check.py (the GPU preflight): its plan and errors, and a whole run at tiny size on CPU, so the
+preflight still runs on the day a GPU is lent. Nothing here ran on a GPU."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = ("grpo", "oar_g", "oar_p")
+CHECK = [sys.executable, str(REPO / "bench" / "gpu_check.py")]
+ENV = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+TINY = ["--shape", "tiny", "--response-tokens", "12", "--exact-oar-p-tokens", "8", "--batch", "4",
+        "--num-generations", "2"]
+
+
+def _run(args, timeout=300):
+    return subprocess.run(CHECK + args, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=REPO)
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_gpu_check_refuses_to_run_real_shapes_without_cuda(tmp_path):
-    command = [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--work", str(tmp_path / "work")]
-    env = os.environ | {"PYTHONPATH": str(REPO)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = _run(["--work", str(tmp_path / "work")])
     assert done.returncode == 2, done.stderr[-2000:]
     assert "--device cuda (the default for --shape qwen2.5-1.5b): no CUDA device is visible" in done.stderr
     assert not (tmp_path / "work").exists()  # stopped before building anything
 
 
+def _plan(stderr: str) -> tuple[dict, float]:
+    rows = {m: (json.loads(lengths), float(s)) for m, lengths, s in
+            re.findall(r"^  (\w+): steps of (\[[\d, ]+\]) tokens, ([\d,.]+) s", stderr, re.M)}
+    total = float(re.search(r"^  total ([\d,]+) s", stderr, re.M).group(1).replace(",", ""))
+    return rows, total
+
+
+def test_full_check_is_planned_to_fit_eight_minutes_of_an_h200():
+    """The default 1.5B check, by oar.experiment.cost_plan with the H200 rates: GRPO and OAR-G at 1,024
+    tokens (two steps each), exact OAR-P at 256 (two steps) then 1,024 (one step) in one process, all
+    of it within 480 s, nothing sized down or skipped."""
+    done = _run(["--plan-only", "--budget-s", "480"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows, total = _plan(done.stderr)
+    assert {m: lengths for m, (lengths, _) in rows.items()} == {
+        "grpo": [1024, 1024], "oar_g": [1024, 1024], "oar_p": [256, 256, 1024]}, done.stderr
+    assert total <= 480 and "skipped" not in done.stderr and "sized" not in done.stderr
+    assert "bench/calibration/h200-2026-11" in done.stderr  # which rates planned it
+
+
+def test_budget_sizes_and_skips_rows_and_says_so():
+    done = _run(["--plan-only", "--budget-s", "330"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows, total = _plan(done.stderr)
+    assert total <= 330
+    assert rows["oar_p"][0] == [256, 256] and "sized from steps of [256, 256, 1024]" in done.stderr
+    done = _run(["--plan-only", "--budget-s", "60"])
+    assert done.returncode == 0 and "skipped" in done.stderr, done.stderr[-3000:]
+    assert _plan(done.stderr)[1] <= 60
+
+
+def test_budget_too_small_for_one_step_names_the_option():
+    done = _run(["--plan-only", "--budget-s", "20"])
+    assert done.returncode == 2
+    assert "--budget-s 20: too small for one row" in done.stderr
+
+
+def test_an_option_contradicting_the_config_names_the_key():
+    """The check measures the paper config's scorer settings: the 1.5B model's chunk_tokens is 2,048."""
+    done = _run(["--plan-only", "--chunk-tokens", "512"])
+    assert done.returncode == 2
+    assert "--chunk-tokens 512 contradicts models.qwen2.5-math-1.5b.oar.chunk_tokens = 2048" in done.stderr
+    done = _run(["--plan-only", "--probe", "lt_logits"])
+    assert done.returncode == 2 and "contradicts training.oar.probe = as_mean" in done.stderr
+    assert _run(["--plan-only", "--chunk-tokens", "2048"]).returncode == 0  # agreeing is fine
+
+
+def test_a_calibration_without_grpo_names_the_field(tmp_path):
+    record = json.loads((REPO / "bench/calibration/h200-2026-11/calibration_256.json").read_text())
+    record["rows"] = [r for r in record["rows"] if r["method"] != "grpo"]
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(record))
+    done = _run(["--plan-only", "--calibration", str(path)])
+    assert done.returncode == 2 and "no GRPO row (field 'method'" in done.stderr
+
+
+def _table(path: Path) -> dict:
+    rows = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if line.startswith("| ") and "---" not in line and cells[0] != "row":
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
 @pytest.mark.slow
-def test_gpu_check_times_every_method_at_forced_length(tmp_path):
-    out = tmp_path / "gpu_check.md"
-    command = [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--shape", "tiny", "--response-tokens", "12",
-               "--batch", "4", "--num-generations", "2", "--steps", "1", "--eval-batch", "4",
-               "--work", str(tmp_path / "work"), "--out", str(out)]
-    env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+def test_gpu_check_times_every_row_at_forced_length(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "gpu_check.md"
+    done = _run(TINY + ["--work", str(work), "--out", str(out), "--eval", "--eval-batch", "4"], timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in out.read_text().splitlines() if line.startswith("| ") and "---" not in line}
-    for method in ("grpo", "oar_g", "oar_p"):
-        generate, score, update, step, ratio, paper, tokens, scored, peak, predicted = rows[method]
-        assert float(step) > 0 and float(peak) > 0 and float(predicted) > 0
-        assert paper == {"grpo": "1.0", "oar_g": "1.4", "oar_p": "4.2"}[method]
-        assert tokens == "12"  # responses forced to --response-tokens
-        assert scored == ("0.00" if method == "grpo" else "1.00")
-    assert float(rows["oar_p"][1]) > 0 and float(rows["oar_g"][1]) > 0  # scoring was timed
+    rows = _table(out)
     assert float(rows["transformers"][3]) > 0  # evaluation tokens/s
     assert "vllm" in rows  # timed where vLLM is importable, else marked not installed
-    # the machine-readable record the cost plan calibrates from, and the plan reading it
-    record = json.loads((tmp_path / "work" / "calibration.json").read_text())
-    assert record["response_tokens"] == 12 and record["batch"] == 4 and set(record["methods"]) == set(METHODS)
-    assert record["methods"]["grpo"]["update_s"] > 0 and record["evaluation"]["transformers"]["tokens_per_s"] > 0
+    for label, method in (("GRPO at 12 tokens", "grpo"), ("OAR-G at 12 tokens", "oar_g"),
+                          ("exact OAR-P at 8 tokens", "oar_p"), ("exact OAR-P at 12 tokens", "oar_p")):
+        steady, generate, score, update, step, first, ratio, paper, scored, calls, peak, predicted, *_ = rows[label]
+        assert steady == ("1 of 3" if method == "oar_p" else "1 of 2")  # the first step is in no steady figure
+        assert float(update) > 0 and float(step) >= float(update) and float(peak) > 0 and float(predicted) > 0
+        assert paper == {"grpo": "1.0", "oar_g": "1.4", "oar_p": "4.2"}[method]
+        assert scored == ("0.00" if method == "grpo" else "1.00")
+        assert (int(calls) > 0) == (method != "grpo")  # model calls counted in the scoring call
+    # exact OAR-P's longer length runs after two steps at the shorter: its generation is the first at 12
+    assert "(first at this length)" in rows["exact OAR-P at 12 tokens"][1]
+    record = json.loads((work / "calibration.json").read_text())
+    assert record["complete"] is True and record["vllm_importable"] in (True, False)
+    by_row = {r["row"]: r for r in record["rows"]}
+    assert set(by_row) == {"grpo-12", "oar_g-12", "oar_p-8", "oar_p-12"}
+    assert all(r["completion_length"] == int(r["row"].rsplit("-", 1)[1]) for r in by_row.values())
+    assert all(r["generation_backend"] == "transformers" and r["chunk_tokens"] == 8192 for r in by_row.values())
+    assert by_row["grpo-12"]["first_generate_s"] > 0 and by_row["oar_p-8"]["prompt_tokens"] > 0
+    # per scorer, the profile of one scoring call: synchronisations counted, model calls, top operators
+    profiles = record["profiles"]
+    assert set(profiles) == {"oar_g-12", "oar_p-8-12"}
+    for profile in profiles.values():
+        assert profile["model_calls"] > 0 and profile["top"] and profile["synchronisations"] >= 0
+        assert set(profile["by_op"]) == {"aten::item", "aten::_local_scalar_dense", "aten::nonzero"}
+    # no checkpoint: transformers would save one at max_steps
+    assert not [p for p in work.rglob("checkpoint-*")]
+    # the record the cost plan calibrates from, and the plan reading it
     from oar.experiment import cost_plan
 
-    hw = cost_plan.calibrate(tmp_path / "work" / "calibration.json", cost_plan.hardware("h100"))
-    assert hw.flops > 0 and hw.bytes_per_s > 0 and "calibrated" in hw.name
+    hw = cost_plan.calibrate(work / "calibration.json", cost_plan.hardware("h100"))
+    assert hw.flops > 0 and hw.decode_backend == "transformers" and "calibrated" in hw.name
+    assert {m for m, _, _ in hw.scorer_call_s} == {"oar_g", "oar_p"}
+
+
+@pytest.mark.slow
+def test_a_cut_off_check_keeps_its_finished_rows_marked_partial(tmp_path):
+    """Killed after its first row: the table and calibration.json hold that row and say they are partial."""
+    work = tmp_path / "work"
+    process = subprocess.Popen(CHECK + TINY + ["--methods", "grpo", "oar_g", "--work", str(work)], env=ENV, cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not (work / "calibration.json").exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    record = json.loads((work / "calibration.json").read_text())
+    assert record["complete"] is False and [r["row"] for r in record["rows"]] == ["grpo-12"]
+    assert record["rows_planned"] == ["grpo-12", "oar_g-12"]
+    assert "**Partial: 1 of 2 planned rows finished**" in (work / "gpu_check.md").read_text()

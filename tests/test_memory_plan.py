@@ -124,13 +124,66 @@ def test_a_layout_that_is_not_full_shard_is_refused(tmp_path):
         memory_plan.layout_of(f"accelerate launch --config_file {accel}", "bfloat16", "auto", "models.m")
 
 
-def test_windowed_oar_p_chunks_hold_window_plus_tail_copies():
-    """oar.window_tokens K: a chunk runs chunk_tokens // (K + tail) copies of K + tail tokens, each over
-    its own copy of the prompt and reasoning's cache."""
+def test_oar_p_largest_forward_follows_the_stacked_schedule():
+    """Copies of all the call's responses, sorted by length and packed rows x longest <= chunk_tokens: the
+    largest forward (by cached tokens, each row its prefix and the forward's run) is what packing the copies
+    one by one gives; it is among the short copies near the reasoning's end, many more rows than one
+    response alone fills; with a window K the rows run over the whole prompt and reasoning."""
     tail = memory_plan.CONCLUDE_AND_ANSWER_TOKENS
-    probe, prompt, chunk, window = 1560, 512, 2048, 64
-    cached, run = memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window)
-    copies = chunk // (window + tail)
-    assert run == copies * (window + tail)
-    assert cached == copies * (probe - tail + window + tail)
-    assert memory_plan.oar_p_peak_tokens(probe, prompt, chunk, 0) != (cached, run)
+    probe, prompt, chunk, responses = 1560, 512, 2048, 64
+    reasoning = probe - prompt - tail
+    for window in (0, 64):
+        copies = memory_plan.oar_p_copies(prompt, reasoning, probe, 1, window)
+        one_by_one = sorted([c for _ in range(responses) for c in copies], key=lambda c: -c[0])
+        worst, i = (0, 0), 0
+        while i < len(one_by_one):
+            longest = one_by_one[i][0]
+            rows = one_by_one[i : i + max(1, chunk // longest)]
+            worst = max(worst, (int(sum(c + longest for _, c in rows)), int(len(rows) * longest)))
+            i += len(rows)
+        cached, run = memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window, responses=responses)
+        assert (cached, run) == worst and run <= chunk
+        assert cached > 0.9 * (chunk // (tail + 1)) * (prompt + reasoning)  # ~81 rows over ~1,500-token prefixes
+        assert memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window, responses=1)[0] < cached
+        forwards = list(memory_plan.stacked_forwards(copies, responses, chunk))
+        assert all(sum(n for _, n in members) * longest <= chunk for longest, members in forwards)
+        assert sum(n for _, members in forwards for _, n in members) == responses * reasoning
+
+
+def _check_phase(method, tokens, prompt=93):
+    """The scoring phase of the GPU check's settings (bf16 weights, bf16 autocast, chunk_tokens 512,
+    8 responses) at the 1.5B shape, in MiB without the reserve."""
+    shape = memory_plan.shape_of(memory_plan.model_config("qwen2.5-1.5b"))
+    settings = {"model_dtype": "bfloat16", "oar": {"chunk_tokens": 512, "window_tokens": 0},
+                "trainer": {"per_device_train_batch_size": 8, "max_completion_length": tokens,
+                            "gradient_checkpointing": False, "use_vllm": False, "gradient_accumulation_steps": 1}}
+    phases = memory_plan.plan_model("check", {"launcher": "python"}, settings, shape, prompt, methods=[method],
+                                    scored=8)
+    phase, = [p for p in phases if p.phase.startswith("scoring")]
+    return (sum(phase.parts.values()) - memory_plan.RESERVE_GB * memory_plan.GB) / 2**20
+
+
+def test_scoring_phases_match_the_h200_peaks():
+    """The peaks measured within scoring on one H200 (bench/calibration/h200-2026-11: the second step,
+    AdamW's state resident, bf16 weights under bf16 autocast): OAR-G at 1,024 tokens 12,180 MiB, exact
+    OAR-P at 256 tokens 9,257 MiB; the plan within 5%."""
+    assert _check_phase("oar_g", 1024) == pytest.approx(12180, rel=0.05)
+    assert _check_phase("oar_p", 256) == pytest.approx(9257, rel=0.05)
+
+
+def test_scoring_runs_under_autocast_over_float32_weights():
+    """One GPU, float32 master weights, bf16 mixed precision (the paper's 1.5B run): scoring runs inside
+    the training forward's autocast, so OAR-P's KV caches are bf16 and OAR-G's backward holds autocast's
+    bf16 copies of the weights; without mixed precision the caches are float32 and there is no copy."""
+    config = memory_plan.load_config(ROOT / "config" / "paper.yaml")
+    registry = Registry(config, TRAINER_KEYS)
+    settings = registry.run_settings("qwen2.5-math-1.5b", "oar_g", 0)
+    shape = memory_plan.shape_of(memory_plan.model_config("qwen2.5-1.5b"))
+    mixed = {p.phase: p for p in memory_plan.plan_model("m", {"launcher": "python"}, settings, shape, 512)}
+    plain_settings = copy.deepcopy(settings)
+    plain_settings["trainer"]["bf16"] = False
+    plain = {p.phase: p for p in memory_plan.plan_model("m", {"launcher": "python"}, plain_settings, shape, 512)}
+    key = "clean KV caches (every scored response)"
+    assert mixed["scoring OAR-P"].parts[key] == pytest.approx(plain["scoring OAR-P"].parts[key] / 2)
+    copies = "autocast bf16 weight copies (kept for the backward)"
+    assert mixed["scoring OAR-G"].parts[copies] == shape.params * 2 and copies not in plain["scoring OAR-G"].parts

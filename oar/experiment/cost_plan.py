@@ -10,9 +10,10 @@ One training step has three phases; each is counted as work and turned into time
   OAR-P one clean probe forward plus, for each substituted reasoning position j (every
   ``oar.span_tokens``-th, 1 = exact), a forward of the suffix after j over the clean prefix's KV
   cache: about R^2/2 token-forwards for R reasoning tokens (with ``oar.window_tokens`` K, only K
-  reasoning tokens and the conclusion: about R x (K + tail)). OAR-G a clean no-grad forward, a forward
-  with grad on the input embeddings and its backward (input gradients only: about one forward's
-  matmuls, two of its attention). grad_norm the same without the clean forward; entropy one no-grad
+  reasoning tokens and the conclusion: about R x (K + tail)); the copies of all responses of a scoring
+  call stacked, longest first, into forwards of ``oar.chunk_tokens`` (``SCHEDULE``). OAR-G a clean
+  no-grad forward, a forward with grad on the input embeddings and its backward (input gradients only:
+  about one forward's matmuls, two of its attention). grad_norm the same without the clean forward; entropy one no-grad
   forward of prompt + reasoning keeping R + 1 logits; truth, position and random read no model.
 - **update**: forward + backward of prompt + completion (weight and input gradients: 3x the forward's
   matmuls), one more forward with gradient checkpointing, plus TRL's no-grad forwards: the old
@@ -30,13 +31,17 @@ skips the masked half of a causal square, so for long sequences the term is up t
 of the weights and inputs is 2x the forward's matmuls, attention's included (a flash kernel's backward
 also recomputes the scores: half a forward's attention more, not counted).
 
-Each forward call also costs a fixed time per layer (kernel launches, Python): what dominates small
-models and CPUs. Times are work over a sustained rate: peak x utilisation, both assumptions printed
-above the table, or measured on a GPU by ``bench/gpu_check.py`` (its ``calibration.json``).
+Each model call also costs a fixed time (kernel launches, Python): what dominates small models, CPUs,
+and eager transformers forwards on a GPU. Work without host synchronisations overlaps its calls' fixed
+cost with its compute on a GPU. Times are work over a sustained rate: peak x utilisation and an assumed
+per-layer call cost, printed above the table, or the rates and fixed costs measured on a GPU by
+``bench/gpu_check.py`` (its ``calibration.json``; :func:`calibrate`), each applied to what it measured.
 
     python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, Markdown
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware a100
-    python -m oar.experiment.cost_plan --config config/paper.yaml --calibration results/bench/gpu_check/calibration.json
+    python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
+        --calibration bench/calibration/h200-2026-11/calibration_1024.json \\
+                      bench/calibration/h200-2026-11/calibration_256.json
 """
 
 from __future__ import annotations
@@ -45,12 +50,14 @@ import argparse
 import dataclasses
 import json
 import math
+import statistics
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from oar.experiment.memory_plan import CONCLUDE_AND_ANSWER_TOKENS, PlanError, load_config, model_config
+from oar.experiment.memory_plan import (CONCLUDE_AND_ANSWER_TOKENS, PlanError, load_config, model_config, oar_p_copies,
+                                       stacked_forwards)
 
 GB = 1e9
 
@@ -60,7 +67,8 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class Hardware:
-    """Peak figures (vendor data sheets, dense bf16) and the share of them assumed sustained."""
+    """Peak figures (vendor data sheets, dense bf16) and the share of them assumed sustained, or the
+    sustained figures and fixed costs measured by ``bench/gpu_check.py`` (:func:`calibrate`)."""
 
     name: str
     peak_flops: float  # FLOP/s
@@ -70,6 +78,17 @@ class Hardware:
     bandwidth_util: float = 0.65  # assumed: sustained share of bandwidth in a decode step
     layer_overhead_s: float = 20e-6  # assumed: fixed time per layer per forward call (a dozen kernel launches)
     measured: str = ""  # where the sustained figures come from when calibrated
+    # A GPU runs kernels while the host queues the next ones: work without host synchronisations takes the
+    # larger of its compute and its calls' fixed cost, not their sum. A CPU does both itself (False).
+    asynchronous: bool = False
+    # Measured fixed costs (None: layers x layer_overhead_s per call, nothing per update)
+    call_s: float | None = None  # one eager transformers forward call (the trainer's: prefill, scoring, update)
+    update_fixed_s: float | None = None  # per update micro-batch beyond its FLOPs (backward, clipping, AdamW, launches)
+    decode_backend: str = ""  # the generation backend the decode calibration was measured with
+    decode_step_s: float | None = None  # that backend's fixed cost per decode step
+    first_step_decode_s: float | None = None  # the same in a run's first step (allocator and kernel warm-up)
+    # fixed cost per model call of each scorer, measured from score_s, and the schedule it was measured on
+    scorer_call_s: tuple = ()  # ((method, schedule, seconds), ...)
 
     @property
     def flops(self) -> float:
@@ -79,11 +98,22 @@ class Hardware:
     def bytes_per_s(self) -> float:
         return self.bandwidth * self.bandwidth_util
 
+    def fixed_call_s(self, layers: int) -> float:
+        """Fixed cost of one eager forward (or backward) call of a model of ``layers`` layers."""
+        return self.call_s if self.call_s is not None else layers * self.layer_overhead_s
+
+    def scorer_call(self, method: str, schedule: str) -> float | None:
+        """The measured fixed cost per model call of ``method``'s scorer run on ``schedule``, if any."""
+        for m, sched, seconds in self.scorer_call_s:
+            if m == method and sched == schedule:
+                return seconds
+        return None
+
 
 HARDWARE = {
-    "a100": Hardware("A100 80GB SXM", 312e12, 2.0e12, 80),
-    "h100": Hardware("H100 SXM", 989e12, 3.35e12, 80),
-    "h200": Hardware("H200", 989e12, 4.8e12, 141),
+    "a100": Hardware("A100 80GB SXM", 312e12, 2.0e12, 80, asynchronous=True),
+    "h100": Hardware("H100 SXM", 989e12, 3.35e12, 80, asynchronous=True),
+    "h200": Hardware("H200", 989e12, 4.8e12, 141, asynchronous=True),
 }
 
 
@@ -162,17 +192,27 @@ class Assumptions:
 
 @dataclass
 class Work:
-    """Work of one phase: FLOPs, forward calls (a fixed overhead per layer each) and decode steps, each
+    """Work of one phase: FLOPs, model calls (a fixed cost each), a fixed time, and decode steps, each
     timed by the roofline: the larger of its FLOPs and its bytes over their rates."""
 
     flops: float = 0.0
     calls: float = 0.0  # forward (or backward) calls, each over every layer
     decode: list = dataclasses.field(default_factory=list)  # [(flops, bytes, count)] decode steps
+    forwards: float = 0.0  # of the calls, the forward calls (what a forward hook counts)
+    fixed_s: float = 0.0  # seconds beyond FLOPs and calls (the update's measured fixed cost)
+    overlapped: bool = False  # no host synchronisation between the calls: on an asynchronous device the
+    # calls' fixed cost hides behind the compute (or the compute behind it)
 
-    def seconds(self, hw: Hardware, layers: int) -> float:
-        t = self.flops / hw.flops + self.calls * layers * hw.layer_overhead_s
+    def seconds(self, hw: Hardware, layers: int, call_s: float | None = None,
+                decode_step_s: float | None = None) -> float:
+        """``call_s``: fixed cost per call (default ``hw.fixed_call_s``); ``decode_step_s``: per decode
+        step (default the same)."""
+        call = hw.fixed_call_s(layers) if call_s is None else call_s
+        compute, fixed = self.flops / hw.flops, self.calls * call
+        t = (max(compute, fixed) if self.overlapped and hw.asynchronous else compute + fixed) + self.fixed_s
+        step = call if decode_step_s is None else decode_step_s
         for flops, nbytes, count in self.decode:
-            t += count * (max(flops / hw.flops, nbytes / hw.bytes_per_s) + layers * hw.layer_overhead_s)
+            t += count * (max(flops / hw.flops, nbytes / hw.bytes_per_s) + step)
         return t
 
 
@@ -181,7 +221,7 @@ def generation_work(shape: Shape, sequences: int, prompt: float, completion: int
     Every decode step reads the bf16 weights once for all sequences in flight and each one's KV cache."""
     concurrent = max(1, min(sequences, concurrent))
     waves = math.ceil(sequences / concurrent)
-    work = Work(flops=sequences * forward_flops(shape, prompt, keep=1), calls=waves)
+    work = Work(flops=sequences * forward_flops(shape, prompt, keep=1), calls=waves, forwards=waves)
     # decode step t (0-based) of a wave: every sequence attends prompt + t cached tokens; the mean over t
     # is exact for the linear terms, so one averaged entry per wave stands for its steps
     mean_context = prompt + (completion - 1) / 2
@@ -197,18 +237,50 @@ def reasoning_probe(prompt: float, completion: float) -> tuple[float, float]:
     return reasoning, prompt + reasoning + CONCLUDE_AND_ANSWER_TOKENS
 
 
-def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep: int, chunk_tokens: int,
-               span: int = 1, window: int = 0) -> Work:
-    """One response: the clean probe forward (its KV cache kept) and one suffix forward per substituted
-    position j = 0, w, 2w, ... (span w), batched in chunks of at most ``chunk_tokens`` tokens as
-    ``oar.method.importance._oar_p_chunks`` schedules them: a chunk of copies j0.. runs each copy from j0.
+SCHEDULES = ("stacked", "per_response")
+# oar.method.importance's schedule: "stacked" stacks the substituted copies of every scored response of a
+# scoring call into shared forwards and batches the clean passes, without host synchronisations inside its
+# loops; "per_response" is the earlier one (a response at a time, a synchronisation every chunk), which
+# the calibration files measured before the change were made with.
+SCHEDULE = "stacked"
 
-    With a window K > 0 (``oar.window_tokens``) each copy runs only the reasoning tokens
-    [j, j + max(w, K)) and the tokens after the reasoning, over the cache of the whole prompt and
-    reasoning, in chunks of ``chunk_tokens // (K + tail)`` copies padded to the chunk's longest
-    (``oar.method.importance.window_substitution_scores``)."""
-    reasoning, span = int(round(reasoning)), max(1, int(span))
-    work = Work(flops=forward_flops(shape, probe, keep=keep), calls=1)
+
+def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep: int, chunk_tokens: int,
+               span: int = 1, window: int = 0, responses: int = 1, schedule: str = SCHEDULE) -> Work:
+    """OAR-P of ``responses`` alike responses in one scoring call: a clean forward of each probe (its KV
+    cache kept) and one forward row per substituted span [a, a + w) (span w, 1 = exact) running the tokens
+    from reasoning position a to the probe's end over the clean prefix of prompt + a tokens; with a
+    window K (``oar.window_tokens``) a row runs min(max(w, K), R - a) reasoning tokens and the tail over
+    the cache of the whole prompt and reasoning.
+
+    ``stacked`` (``oar.method.importance`` now): the copies of all responses sorted by length, longest
+    first, packed greedily into forwards of rows x longest <= ``chunk_tokens`` (at least one row, each
+    padded to the longest); the clean probes in micro-batches of rows x probe <= ``chunk_tokens``; no host
+    synchronisation inside the loops (``overlapped``).
+    ``per_response`` (before): one response at a time, its clean forward alone, then chunks of
+    ``chunk_tokens // suffix`` copies from the chunk's first position (``chunk_tokens // (K + tail)``
+    with a window), a host synchronisation every chunk."""
+    if schedule not in SCHEDULES:
+        raise PlanError(f"schedule {schedule!r} is not one of {SCHEDULES}")
+    reasoning, span, responses = int(round(reasoning)), max(1, int(span)), max(1, int(round(responses)))
+    if schedule == "per_response":
+        return _scale(_oar_p_per_response(shape, prompt, reasoning, probe, keep, chunk_tokens, span, window),
+                      responses)
+    clean_rows = max(1, int(chunk_tokens // probe))
+    clean_calls = math.ceil(responses / clean_rows)
+    work = Work(flops=responses * forward_flops(shape, probe, keep=keep), calls=clean_calls, forwards=clean_calls,
+                overlapped=True)
+    copies = oar_p_copies(prompt, reasoning, probe, span, window)
+    for longest, members in stacked_forwards(copies, responses, chunk_tokens):
+        work.calls += 1
+        work.forwards += 1
+        work.flops += sum(rows * forward_flops(shape, longest, cached, keep) for cached, rows in members)
+    return work
+
+
+def _oar_p_per_response(shape: Shape, prompt: float, reasoning: int, probe: float, keep: int, chunk_tokens: int,
+                        span: int, window: int) -> Work:
+    work = Work(flops=forward_flops(shape, probe, keep=keep), calls=1, forwards=1)
     starts = list(range(0, reasoning, span))
     if window:
         tail = probe - prompt - reasoning
@@ -218,6 +290,7 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
             n = max(min(max(span, window), reasoning - a) for a in chunk) + tail
             work.flops += len(chunk) * forward_flops(shape, n, prompt + reasoning, keep)
             work.calls += 1
+            work.forwards += 1
         return work
     i = 0
     while i < len(starts):
@@ -226,6 +299,7 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
         # every copy of a chunk runs the whole suffix from the chunk's first position (one batch)
         work.flops += copies * forward_flops(shape, suffix, prompt + starts[i], keep)
         work.calls += 1
+        work.forwards += 1
         i += copies
     return work
 
@@ -242,7 +316,9 @@ def oar_g_work(shape: Shape, prompt: float, probe: float, keep: int, chunk_token
     fwd = forward_flops(shape, suffix, prompt, keep=keep)
     work = Work(flops=forward_flops(shape, prompt, keep=1) / group + (2 if clean else 1) * fwd
                 + backward_flops(shape, suffix, prompt, keep=keep, weights=False))
-    work.calls = (3 if clean else 2) / per_batch + 1 / (group * max(1, int(chunk_tokens // max(prompt, 1))))
+    prompt_passes = 1 / (group * max(1, int(chunk_tokens // max(prompt, 1))))
+    work.calls = (3 if clean else 2) / per_batch + prompt_passes
+    work.forwards = (2 if clean else 1) / per_batch + prompt_passes
     return work
 
 
@@ -260,7 +336,8 @@ def update_work(shape: Shape, prompt: float, completion: float, micro_batch: int
 
 
 def _scale(work: Work, n: float) -> Work:
-    return Work(work.flops * n, work.calls * n, [(f, b, c * n) for f, b, c in work.decode])
+    return Work(work.flops * n, work.calls * n, [(f, b, c * n) for f, b, c in work.decode], work.forwards * n,
+                work.fixed_s * n, work.overlapped)
 
 
 # --------------------------------------------------------------------------------------- plan
@@ -283,15 +360,19 @@ class StepPlan:
 SCORERS_WITHOUT_MODEL = ("grpo", "truth", "truth_graded", "truth_final", "position", "random")
 
 
-def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions, processes: int = 1) -> StepPlan:
-    """One step of a run (``settings`` as ``Registry.run_settings`` resolves them) on one process."""
+def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions, processes: int = 1,
+              schedule: str = SCHEDULE, first_step: bool = False) -> StepPlan:
+    """One step of a run (``settings`` as ``Registry.run_settings`` resolves them) on one process, its
+    scorer run on ``schedule``; ``first_step``: a run's first step (generation at the first step's
+    measured decode cost, where calibrated)."""
     trainer, oar, method = settings["trainer"], settings["oar"], settings["method"]
     prompt = assume.prompt_tokens
     completion = trainer["max_completion_length"] * assume.completion_fill
     # TRL generates per_device_train_batch_size x steps_per_generation (= gradient_accumulation_steps) per
-    # process for each optimizer step
+    # process for each optimizer step, and scores them in one call
     sequences = trainer["per_device_train_batch_size"] * trainer["gradient_accumulation_steps"]
-    if trainer.get("use_vllm"):
+    backend = "vllm" if trainer.get("use_vllm") else "transformers"
+    if backend == "vllm":
         kv_budget = (trainer["vllm_gpu_memory_utilization"] * hw.memory_gb - assume.vllm_overhead_gb) * GB \
             - 2 * shape.params
         context = prompt + trainer["max_completion_length"]
@@ -304,64 +385,241 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
     else:
         concurrent = sequences  # transformers' generate: the whole batch at once
     gen = generation_work(shape, sequences, prompt, int(round(completion)), concurrent)
+    # A decode calibration holds for the backend that was measured only: vLLM's engine (CUDA graphs) is
+    # not timed by transformers' eager generate, nor the other way round.
+    measured_decode = hw.decode_step_s if hw.decode_backend == backend else None
+    if first_step and hw.decode_backend == backend and hw.first_step_decode_s is not None:
+        measured_decode = hw.first_step_decode_s
+    if backend == "vllm":  # the engine's calls: the assumed per-layer cost, never the eager forward's
+        generation = gen.seconds(hw, shape.layers, call_s=shape.layers * hw.layer_overhead_s,
+                                 decode_step_s=measured_decode)
+    else:
+        generation = gen.seconds(hw, shape.layers, decode_step_s=measured_decode)
 
     scored = sequences * (1.0 if oar.get("score_all") else assume.scored_share)
     reasoning, probe = reasoning_probe(prompt, completion)
     keep = 1 if oar.get("probe") == "lt_logits" else assume.answer_tokens + 1
-    chunk = oar["chunk_tokens"]
-    if method == "oar_p":
-        score = _scale(oar_p_work(shape, prompt, reasoning, probe, keep, chunk, oar.get("span_tokens", 1),
-                                   oar.get("window_tokens", 0)), scored)
-    elif method in ("oar_g", "grad_norm"):
-        score = _scale(oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g",
-                                        group=trainer["num_generations"]), scored)
-    elif method == "entropy":
-        seq = prompt + reasoning
-        score = _scale(Work(forward_flops(shape, seq, keep=reasoning + 1), 1 / max(1, int(chunk // seq))), scored)
-    elif method in SCORERS_WITHOUT_MODEL:
-        score = Work()
-    else:
-        raise PlanError(f"runs: method {method!r} has no cost model")
+    score = scoring_work(shape, method, oar, prompt, reasoning, probe, keep, scored, trainer["num_generations"],
+                         schedule)
+    calibrated = "oar_g" if method == "grad_norm" else method
+    scoring = score.seconds(hw, shape.layers, call_s=hw.scorer_call(calibrated, schedule))
 
     extra = int(bool(trainer.get("use_vllm")) and trainer.get("vllm_importance_sampling_correction", True))
     extra += int(float(trainer.get("beta", 0.0)) != 0.0)
-    upd = _scale(update_work(shape, prompt, completion, trainer["per_device_train_batch_size"],
-                             bool(trainer.get("gradient_checkpointing")), extra), sequences)
-    return StepPlan(gen.seconds(hw, shape.layers), score.seconds(hw, shape.layers),
-                    upd.seconds(hw, shape.layers), processes)
+    micro = trainer["per_device_train_batch_size"]
+    upd = _scale(update_work(shape, prompt, completion, micro, bool(trainer.get("gradient_checkpointing")), extra),
+                 sequences)
+    if hw.update_fixed_s is not None:  # measured: a fixed time per micro-batch stands for its calls' cost
+        upd.calls, upd.fixed_s = 0.0, hw.update_fixed_s * sequences / micro
+    return StepPlan(generation, scoring, upd.seconds(hw, shape.layers), processes)
+
+
+def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoning: float, probe: float, keep: int,
+                 scored: float, group: int, schedule: str = SCHEDULE) -> Work:
+    """The work of one scoring call over ``scored`` responses."""
+    chunk = oar["chunk_tokens"]
+    if method == "oar_p":
+        return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, oar.get("span_tokens", 1),
+                          oar.get("window_tokens", 0), responses=scored, schedule=schedule)
+    if method in ("oar_g", "grad_norm"):
+        work = _scale(oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g", group=group), scored)
+        work.overlapped = schedule == "stacked"  # noise drawn on the device, results moved once per call
+        return work
+    if method == "entropy":
+        seq = prompt + reasoning
+        per = 1 / max(1, int(chunk // seq))
+        return _scale(Work(forward_flops(shape, seq, keep=reasoning + 1), per, forwards=per), scored)
+    if method in SCORERS_WITHOUT_MODEL:
+        return Work()
+    raise PlanError(f"runs: method {method!r} has no cost model")
 
 
 # ------------------------------------------------------------------------------- calibration
 
+CALIBRATION_ROW_FIELDS = ("method", "prompt_tokens", "completion_length", "batch", "generate_s", "score_s",
+                          "update_s", "step_s")
+CALIBRATED_METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy")
 
-def calibrate(path: str | Path, base: Hardware) -> Hardware:
-    """Sustained figures from ``bench/gpu_check.py``'s ``calibration.json``: the FLOP rate of the update
-    (the plan's update FLOPs of the check's settings over its measured update time), the decode bandwidth
-    (the plan's decode bytes over its generation time) and the fixed cost of a forward; peaks are
-    replaced by these (utilisation 1)."""
-    from transformers import Qwen2Config
 
+def calibration_rows(path: str | Path) -> tuple[dict, list[dict]]:
+    """(header, rows) of a ``calibration.json``: the current format (``rows``: one per method and length)
+    or the earlier one (``methods`` at one ``response_tokens``), normalised to the current one. Stops with
+    a :class:`PlanError` naming the field that is missing or of the wrong type."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise PlanError(f"--calibration {path}: {error}") from error
-    for key in ("shape", "prompt_tokens", "response_tokens", "batch", "methods"):
+    where = f"--calibration {path}"
+    if not isinstance(data, dict):
+        raise PlanError(f"{where}: not a JSON object (written by bench/gpu_check.py)")
+    for key in ("shape", "batch") + (() if "rows" in data else ("prompt_tokens", "response_tokens", "methods")):
         if key not in data:
-            raise PlanError(f"--calibration {path}: no key {key!r} (written by bench/gpu_check.py)")
-    shape = shape_of(Qwen2Config(**data["shape"]))
-    grpo = data["methods"].get("grpo") or next(iter(data["methods"].values()))
-    completion = grpo.get("completion_length") or data["response_tokens"]
-    prompt, batch = data["prompt_tokens"], data["batch"]
-    upd = _scale(update_work(shape, prompt, completion, batch, bool(data.get("gradient_checkpointing")), 0), batch)
-    flops = upd.flops / grpo["update_s"]
-    gen = generation_work(shape, batch, prompt, int(round(completion)), batch)
-    (_, step_bytes, count), = gen.decode
-    # the decode steps take what the prefill (at the calibrated FLOP rate) leaves of the generation time
-    decode_s = max(1e-9, grpo["generate_s"] - gen.flops / flops) / count
-    device = data.get("device", "unknown device")
-    return dataclasses.replace(base, name=f"{device} (calibrated)", peak_flops=flops, mfu=1.0,
-                               bandwidth=step_bytes / decode_s, bandwidth_util=1.0,
-                               memory_gb=data.get("memory_gb") or base.memory_gb, measured=f"{path} ({device})")
+            raise PlanError(f"{where}: no key {key!r} (written by bench/gpu_check.py)")
+    if not isinstance(data["shape"], dict):
+        raise PlanError(f"{where}: field 'shape' is not a mapping of a Qwen2 config's sizes")
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size"):
+        if not isinstance(data["shape"].get(key), int):
+            raise PlanError(f"{where}: field 'shape.{key}' is missing or not an integer")
+    if "rows" in data:
+        if not isinstance(data["rows"], list):
+            raise PlanError(f"{where}: field 'rows' is not a list")
+        rows = [dict(r) if isinstance(r, dict) else r for r in data["rows"]]
+    else:  # the earlier format: one length, per method; its scorers ran on the per-response schedule
+        if not isinstance(data["methods"], dict):
+            raise PlanError(f"{where}: field 'methods' is not a mapping of method to times")
+        rows = []
+        for method, r in data["methods"].items():
+            if not isinstance(r, dict):
+                raise PlanError(f"{where}: field 'methods.{method}' is not a mapping")
+            rows.append({"method": method, "prompt_tokens": data["prompt_tokens"],
+                         "completion_length": r.get("completion_length") or data["response_tokens"],
+                         "batch": data["batch"], "num_generations": data.get("num_generations", data["batch"]),
+                         "chunk_tokens": data.get("chunk_tokens", 512), "span_tokens": 1,
+                         "window_tokens": data.get("oar_p_window_tokens", 0), "probe": "as_mean",
+                         "scorer_schedule": "per_response", "generation_backend": "transformers",
+                         "gradient_checkpointing": data.get("gradient_checkpointing", False),
+                         "frac_scored": r.get("frac_scored", 0.0 if method == "grpo" else 1.0),
+                         **{k: r.get(k) for k in ("generate_s", "score_s", "update_s", "step_s")}})
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise PlanError(f"{where}: field 'rows[{n}]' is not a mapping")
+        row.setdefault("batch", data["batch"])
+        if not isinstance(row.get("method"), str):
+            raise PlanError(f"{where}: field 'rows[{n}].method' is missing or not a string")
+        if row["method"] not in CALIBRATED_METHODS:
+            raise PlanError(f"{where}: field 'rows[{n}].method': {row['method']!r} is not one of {CALIBRATED_METHODS}")
+        for key in CALIBRATION_ROW_FIELDS[1:]:
+            value = row.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise PlanError(f"{where}: field {key!r} of the {row['method']} row (rows[{n}].{key}) is missing "
+                                "or not a number >= 0")
+        schedule = row.setdefault("scorer_schedule", "per_response")
+        if schedule not in SCHEDULES:
+            raise PlanError(f"{where}: field 'rows[{n}].scorer_schedule': {schedule!r} is not one of {SCHEDULES}")
+    if not any(r["method"] == "grpo" for r in rows):
+        raise PlanError(f"{where}: no GRPO row (field 'method' = 'grpo' in no row): the update, generation and "
+                        "per-call costs are fitted from GRPO's step")
+    return data, rows
+
+
+def calibrate(paths, base: Hardware) -> Hardware:
+    """Sustained rates and fixed costs from one or more ``calibration.json`` files of
+    ``bench/gpu_check.py`` (one model shape; the rows of every file together):
+
+    - the update: FLOP rate R and a fixed time U per micro-batch, t = FLOPs / R + U, from GRPO's update
+      at two or more lengths (least squares; one length: U = 0, R = FLOPs / t);
+    - generation: the fixed cost of a decode step of the backend that generated (``generation_backend``):
+      what its time leaves beside the prefill and the decode's roofline; for transformers' eager
+      ``generate`` this is also taken as the fixed cost of one forward call of the trainer's model
+      (``call_s``); the first step's, where recorded (``first_generate_s``);
+    - each scorer: its fixed cost per model call on the schedule it ran on (``scorer_schedule``): what
+      its ``score_s`` leaves beside its FLOPs at R, over its model calls (the plan's count, scaled to the
+      counted forwards where the file records ``score_forwards``).
+
+    The FLOP rate replaces the peak (utilisation 1); the decode bandwidth stays the base's assumption (a
+    decode of a few sequences is bound by fixed costs and says nothing of bandwidth)."""
+    from transformers import Qwen2Config
+
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not paths:
+        raise PlanError("--calibration: no file given")
+    rows, header, shape_spec = [], None, None
+    for path in paths:
+        data, file_rows = calibration_rows(path)
+        spec = {k: v for k, v in sorted(data["shape"].items())}
+        if shape_spec is not None and spec != shape_spec:
+            raise PlanError(f"--calibration {path}: field 'shape' differs from {paths[0]}'s: the files of one "
+                            "calibration must time one model shape")
+        shape_spec, header = spec, header or data
+        rows += file_rows
+    shape = shape_of(Qwen2Config(**shape_spec))
+    grpo = [r for r in rows if r["method"] == "grpo"]
+    # a GPU queues kernels ahead of the host; a CPU runs them itself (the check records which it ran on)
+    base = dataclasses.replace(base, asynchronous=header.get("device", "CPU") != "CPU")
+
+    # the update: t = F / R + U over GRPO's lengths
+    points = sorted({(_scale(update_work(shape, r["prompt_tokens"], r["completion_length"], r["batch"],
+                                         bool(r.get("gradient_checkpointing")), 0), r["batch"]).flops, r["update_s"])
+                     for r in grpo if r["update_s"] > 0})
+    if not points:
+        raise PlanError(f"--calibration {paths[0]}: field 'update_s' of every GRPO row is 0")
+    rate, fixed = points[-1][0] / points[-1][1], 0.0
+    if len({f for f, _ in points}) >= 2:
+        mf = sum(f for f, _ in points) / len(points)
+        mt = sum(t for _, t in points) / len(points)
+        slope = sum((f - mf) * (t - mt) for f, t in points) / sum((f - mf) ** 2 for f, _ in points)
+        if slope > 0 and mt - slope * mf >= 0:
+            rate, fixed = 1 / slope, mt - slope * mf
+    # the check runs one micro-batch per update: its fixed time is taken per micro-batch (the larger reading)
+    measured = dataclasses.replace(base, peak_flops=rate, mfu=1.0, update_fixed_s=fixed)
+
+    # generation: the decode step's fixed cost, for the one backend that generated
+    backends = {r.get("generation_backend", "transformers") for r in grpo}
+    if len(backends) > 1:
+        raise PlanError(f"--calibration: field 'generation_backend' differs between the GRPO rows "
+                        f"({sorted(backends)}); calibrate with one backend's rows")
+    backend = backends.pop()
+
+    def decode_fixed(r, key):
+        gen = generation_work(shape, r["batch"], r["prompt_tokens"], int(round(r["completion_length"])), r["batch"])
+        (step_flops, step_bytes, count), = gen.decode
+        roof = max(step_flops / measured.flops, step_bytes / measured.bytes_per_s)
+        # the prefill is one more call, its fixed cost taken to be a decode step's
+        return max(0.0, (r[key] - gen.flops / measured.flops - count * roof) / (count + 1))
+
+    # a length generated for the first time in its process is not a steady generation
+    steady = [r for r in grpo if not r.get("generate_first_at_length")] or grpo
+    decode_s = statistics.median(decode_fixed(r, "generate_s") for r in steady)
+    firsts = [decode_fixed(r, "first_generate_s") for r in rows if r.get("first_generate_s")]
+    measured = dataclasses.replace(measured, decode_backend=backend, decode_step_s=decode_s,
+                                   first_step_decode_s=statistics.median(firsts) if firsts else None,
+                                   call_s=decode_s if backend == "transformers" else None)
+
+    # scorers: the fixed cost per model call, per method and schedule
+    per_call: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r["method"] == "grpo" or not r.get("frac_scored"):
+            continue
+        work = _check_scoring_work(shape, r)
+        calls = work.calls
+        if r.get("score_forwards") and work.forwards:
+            calls *= r["score_forwards"] / work.forwards
+        compute = work.flops / measured.flops
+        left = r["score_s"] if work.overlapped and base.asynchronous else r["score_s"] - compute
+        key = ("oar_g" if r["method"] == "grad_norm" else r["method"], r["scorer_schedule"])
+        per_call.setdefault(key, []).append(max(0.0, left) / calls if calls else 0.0)
+    device = header.get("device", "unknown device")
+    return dataclasses.replace(measured, name=f"{device} (calibrated)",
+                               memory_gb=header.get("memory_gb") or base.memory_gb,
+                               measured=f"{', '.join(str(p) for p in paths)} ({device})",
+                               scorer_call_s=tuple((m, s, statistics.median(v))
+                                                   for (m, s), v in sorted(per_call.items())))
+
+
+def _check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) -> Work:
+    """The scoring work of one row of a calibration file (the check's settings), on its own schedule or
+    ``schedule``."""
+    reasoning, probe = reasoning_probe(row["prompt_tokens"], row["completion_length"])
+    keep = 1 if row.get("probe", "as_mean") == "lt_logits" else Assumptions.answer_tokens + 1
+    oar = {"chunk_tokens": row.get("chunk_tokens", 512), "span_tokens": row.get("span_tokens", 1),
+           "window_tokens": row.get("window_tokens", 0)}
+    return scoring_work(shape, row["method"], oar, row["prompt_tokens"], reasoning, probe, keep,
+                        row["batch"] * row.get("frac_scored", 1.0), row.get("num_generations", row["batch"]),
+                        schedule or row.get("scorer_schedule", "per_response"))
+
+
+def check_settings(row: Mapping, run_id: str = "check") -> dict:
+    """``Registry.run_settings``-like settings of one calibration row (the check's own), for
+    :func:`step_plan` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
+    return {"run_id": run_id, "method": row["method"],
+            "oar": {"chunk_tokens": row.get("chunk_tokens", 512), "span_tokens": row.get("span_tokens", 1),
+                    "window_tokens": row.get("window_tokens", 0), "probe": row.get("probe", "as_mean"),
+                    "score_all": True},
+            "trainer": {"max_completion_length": row["completion_length"], "per_device_train_batch_size": row["batch"],
+                        "gradient_accumulation_steps": 1, "num_generations": row.get("num_generations", row["batch"]),
+                        "gradient_checkpointing": row.get("gradient_checkpointing", False), "use_vllm":
+                        row.get("generation_backend", "transformers") == "vllm", "beta": 0.0}}
 
 
 # ---------------------------------------------------------------------------------- the config
@@ -395,6 +653,7 @@ class Plan:
     groups: dict  # group -> run ids
     eval_groups: dict  # group -> evaluated run ids (the base models included)
     over_budget: list  # one message per run planned longer than its SLURM runtime x (retries + 1), naming the key
+    schedule: str = SCHEDULE
 
     def check(self) -> None:
         """Stop at the first run that its job's time limits cannot hold."""
@@ -403,7 +662,8 @@ class Plan:
                                                    if len(self.over_budget) > 1 else ""))
 
 
-def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir: str | None = None) -> Plan:
+def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir: str | None = None,
+                schedule: str = SCHEDULE) -> Plan:
     from oar.data.datasets import DATASETS
     from oar.experiment.memory_plan import _trainer_keys
     from oar.experiment.runs import Registry, model_of
@@ -416,16 +676,20 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
     for run, settings in registry.runs.items():
         model = model_of(run)
         gpus = _processes(config["models"][model])
-        step = step_plan(shapes[model], settings, hw, assume, gpus)
+        step = step_plan(shapes[model], settings, hw, assume, gpus, schedule)
         steps = settings["trainer"]["max_steps"]
         hours = step.step * steps / 3600
         res = registry.resource_set("train", model)
         allowed = res["runtime"] / 60 * (res.get("retries", 0) + 1)
         if hours > allowed:
             key = registry.resource_key("train", model, "runtime")
+            retries_key = registry.resource_key("train", model, "retries").replace("resources.default.",
+                                                                                   "resources.train.")
+            attempts = math.ceil(hours / (res["runtime"] / 60))
             over.append(f"{key}: run {run} is planned at {hours:,.1f} h ({steps} steps of {step.step:,.0f} s on "
                         f"{hw.name}), more than runtime {res['runtime']} min x (retries {res.get('retries', 0)} "
-                        f"+ 1) = {allowed:,.1f} h allow; raise runtime or retries, or shorten the run"
+                        f"+ 1) = {allowed:,.1f} h allow; set {retries_key} to {attempts - 1} or more (or raise "
+                        f"{key}), or shorten the run (training.trainer.max_steps)"
                         + (" (oar.span_tokens and oar.window_tokens make OAR-P cheaper, less faithful)"
                            if settings["method"] == "oar_p" else ""))
         runs[run] = (run_type(settings), hours * gpus, step, steps)
@@ -453,11 +717,14 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
                 concurrent = max(1, int(kv_budget // (context * shapes[model].kv_bytes_per_token)))
                 work = generation_work(shapes[model], problems * n, assume.prompt_tokens, ev["max_new_tokens"],
                                        concurrent)
-                evals[key] = work.seconds(hw, shapes[model].layers) / 3600
+                layers = shapes[model].layers  # vLLM's engine: a measured decode of another backend is not its
+                decode = hw.decode_step_s if hw.decode_backend == "vllm" else None
+                evals[key] = work.seconds(hw, layers, call_s=layers * hw.layer_overhead_s,
+                                          decode_step_s=decode) / 3600
     per_run: dict[str, float] = {}
     for (run, _bench), hours in evals.items():
         per_run[run] = per_run.get(run, 0.0) + hours
-    return Plan(hw, assume, runs, per_run, dict(registry.groups), eval_groups, over)
+    return Plan(hw, assume, runs, per_run, dict(registry.groups), eval_groups, over, schedule)
 
 
 def _eval_hours(plan: Plan, groups) -> float:
@@ -467,14 +734,27 @@ def _eval_hours(plan: Plan, groups) -> float:
 
 def table(plan: Plan) -> str:
     hw, a = plan.hw, plan.assume
-    rates = (f"sustained {hw.flops / 1e12:.3g} TFLOP/s and {hw.bytes_per_s / 1e12:.3g} TB/s measured by "
-             f"{hw.measured}" if hw.measured else
-             f"{hw.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense x MFU {hw.mfu} (assumed) = "
-             f"{hw.flops / 1e12:,.0f} TFLOP/s; {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
-             f"{hw.bytes_per_s / 1e12:.2f} TB/s for decode")
+    if hw.measured:
+        rates = (f"measured by {hw.measured}: sustained {hw.flops / 1e12:.3g} TFLOP/s (the update's, fitted with "
+                 f"{(hw.update_fixed_s or 0) * 1e3:.0f} ms fixed per update micro-batch), an eager forward call "
+                 + (f"{hw.call_s * 1e3:.1f} ms fixed" if hw.call_s is not None else
+                    f"{hw.layer_overhead_s * 1e6:.0f} us per layer (assumed)")
+                 + f", a {hw.decode_backend} decode step {hw.decode_step_s * 1e3:.1f} ms fixed (applied to "
+                 f"{hw.decode_backend} generation only); "
+                 + "".join(f"{m} {sched} scoring {sec * 1e3:.1f} ms a model call; "
+                           for m, sched, sec in hw.scorer_call_s)
+                 + f"decode {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
+                 f"{hw.bytes_per_s / 1e12:.2f} TB/s; vLLM's calls {hw.layer_overhead_s * 1e6:.0f} us per layer "
+                 "(assumed)")
+    else:
+        rates = (f"{hw.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense x MFU {hw.mfu} (assumed) = "
+                 f"{hw.flops / 1e12:,.0f} TFLOP/s; {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
+                 f"{hw.bytes_per_s / 1e12:.2f} TB/s for decode; {hw.layer_overhead_s * 1e6:.0f} us per layer per "
+                 "forward call (assumed)")
     lines = [
-        f"Cost plan (planned, not measured) on {hw.name}, {hw.memory_gb:.0f} GB: {rates}; "
-        f"{hw.layer_overhead_s * 1e6:.0f} us per layer per forward call (assumed).",
+        f"Cost plan (planned, not measured) on {hw.name}, {hw.memory_gb:.0f} GB: {rates}. Scorers on the "
+        f"{plan.schedule} schedule" + (" (oar.method.importance's)" if plan.schedule == SCHEDULE else
+                                        " (the scorers' earlier one)") + ".",
         f"Assumed: mean prompt {a.prompt_tokens} tokens; completions at {a.completion_fill:.0%} of "
         f"max_completion_length; {a.scored_share:.0%} of rows have advantage != 0 and are scored; "
         f"{a.answer_tokens}-token answers. Evaluation: vLLM decode of problems x samples x max_new_tokens. "
@@ -510,7 +790,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
     parser.add_argument("--mfu", type=float, help="sustained share of peak FLOP/s (default 0.4, assumed)")
     parser.add_argument("--bandwidth-util", type=float, help="sustained share of bandwidth in decode (default 0.65)")
-    parser.add_argument("--calibration", help="calibration.json written by bench/gpu_check.py")
+    parser.add_argument("--calibration", nargs="+", metavar="JSON",
+                        help="calibration.json file(s) written by bench/gpu_check.py (one model shape; two lengths "
+                             "fit the update's fixed cost), e.g. bench/calibration/h200-2026-11/*.json")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=SCHEDULE,
+                        help="the scorers' schedule: stacked (the code's) or per_response (the earlier code's)")
     parser.add_argument("--prompt-tokens", type=int, default=Assumptions.prompt_tokens)
     parser.add_argument("--completion-fill", type=float, default=Assumptions.completion_fill)
     parser.add_argument("--scored-share", type=float, default=Assumptions.scored_share,
@@ -539,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.window_tokens < 0:
                 raise PlanError(f"--window-tokens: {args.window_tokens} is not a number of tokens >= 0")
             config["training"]["oar"]["window_tokens"] = args.window_tokens
-        plan = plan_config(config, hw, assume)
+        plan = plan_config(config, hw, assume, schedule=args.schedule)
     except PlanError as error:
         print(f"cost plan: {error}", file=sys.stderr)
         return 2

@@ -10,11 +10,15 @@ What a GPU holds at the peak of each phase of one training step, per process (on
   vLLM refuses to start. The trainer's resident state sits beside it.
 - **scoring** (OAR-P, OAR-G): the trainer's resident state (weights, AdamW state; gradients are freed by
   ``zero_grad``), under FSDP the full unsharded compute-dtype weights (scoring gathers them once per
-  call on every rank), and the scorer's activations. OAR-P runs no-grad forwards with a KV cache: the
-  clean probe's cache, then chunks of ``copies`` suffixes whose caches are materialised at full
-  length by ``DynamicCache.update`` (``torch.cat``); the chunk schedule is ``oar.method.importance``'s own.
-  OAR-G runs a forward with grad on the input embeddings (eval mode: no gradient checkpointing) of a
-  micro-batch of probes (``chunk_tokens``, at least one probe) and its backward.
+  call on every rank), and the scorer's activations. Scoring runs inside the training forward's autocast
+  (accelerate wraps the model's forward): with bf16 mixed precision its activations and KV caches are
+  bf16 even over float32 weights. OAR-P keeps the clean probe's KV cache of every response of the
+  scoring call (its copies from all responses are stacked, sorted by length, into forwards of up to
+  ``chunk_tokens`` tokens), and the largest forward's own keys and values; each row's prefix is shared
+  with its clean cache and gathered for attention one layer at a time. OAR-G runs a forward with grad on
+  the input embeddings (eval mode: no gradient checkpointing) of a micro-batch of probes
+  (``chunk_tokens``, at least one probe) and its backward; over float32 weights autocast's bf16 copies
+  of the weights are held for that backward.
 - **update**: weights, gradients, AdamW state (sharded over the GPUs under FSDP full shard), the
   compute copies (autocast's bf16 weight cache on one GPU; under FSDP two gathered layers and the
   unsharded LM head, weights and gradients), and the activations of one micro-batch of
@@ -319,37 +323,71 @@ def _bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int, window: int = 0) -> tuple[int, int]:
-    """(cached tokens materialised, tokens run) of OAR-P's largest chunk, from oar.method.importance's schedule.
-    With a window K (``oar.window_tokens``) every chunk holds ``chunk_tokens // (K + tail)`` copies of
-    K + tail tokens, each over its own copy of the cache of prompt and reasoning."""
-    from oar.method.importance import _oar_p_chunks
-    from oar.method.probes import Probe
+def oar_p_copies(prompt: float, reasoning: int, probe: float, span: int = 1,
+                 window: int = 0) -> list[tuple[float, float]]:
+    """OAR-P's substituted copies of one response as (tokens run, tokens of its clean prefix), longest
+    run first: a copy of span [a, a + w) runs reasoning position a to the probe's end over the clean prefix
+    of prompt + a tokens; with a window K, min(max(w, K), R - a) reasoning tokens and the tail over the
+    cache of the whole prompt and reasoning."""
+    tail = probe - prompt - reasoning
+    copies = []
+    for a in range(0, int(reasoning), max(1, int(span))):
+        if window:
+            copies.append((min(max(span, window), reasoning - a) + tail, prompt + reasoning))
+        else:
+            copies.append((probe - prompt - a, prompt + a))
+    return sorted(copies, key=lambda c: -c[0])
 
+
+def stacked_forwards(copies: list[tuple[float, float]], responses: int, chunk_tokens: int):
+    """``oar.method.importance``'s packing of the copies of ``responses`` alike responses: sorted by length,
+    longest first, a forward takes rows while rows x its longest row <= ``chunk_tokens`` (at least one).
+    Yields (longest run, [(prefix tokens, rows), ...]) per forward; every row runs the longest's tokens."""
+    longest, rows, cap, members = None, 0, 0, []
+    for run, cached in copies:
+        left = max(1, int(responses))
+        while left:
+            if longest is None:
+                longest, rows, cap, members = run, 0, max(1, int(chunk_tokens // run)), []
+            take = min(left, cap - rows)
+            members.append((cached, take))
+            rows, left = rows + take, left - take
+            if rows >= cap:
+                yield longest, members
+                longest = None
+    if longest is not None:
+        yield longest, members
+
+
+def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int, window: int = 0,
+                      responses: int = 1, span: int = 1) -> tuple[int, int]:
+    """(cache tokens materialised, tokens run) of OAR-P's largest forward of substituted copies: each row's
+    cache is its prefix and its run, materialised at full length by ``DynamicCache.update``
+    (``torch.cat``); the forward with the most cached tokens (the short copies near the reasoning's end,
+    many to a forward once several responses are stacked)."""
     reasoning = probe_tokens - prompt_tokens - CONCLUDE_AND_ANSWER_TOKENS
-    if window:
-        run = min(window, reasoning) + CONCLUDE_AND_ANSWER_TOKENS
-        copies = min(reasoning, max(1, chunk_tokens // (window + CONCLUDE_AND_ANSWER_TOKENS)))
-        return copies * (prompt_tokens + reasoning + run), copies * run
-    probe = Probe(prompt_ids=(0,) * prompt_tokens, response_ids=(0,) * reasoning, reasoning_len=reasoning,
-                  conclude_ids=(0,) * CONCLUDE_AND_ANSWER_TOKENS, answer_ids=(), pad_id=0)
+    copies = oar_p_copies(prompt_tokens, reasoning, probe_tokens, span, window)
     worst = (0, 0)
-    for j0, copies in _oar_p_chunks(probe, "lt_logits", chunk_tokens):
-        suffix = probe_tokens - prompt_tokens - j0
-        worst = max(worst, (copies * probe_tokens, copies * suffix))
+    for longest, members in stacked_forwards(copies, responses, chunk_tokens):
+        rows = sum(n for _, n in members)
+        worst = max(worst, (int(sum((cached + longest) * n for cached, n in members)), int(rows * longest)))
     return worst
 
 
 def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt_tokens: int,
-               gpu_gb: float = GPU_GB, methods=("oar_p", "oar_g")) -> list[Phase]:
-    """Every phase of one model's training runs (``settings`` as ``Registry.run_settings`` resolves them)."""
+               gpu_gb: float = GPU_GB, methods=("oar_p", "oar_g"), scored: int | None = None) -> list[Phase]:
+    """Every phase of one model's training runs (``settings`` as ``Registry.run_settings`` resolves them).
+    ``scored``: responses of one scoring call (default: the generation batch, every row scored)."""
     trainer, oar = settings["trainer"], settings["oar"]
     layout = layout_of(spec.get("launcher", "python"), settings["model_dtype"], trainer.get("bf16", "auto"),
                        f"models.{name}")
     n = layout.gpus if layout.fsdp else 1
     master = _bytes(layout.master_dtype)
-    # Scoring runs outside autocast: in the master dtype on one GPU, in bf16 from the FSDP gather.
+    # Scoring runs inside the training forward's autocast (accelerate wraps the model's forward): with
+    # mixed precision its matmuls, activations and KV cache are bf16 whatever the master weights are; it
+    # computes from the master weights on one GPU (cast per op) and from the bf16 FSDP gather.
     scoring_dtype = "bfloat16" if layout.fsdp else layout.master_dtype
+    scoring_kv = 2 if layout.mixed_precision else _bytes(scoring_dtype)
     describe = layout.describe()
     P = shape.params
     resident = {"weights": P * master / n, "AdamW state": 2 * P * master / n, "reserve": RESERVE_GB * GB}
@@ -383,21 +421,31 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
 
     chunk = oar["chunk_tokens"]
     full_compute = {"full bf16 weights (scoring gather)": P * 2} if layout.fsdp else {}
+    scored = scored or trainer["per_device_train_batch_size"] * trainer["gradient_accumulation_steps"]
     if "oar_p" in methods:
-        cached, run = oar_p_peak_tokens(probe, prompt_tokens, chunk, oar.get("window_tokens", 0))
-        fwd = per_token(shape.widths, scoring_dtype, "forward", False, False)["peak"]
-        kv_tok = shape.kv_bytes_per_token_bf16 * _bytes(scoring_dtype) / 2
+        window, span = oar.get("window_tokens", 0), oar.get("span_tokens", 1)
+        cached, run = oar_p_peak_tokens(probe, prompt_tokens, chunk, window, scored, span)
+        fwd = per_token(shape.widths, scoring_dtype, "forward", layout.mixed_precision, False)["peak"]
+        kv_tok = shape.kv_bytes_per_token_bf16 * scoring_kv / 2
         phases.append(Phase(name, describe, "scoring OAR-P", {
             **resident, "engine share": engine, **full_compute,
-            "KV cache (clean probe + chunk copies)": (probe + cached) * kv_tok,
-            "forward activations": fwd.bytes(run, shape.layers, shape.vocab),
-        }, f"{probe:,}-token probe, chunk_tokens {chunk:,}: largest chunk runs {run:,} tokens over "
-           f"{cached:,} cached"))
+            "clean KV caches (every scored response)": scored * probe * kv_tok,
+            # the copies' own keys and values for every layer; their prefixes are shared with the clean
+            # caches, gathered for attention one layer at a time (not copied per row for every layer)
+            "largest forward's new KV (every layer)": run * kv_tok,
+            "one layer's prefixes gathered for attention": cached * kv_tok / shape.layers,
+            "forward activations": fwd.bytes(max(run, min(chunk, probe)), shape.layers, shape.vocab),
+        }, f"{scored} responses a call, {probe:,}-token probes, chunk_tokens {chunk:,}: largest forward runs {run:,} "
+           f"tokens over {cached:,} cached (a per-row copy of every layer's prefix would add "
+           f"{cached * kv_tok * (1 - 1 / shape.layers) / GB:.1f} GB)"))
     if "oar_g" in methods:
         rows = max(1, chunk // probe)
-        grad = per_token(shape.widths, scoring_dtype, "oar_g", False, False)["peak"]
+        grad = per_token(shape.widths, scoring_dtype, "oar_g", layout.mixed_precision, False)["peak"]
+        # autocast keeps a bf16 copy of every weight used with grad on; the backward holds them
+        casts = {"autocast bf16 weight copies (kept for the backward)": P * 2} if (
+            layout.mixed_precision and not layout.fsdp and layout.master_dtype == "float32") else {}
         phases.append(Phase(name, describe, "scoring OAR-G", {
-            **resident, "engine share": engine, **full_compute,
+            **resident, "engine share": engine, **full_compute, **casts,
             "activations with grad": grad.bytes(rows * probe, shape.layers, shape.vocab),
         }, f"{rows} probe(s) of {probe:,} tokens per forward (chunk_tokens {chunk:,})"))
 
