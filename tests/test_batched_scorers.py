@@ -176,3 +176,31 @@ def test_an_attention_implementation_without_4d_masks_is_named():
                   answer_kind="boxed", pad_id=0)
     with pytest.raises(ValueError, match="flash_attention_2"):
         score("oar_p", model, [probe], ScorerConfig())
+
+
+@pytest.mark.parametrize("responses, window, chunk_tokens", [(1, 0, 64), (3, 0, 64), (5, 0, 300), (4, 6, 80),
+                                                              (6, 0, 40)])
+def test_the_plans_model_of_the_packing_is_the_scorers(responses, window, chunk_tokens):
+    """The memory and cost plans pack the copies of alike responses analytically
+    (oar.experiment.memory_plan.stacked_forwards); the scorer packs real rows. Same forwards, same sizes."""
+    from oar.experiment.memory_plan import oar_p_copies, stacked_forwards
+
+    prompt, reasoning, tail = 20, 37, 5
+    probe = prompt + reasoning + tail
+    spans = reasoning_spans(reasoning, 1)
+    rows = substitution_rows([probe] * responses, [prompt] * responses, [reasoning] * responses,
+                             [spans] * responses, window)
+    scorer = substitution_forwards(rows, chunk_tokens)
+    plan = list(stacked_forwards(oar_p_copies(prompt, reasoning, probe, 1, window), responses, chunk_tokens))
+    assert [(f.end - f.begin, f.width) for f in scorer] == [(sum(n for _, n in m), w) for w, m in plan]
+    assert [f.cache_len for f in scorer] == [max(c for c, _ in m) for _, m in plan]
+
+
+def test_a_forward_holds_a_bounded_cache():
+    """Short copies over long prefixes: rows x cached prefix stays within CACHED_PER_CHUNK_TOKEN x chunk."""
+    from oar.method.importance import CACHED_PER_CHUNK_TOKEN
+
+    rows = substitution_rows([1000] * 4, [100] * 4, [890] * 4, [reasoning_spans(890, 1)] * 4)
+    for f in substitution_forwards(rows, 256):
+        assert f.end - f.begin == 1 or ((f.end - f.begin) * f.width <= 256
+                                        and (f.end - f.begin) * f.cache_len <= CACHED_PER_CHUNK_TOKEN * 256)

@@ -120,9 +120,6 @@ def test_oar_g_flops_match_torch_counter(kind):
 
 # --- the testbed: the plan with this CPU's measured throughput against `make run`'s step times ----------
 
-# Measured by `make run` (config/config.yaml, 91 jobs, 42.1 core-minutes in all) on this project's 2-core
-# machine, one torch thread per job: mean seconds per training step (26 steps, 128 completions each).
-MAKE_RUN_STEP_S = {"grpo": 2.21, "truth": 2.26, "oar_g": 3.00, "oar_p": 7.50}
 # and from its metrics.jsonl: completions average 53 of the 96 allowed tokens; 95% of rows scored
 MAKE_RUN_COMPLETION_FILL = 53 / 96
 MAKE_RUN_SCORED_SHARE = 0.95

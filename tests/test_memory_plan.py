@@ -125,27 +125,28 @@ def test_a_layout_that_is_not_full_shard_is_refused(tmp_path):
 
 
 def test_oar_p_largest_forward_follows_the_stacked_schedule():
-    """Copies of all the call's responses, sorted by length and packed rows x longest <= chunk_tokens: the
-    largest forward (by cached tokens, each row its prefix and the forward's run) is what packing the copies
-    one by one gives; it is among the short copies near the reasoning's end, many more rows than one
-    response alone fills; with a window K the rows run over the whole prompt and reasoning."""
+    """Copies of all the call's responses, sorted by length and packed as the scorer packs them (rows x
+    longest <= chunk_tokens, rows x longest prefix <= CACHED_PER_CHUNK_TOKEN x chunk_tokens): the largest
+    forward by cached positions (each row holding the forward's longest prefix and its run) is the
+    scorer's own; stacking responses fills forwards one response alone cannot, and the cache stays bounded;
+    with a window K the rows run over the whole prompt and reasoning."""
+    from oar.method.importance import (CACHED_PER_CHUNK_TOKEN, reasoning_spans, substitution_forwards,
+                                       substitution_rows)
+
     tail = memory_plan.CONCLUDE_AND_ANSWER_TOKENS
     probe, prompt, chunk, responses = 1560, 512, 2048, 64
     reasoning = probe - prompt - tail
     for window in (0, 64):
-        copies = memory_plan.oar_p_copies(prompt, reasoning, probe, 1, window)
-        one_by_one = sorted([c for _ in range(responses) for c in copies], key=lambda c: -c[0])
-        worst, i = (0, 0), 0
-        while i < len(one_by_one):
-            longest = one_by_one[i][0]
-            rows = one_by_one[i : i + max(1, chunk // longest)]
-            worst = max(worst, (int(sum(c + longest for _, c in rows)), int(len(rows) * longest)))
-            i += len(rows)
+        rows = substitution_rows([probe] * responses, [prompt] * responses, [reasoning] * responses,
+                                 [reasoning_spans(reasoning, 1)] * responses, window)
+        worst = max(((f.end - f.begin) * (f.cache_len + f.width), (f.end - f.begin) * f.width)
+                    for f in substitution_forwards(rows, chunk))
         cached, run = memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window, responses=responses)
         assert (cached, run) == worst and run <= chunk
-        assert cached > 0.9 * (chunk // (tail + 1)) * (prompt + reasoning)  # ~81 rows over ~1,500-token prefixes
-        assert memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window, responses=1)[0] < cached
-        forwards = list(memory_plan.stacked_forwards(copies, responses, chunk))
+        assert cached <= CACHED_PER_CHUNK_TOKEN * chunk + run
+        assert memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window, responses=1)[1] <= run
+        forwards = list(memory_plan.stacked_forwards(memory_plan.oar_p_copies(prompt, reasoning, probe, 1, window),
+                                                     responses, chunk))
         assert all(sum(n for _, n in members) * longest <= chunk for longest, members in forwards)
         assert sum(n for _, members in forwards for _, n in members) == responses * reasoning
 

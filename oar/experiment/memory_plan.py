@@ -14,8 +14,9 @@ What a GPU holds at the peak of each phase of one training step, per process (on
   (accelerate wraps the model's forward): with bf16 mixed precision its activations and KV caches are
   bf16 even over float32 weights. OAR-P keeps the clean probe's KV cache of every response of the
   scoring call (its copies from all responses are stacked, sorted by length, into forwards of up to
-  ``chunk_tokens`` tokens), and the largest forward's own keys and values; each row's prefix is shared
-  with its clean cache and gathered for attention one layer at a time. OAR-G runs a forward with grad on
+  ``chunk_tokens`` tokens), and the largest forward's cache: each row holds its own copy of its prefix
+  for every layer (transformers' cache concatenates per row), so a forward's rows x prefix positions are
+  bounded by ``oar.method.importance.CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``. OAR-G runs a forward with grad on
   the input embeddings (eval mode: no gradient checkpointing) of a micro-batch of probes
   (``chunk_tokens``, at least one probe) and its backward; over float32 weights autocast's bf16 copies
   of the weights are held for that backward.
@@ -48,6 +49,8 @@ from pathlib import Path
 
 import torch
 import yaml
+
+from oar.method.importance import CACHED_PER_CHUNK_TOKEN
 
 GB = 1e9
 GPU_GB = 80.0  # the budget: an 80 GB GPU (H100/A100 80GB report ~85 GB total; 80 keeps a margin)
@@ -340,16 +343,25 @@ def oar_p_copies(prompt: float, reasoning: int, probe: float, span: int = 1,
 
 
 def stacked_forwards(copies: list[tuple[float, float]], responses: int, chunk_tokens: int):
-    """``oar.method.importance``'s packing of the copies of ``responses`` alike responses: sorted by length,
-    longest first, a forward takes rows while rows x its longest row <= ``chunk_tokens`` (at least one).
-    Yields (longest run, [(prefix tokens, rows), ...]) per forward; every row runs the longest's tokens."""
-    longest, rows, cap, members = None, 0, 0, []
+    """``oar.method.importance.substitution_forwards``'s packing of the copies of ``responses`` alike
+    responses: sorted by length, longest first, a forward takes rows while rows x its longest row <=
+    ``chunk_tokens`` and rows x its longest cached prefix <= ``CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``
+    (at least one). Yields (longest run, [(prefix tokens, rows), ...]) per forward; every row runs the
+    longest's tokens and holds the longest prefix's cache."""
+    longest, rows, widest, members = None, 0, 0.0, []
     for run, cached in copies:
         left = max(1, int(responses))
         while left:
             if longest is None:
-                longest, rows, cap, members = run, 0, max(1, int(chunk_tokens // run)), []
-            take = min(left, cap - rows)
+                longest, rows, widest, members = run, 0, cached, []
+            widest = max(widest, cached)
+            cap = max(1, min(int(chunk_tokens // longest),
+                             int(CACHED_PER_CHUNK_TOKEN * chunk_tokens // max(widest, 1))))
+            take = max(0, min(left, cap - rows))
+            if take == 0:  # the next row's prefix does not fit this forward's cache budget
+                yield longest, members
+                longest = None
+                continue
             members.append((cached, take))
             rows, left = rows + take, left - take
             if rows >= cap:
@@ -370,7 +382,8 @@ def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int, 
     worst = (0, 0)
     for longest, members in stacked_forwards(copies, responses, chunk_tokens):
         rows = sum(n for _, n in members)
-        worst = max(worst, (int(sum((cached + longest) * n for cached, n in members)), int(rows * longest)))
+        widest = max(cached for cached, _ in members)  # every row holds the forward's longest prefix
+        worst = max(worst, (int(rows * (widest + longest)), int(rows * longest)))
     return worst
 
 
@@ -430,14 +443,14 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
         phases.append(Phase(name, describe, "scoring OAR-P", {
             **resident, "engine share": engine, **full_compute,
             "clean KV caches (every scored response)": scored * probe * kv_tok,
-            # the copies' own keys and values for every layer; their prefixes are shared with the clean
-            # caches, gathered for attention one layer at a time (not copied per row for every layer)
-            "largest forward's new KV (every layer)": run * kv_tok,
-            "one layer's prefixes gathered for attention": cached * kv_tok / shape.layers,
+            # every row holds its own copy of its forward's prefix and its new keys and values, for every
+            # layer (transformers' cache concatenates per row); the copy being made for one layer on top
+            "largest forward's cache (a copy per row, every layer)": cached * kv_tok,
+            "one layer's cache being concatenated": cached * kv_tok / shape.layers,
             "forward activations": fwd.bytes(max(run, min(chunk, probe)), shape.layers, shape.vocab),
         }, f"{scored} responses a call, {probe:,}-token probes, chunk_tokens {chunk:,}: largest forward runs {run:,} "
-           f"tokens over {cached:,} cached (a per-row copy of every layer's prefix would add "
-           f"{cached * kv_tok * (1 - 1 / shape.layers) / GB:.1f} GB)"))
+           f"tokens, its rows holding {cached:,} cached and new positions (at most "
+           f"{CACHED_PER_CHUNK_TOKEN} x chunk_tokens of prefix)"))
     if "oar_g" in methods:
         rows = max(1, chunk // probe)
         grad = per_token(shape.widths, scoring_dtype, "oar_g", layout.mixed_precision, False)["peak"]

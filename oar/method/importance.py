@@ -263,14 +263,27 @@ def substitution_rows(lengths: Sequence[int], starts: Sequence[int], reasoning: 
     return rows
 
 
+# A forward's rows each hold their own copy of every layer's cached prefix (transformers' cache concatenates
+# past and new keys per row), so the cached positions are budgeted too: at most this many per chunk token.
+# Near the reasoning's end the copies are short and their prefixes long; without it a 7B forward of 4,096
+# tokens could hold 160 rows of 3,500 cached positions (31 GB of keys and values).
+CACHED_PER_CHUNK_TOKEN = 8
+
+
 def substitution_forwards(rows: Sequence[tuple[int, ...]], chunk_tokens: int) -> list[SubstitutionForward]:
     """Greedy packing of the sorted copies: a forward takes rows while rows x its longest row (the first)
-    stays within ``chunk_tokens`` tokens (at least one row)."""
+    stays within ``chunk_tokens`` tokens and rows x its longest cached prefix within
+    ``CACHED_PER_CHUNK_TOKEN x chunk_tokens`` (at least one row)."""
     forwards, begin = [], 0
     while begin < len(rows):
         width = rows[begin][2] + rows[begin][4]
-        end = min(len(rows), begin + max(1, chunk_tokens // width))
-        cache_len = max(max(row[6], row[8]) for row in rows[begin:end])
+        end, cache_len = begin + 1, max(rows[begin][6], rows[begin][8])
+        while end < len(rows):
+            cached = max(cache_len, rows[end][6], rows[end][8])
+            taken = end - begin + 1
+            if taken * width > chunk_tokens or taken * cached > CACHED_PER_CHUNK_TOKEN * chunk_tokens:
+                break
+            end, cache_len = end + 1, cached
         forwards.append(SubstitutionForward(begin, end, width, cache_len))
         begin = end
     return forwards
