@@ -4,7 +4,6 @@ reference the batched scorers (``oar.method.importance``) must reproduce, to flo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -12,41 +11,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers.cache_utils import DynamicCache
 
-from oar.method.importance import ScorerConfig
+from oar.method.importance import ScorerConfig, _batch_pad_id, _device, _keep, _micro_batches
 from oar.method.probes import Outcome, Probe, divergence, outcome_from_logits
 
 # --- shared plumbing ---------------------------------------------------------------------------------
-
-
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _batch_pad_id(probes: Sequence[Probe]) -> int:
-    """The pad id of a batch of probes (one tokenizer, one pad id)."""
-    ids = {p.pad_id for p in probes}
-    if len(ids) != 1:
-        raise ValueError(f"probes of one batch carry different pad ids {sorted(ids)}")
-    return ids.pop()
-
-
-def _keep(probe: Probe, kind: str) -> int:
-    """How many trailing probe logits an outcome needs: the answer tokens' predictors plus one."""
-    return 1 if kind == "lt_logits" else len(probe.answer_ids) + 1
-
-
-def _micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Group row indices (longest first) so that rows x longest length stays within ``budget`` tokens."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    groups, current = [], []
-    for i in order:
-        if current and (len(current) + 1) * lengths[current[0]] > budget:
-            groups.append(current)
-            current = []
-        current.append(i)
-    if current:
-        groups.append(current)
-    return groups
 
 
 def _left_pad(seqs: Sequence[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor, Tensor, list[int]]:

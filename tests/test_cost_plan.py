@@ -118,9 +118,10 @@ def test_oar_g_flops_match_torch_counter(kind):
     _agree(planned, _counted(oar_g), "OAR-G")
 
 
-# --- the testbed: the plan with this CPU's measured throughput against `make run`'s step times ----------
+# --- the testbed: the plan with this CPU's measured throughput against a step timed in the same run -------
 
-# and from its metrics.jsonl: completions average 53 of the 96 allowed tokens; 95% of rows scored
+# The testbed's settings as `make run`'s metrics.jsonl has them: completions average 53 of the 96 allowed
+# tokens; 95% of rows scored
 MAKE_RUN_COMPLETION_FILL = 53 / 96
 MAKE_RUN_SCORED_SHARE = 0.95
 CHAIN_PROMPT_TOKENS = 61  # measured: chain_train prompts (instruction and problem) are 60-62 tokens

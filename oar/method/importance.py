@@ -46,11 +46,11 @@ class ScorerConfig:
         during its warm-up steps.
     noise_sigma: OAR-G's absolute Gaussian noise on reasoning embeddings (the KL gradient is zero at
         the clean point).
-    chunk_tokens: memory budget of one forward, in tokens: OAR-P's substituted copies of one response
-        are processed in chunks of at most this many new tokens; the batched scorers group probes
-        up to this many tokens. Smaller chunks reuse more of the clean prefix (fewer tokens run) but
-        launch more forwards: 512 was fastest on 2 CPU cores (bench/scoring_cost.py); on a GPU, where
-        a forward's fixed cost dominates, use several thousand.
+    chunk_tokens: memory budget of one forward, in tokens: OAR-P's substituted copies of all responses
+        of a call are stacked into forwards of at most this many new tokens (rows x longest row), and
+        every scorer groups probes up to this many tokens. Smaller chunks pad less but launch more
+        forwards: 512 was fastest on 2 CPU cores (bench/scoring_cost.py); on a GPU, where a forward's
+        fixed cost dominates, use several thousand.
     seed: noise (OAR-G) and random-control seed; scores are reproducible for a fixed seed.
     span_tokens: OAR-P substitutes this many consecutive reasoning tokens at once and gives the span's
         divergence to each of its tokens; 1 is the exact one-token-at-a-time definition. A width w

@@ -235,6 +235,8 @@ class OARTrainer(GRPOTrainer):
                 window_tokens=args.oar_window_tokens,
                 seed=args.seed * 1_000_003 + step,  # fresh noise every step, reproducible per run
             )
+            # keep_fp32_wrapper (the default) keeps accelerate's autocast around the forward: scoring runs in
+            # the training forward's precision (bf16 on a GPU with mixed precision), as memory_plan counts it
             model = self.accelerator.unwrap_model(self.model)
             needs_scores = torch.ones_like(active) if args.oar_score_all else active
             # Under FSDP2 the ranks run different numbers of scoring passes: see oar.training.collective.
