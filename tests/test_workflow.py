@@ -99,7 +99,7 @@ def test_schema_matches_library():
     invalid ones through to a job)."""
     from oar.data.datasets import DATASETS
     from oar.method.importance import SCORERS
-    from oar.method.truth_scores import PARSED_METHODS
+    from oar.method.importance import GROUND_TRUTH_METHODS
     from oar.method.probes import PROBES
     from oar.training.grpo_trainer import METHODS
     from oar.training.run import DEFAULT_SETTINGS
@@ -107,7 +107,7 @@ def test_schema_matches_library():
     defs = load(SCHEMA)["$defs"]
     assert set(defs["method"]["enum"]) == set(METHODS)
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
-    assert set(defs["scorer"]["enum"]) == set(SCORERS) - set(PARSED_METHODS)
+    assert set(defs["scorer"]["enum"]) == set(SCORERS) - set(GROUND_TRUTH_METHODS)
     assert set(defs["probe"]["enum"]) == set(PROBES)
     assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
     assert set(defs["trainer"]["properties"]) == set(DEFAULT_SETTINGS["trainer"])

@@ -357,7 +357,7 @@ class StepPlan:
         return self.generation + self.scoring + self.update
 
 
-SCORERS_WITHOUT_MODEL = ("grpo", "truth", "truth_graded", "truth_final", "position", "random")
+SCORERS_WITHOUT_MODEL = ("grpo", "truth", "truth_graded", "truth_final", "truth_early", "position", "random")
 
 
 def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions, processes: int = 1,

@@ -690,8 +690,28 @@ def final_step_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str]
     return out
 
 
+@register("truth_early")
+def early_steps_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+    """The truth gate on the earlier steps only: 1 on the decisive tokens of every equation but the
+    reasoning's last (``Probe.decisive`` less ``Probe.final_step``), 0 elsewhere, the last step's decisive
+    tokens included. The complement of ``truth_final`` within the truth gate's credit: a mechanism control
+    for whether credit on the steps where errors are made, without the restatement the answer is copied
+    from, keeps what GRPO learns. Reads no model."""
+    missing = [i for i, p in enumerate(probes) if p.decisive is None or p.final_step is None]
+    if missing:
+        raise ValueError(f"scorer 'truth_early' needs the decisive and last-step positions of every probe; rows "
+                         f"{missing[:5]} have none (only a task whose grammar marks them, the chain task, has them)")
+    out = []
+    for p in probes:
+        row = torch.zeros(p.reasoning_len, dtype=torch.float32)
+        last = set(p.final_step)
+        row[[j for j in p.decisive if j < p.reasoning_len and j not in last]] = 1.0
+        out.append(row)
+    return out
+
+
 # Scorers that read the task's parsed grammar instead of a model: training attaches the positions they need.
-GROUND_TRUTH_METHODS = ("truth", "truth_graded", "truth_final")
+GROUND_TRUTH_METHODS = ("truth", "truth_graded", "truth_final", "truth_early")
 
 
 @register("position")

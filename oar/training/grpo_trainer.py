@@ -24,8 +24,7 @@ from trl import GRPOConfig, GRPOTrainer
 from oar.data import chains
 from oar.grading import grade
 from oar.method.gate import gate
-from oar.method.importance import SCORERS, ScorerConfig, score
-from oar.method.truth_scores import PARSED_METHODS  # registers the scorers it defines
+from oar.method.importance import GROUND_TRUTH_METHODS, SCORERS, ScorerConfig, score
 from oar.method.probes import PROBES, Probe, probes_from_padded, token_char_spans
 from oar.method.metrics import ess_ratio, top_mass
 from oar.training.collective import gathered_for_scoring
@@ -224,7 +223,7 @@ class OARTrainer(GRPOTrainer):
                 substitute=args.oar_substitute,
                 answer_statement=args.oar_answer_statement,
             )
-            if args.oar_method in PARSED_METHODS:
+            if args.oar_method in GROUND_TRUTH_METHODS:
                 probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
             step = self.state.global_step
             config = ScorerConfig(
