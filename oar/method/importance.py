@@ -18,6 +18,7 @@ the divergences are computed in float32 from the logits.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from torch import Tensor
 from transformers.cache_utils import DynamicCache
 
 from oar.method.probes import PROBES, Probe, resolve_probe_kind
-from oar.method.scoring_batches import (FIRST_LEN, PROBE, OutcomeRows, left_aligned, mask_format, row_inputs,
+from oar.method.scoring_batches import (FIRST, FIRST_LEN, PROBE, OutcomeRows, left_aligned, mask_format, row_inputs,
                                         row_table)
 
 # ----------------------------------------------------------------------------------------------------
@@ -187,11 +188,14 @@ def _micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
 
 def _flat_ids(seqs: Sequence[Sequence[int]], device) -> tuple[Tensor, Tensor]:
     """Every sequence's ids one after the other on ``device``, and where each begins."""
-    starts = [0]
-    for s in seqs[:-1]:
-        starts.append(starts[-1] + len(s))
+    starts = _offsets([len(s) for s in seqs])
     flat = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
     return flat.to(device, non_blocking=True), torch.tensor(starts, dtype=torch.long).to(device, non_blocking=True)
+
+
+def _offsets(counts: Sequence[int]) -> list[int]:
+    """Where each of ``counts`` consecutive pieces starts in their concatenation."""
+    return [0, *itertools.accumulate(counts)][:-1]
 
 
 def _to_host(rows: Sequence[Tensor]) -> list[Tensor]:
@@ -340,8 +344,7 @@ def substitution_scores(model, probes: Sequence[Probe], kinds: Sequence[str],
             clean_phi[rows] = phi
         padding = width - (table[:, FIRST_LEN])
         for layer, cache in enumerate(out.past_key_values.layers):
-            keys = left_aligned(cache.keys, padding)[:, :, :cached]
-            values = left_aligned(cache.values, padding)[:, :, :cached]
+            keys, values = left_aligned(cache.keys, padding, cached), left_aligned(cache.values, padding, cached)
             if len(bank) <= layer:
                 shape = (len(probes), keys.shape[1], cached, keys.shape[3])
                 bank.append((keys.new_zeros(shape), values.new_zeros(shape)))
@@ -364,9 +367,7 @@ def substitution_scores(model, probes: Sequence[Probe], kinds: Sequence[str],
         divergences[fwd.begin : fwd.end] = outcomes.divergence(probe_of, clean, outcomes.read(out.logits, probe_of))
 
     # 3. every token of a span gets its copy's divergence
-    copy_index = {}
-    for c, row in enumerate(copies):
-        copy_index[(row[0], row[1] - starts[row[0]])] = c
+    copy_index = {(row[PROBE], row[FIRST] - starts[row[PROBE]]): c for c, row in enumerate(copies)}
     token_copy = [copy_index[(i, a)] for i in range(len(probes)) for a, b in spans[i] for _ in range(b - a)]
     token_scores = divergences[torch.tensor(token_copy, dtype=torch.long).to(device, non_blocking=True)]
     return _to_host(list(token_scores.split(reasoning)))
@@ -441,10 +442,7 @@ def _embedding_gradients(
     flat, flat_starts = _flat_ids(seqs, device)
     outcomes = OutcomeRows.of(probes, kinds, device)
     reasoning = [p.reasoning_len for p in probes]
-    dest = [0]
-    for r in reasoning[:-1]:
-        dest.append(dest[-1] + r)
-    total = sum(reasoning)
+    dest, total = _offsets(reasoning), sum(reasoning)
     with _phase("inputs"):
         noise = _reasoning_noise(probes, seqs, config.seed, noise_sigma, embed.weight.shape[-1], device)
     with _phase("prefix"):
@@ -509,7 +507,7 @@ def _reasoning_noise(probes: Sequence[Probe], seqs: Sequence[list[int]], seed: i
     noises: list[Tensor | None] = [None] * len(probes)
     for i in sorted(range(len(probes)), key=lambda i: -len(seqs[i])):
         noises[i] = torch.randn((probes[i].reasoning_len, hidden), generator=generator, device=device) * sigma
-    return torch.cat(noises + [torch.zeros((1, hidden), device=device)])
+    return torch.cat(noises)
 
 
 @torch.no_grad()
@@ -612,9 +610,7 @@ def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config:
     seqs = [list(p.prompt_ids) + list(p.response_ids[: p.reasoning_len]) for p in probes]
     flat, flat_starts = _flat_ids(seqs, device)
     reasoning = [p.reasoning_len for p in probes]
-    dest = [0]
-    for r in reasoning[:-1]:
-        dest.append(dest[-1] + r)
+    dest = _offsets(reasoning)
     groups = _micro_batches([len(s) for s in seqs], config.chunk_tokens)
     order = [i for g in groups for i in g]
     table = row_table([(i, 0, len(seqs[i]), 0, 0, 0, 0, 0, 0) for i in order], device)
@@ -635,21 +631,28 @@ def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config:
     return _to_host(list(out[:-1].split(reasoning)))
 
 
+def _require_parsed(probes: Sequence[Probe], scorer: str, what: str, *fields: str) -> None:
+    """Stop when a probe lacks the positions a truth scorer reads (only a task whose grammar marks them has them)."""
+    missing = [i for i, p in enumerate(probes) if any(getattr(p, f) is None for f in fields)]
+    if missing:
+        raise ValueError(f"scorer '{scorer}' needs the {what} of every probe; rows {missing[:5]} have none "
+                         "(only a task whose grammar marks them, the chain task, has them)")
+
+
+def _marked(probe: Probe, positions, value: float, row: Tensor | None = None) -> Tensor:
+    """``row`` (default zeros over the reasoning) with ``value`` at the given reasoning positions."""
+    row = torch.zeros(probe.reasoning_len, dtype=torch.float32) if row is None else row
+    row[[j for j in positions if j < probe.reasoning_len]] = value
+    return row
+
+
 @register("truth")
 def truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
     """Exactly right scores that only boost: 1 on the response's decisive tokens (``Probe.decisive``, parsed from its
     text by the task's grammar), 0 elsewhere. Through the gate it shows what reshaping can do when the
     scores are exactly right; it reads no model. Not the intervention oracle of the causal-token study."""
-    missing = [i for i, p in enumerate(probes) if p.decisive is None]
-    if missing:
-        raise ValueError(f"scorer 'truth' needs the decisive positions of every probe; rows {missing[:5]} have none "
-                         "(only a task whose grammar marks them, the chain task, has them)")
-    out = []
-    for p in probes:
-        row = torch.zeros(p.reasoning_len, dtype=torch.float32)
-        row[[j for j in p.decisive if j < p.reasoning_len]] = 1.0
-        out.append(row)
-    return out
+    _require_parsed(probes, "truth", "decisive positions", "decisive")
+    return [_marked(p, p.decisive, 1.0) for p in probes]
 
 
 @register("truth_graded")
@@ -659,17 +662,9 @@ def graded_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], co
     (tokens the text before forces). With the truth scorer's binary scores the zeros tie at the gate's
     tau-quantile and nothing is suppressed; ranked this way the gate suppresses the irrelevant choices,
     as a continuous scorer that ranked them lowest would. Reads no model."""
-    missing = [i for i, p in enumerate(probes) if p.decisive is None or p.irrelevant is None]
-    if missing:
-        raise ValueError(f"scorer 'truth_graded' needs the decisive and irrelevant positions of every probe; rows "
-                         f"{missing[:5]} have none (only a task whose grammar marks them, the chain task, has them)")
-    out = []
-    for p in probes:
-        row = torch.full((p.reasoning_len,), 0.5, dtype=torch.float32)
-        row[[j for j in p.irrelevant if j < p.reasoning_len]] = 0.0
-        row[[j for j in p.decisive if j < p.reasoning_len]] = 1.0
-        out.append(row)
-    return out
+    _require_parsed(probes, "truth_graded", "decisive and irrelevant positions", "decisive", "irrelevant")
+    return [_marked(p, p.decisive, 1.0, _marked(p, p.irrelevant, 0.0, torch.full((p.reasoning_len,), 0.5)))
+            for p in probes]
 
 
 @register("truth_final")
@@ -678,16 +673,8 @@ def final_step_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str]
     (``Probe.final_step``), 0 elsewhere, earlier steps' decisive tokens included. A mechanism control, not
     an upper bound: it puts the credit where OAR-P puts most of it (the restatement the answer is copied
     from), with scores that are otherwise the truth gate's. Reads no model."""
-    missing = [i for i, p in enumerate(probes) if p.final_step is None]
-    if missing:
-        raise ValueError(f"scorer 'truth_final' needs the last step's decisive positions of every probe; rows "
-                         f"{missing[:5]} have none (only a task whose grammar marks them, the chain task, has them)")
-    out = []
-    for p in probes:
-        row = torch.zeros(p.reasoning_len, dtype=torch.float32)
-        row[[j for j in p.final_step if j < p.reasoning_len]] = 1.0
-        out.append(row)
-    return out
+    _require_parsed(probes, "truth_final", "last step's decisive positions", "final_step")
+    return [_marked(p, p.final_step, 1.0) for p in probes]
 
 
 @register("truth_early")
@@ -697,17 +684,8 @@ def early_steps_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str
     tokens included. The complement of ``truth_final`` within the truth gate's credit: a mechanism control
     for whether credit on the steps where errors are made, without the restatement the answer is copied
     from, keeps what GRPO learns. Reads no model."""
-    missing = [i for i, p in enumerate(probes) if p.decisive is None or p.final_step is None]
-    if missing:
-        raise ValueError(f"scorer 'truth_early' needs the decisive and last-step positions of every probe; rows "
-                         f"{missing[:5]} have none (only a task whose grammar marks them, the chain task, has them)")
-    out = []
-    for p in probes:
-        row = torch.zeros(p.reasoning_len, dtype=torch.float32)
-        last = set(p.final_step)
-        row[[j for j in p.decisive if j < p.reasoning_len and j not in last]] = 1.0
-        out.append(row)
-    return out
+    _require_parsed(probes, "truth_early", "decisive and last-step positions", "decisive", "final_step")
+    return [_marked(p, set(p.decisive) - set(p.final_step), 1.0) for p in probes]
 
 
 # Scorers that read the task's parsed grammar instead of a model: training attaches the positions they need.

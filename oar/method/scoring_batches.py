@@ -90,13 +90,15 @@ def row_inputs(table: Tensor, width: int, cache_len: int, flat_ids: Tensor, star
     return ids, position, model_mask(torch.cat([cached, own], dim=-1), fmt)
 
 
-def left_aligned(layer: Tensor, padding: Tensor) -> Tensor:
+def left_aligned(layer: Tensor, padding: Tensor, length: int | None = None) -> Tensor:
     """A left-padded cache tensor [B, heads, W, dim] shifted so that each row's first real position is at
-    index 0 (positions past the row's end repeat its last one; they are never visible)."""
+    index 0, its first ``length`` positions (default W; positions past a row's end repeat its last one:
+    they are never visible)."""
     width = layer.shape[2]
-    source = (padding[:, None] + torch.arange(width, device=layer.device)[None, :]).clamp_max(width - 1)
+    length = width if length is None else min(length, width)
+    source = (padding[:, None] + torch.arange(length, device=layer.device)[None, :]).clamp_max(width - 1)
     rows = torch.arange(layer.shape[0], device=layer.device)[:, None]
-    return layer[rows, :, source].transpose(1, 2)  # advanced indices first: [B, W, heads, dim]
+    return layer[rows, :, source].transpose(1, 2)  # advanced indices first: [B, length, heads, dim]
 
 
 @dataclass
