@@ -293,8 +293,7 @@ def test_the_gradient_share_table_reads_every_chain_policy():
 
 
 def test_the_earlier_steps_truth_gate_is_the_truth_gate_without_the_last_step(tokenizer):
-    import oar.training.grpo_trainer as trainer
-    from oar.method.importance import GROUND_TRUTH_METHODS
+    from oar.method.names import METHODS, PARSED_SCORERS
 
     text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}."
     probe, result, pieces = _ground_truth_scored(
@@ -306,4 +305,4 @@ def test_the_earlier_steps_truth_gate_is_the_truth_gate_without_the_last_step(to
     truth = score("truth", torch.nn.Linear(1, 1), [probe]).scores
     assert torch.equal(result.scores + final, truth) and not (result.scores * final).any()
     # training attaches the parsed positions for it, and the trainer accepts it as a method
-    assert "truth_early" in GROUND_TRUTH_METHODS and "truth_early" in trainer.METHODS
+    assert "truth_early" in PARSED_SCORERS and "truth_early" in METHODS

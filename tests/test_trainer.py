@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from oar.method.probes import probes_from_padded
-from oar.training.grpo_trainer import METHODS, OARConfig, OARTrainer
+from oar.method.names import SCORER_NAMES
+from oar.training.grpo_trainer import OARConfig, OARTrainer
 from oar.training.run import SettingsError, resolve_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,7 +139,7 @@ def test_oar_token_advantages_preserve_mass_and_skip_zero_advantage_rows(tiny_mo
     assert trainer._metrics["train"]["oar/ess_ratio"][-1] < 1.0
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS if m != "grpo"])
+@pytest.mark.parametrize("method", SCORER_NAMES)
 def test_every_method_trains_a_step(tiny_model_dir, tmp_path, method):
     trainer = make_trainer(tiny_model_dir, tmp_path, oar_method=method)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}

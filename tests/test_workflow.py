@@ -99,15 +99,15 @@ def test_schema_matches_library():
     invalid ones through to a job)."""
     from oar.data.datasets import DATASETS
     from oar.method.importance import SCORERS
-    from oar.method.importance import GROUND_TRUTH_METHODS
+    from oar.method.names import METHODS, MODEL_SCORERS, SCORER_NAMES
     from oar.method.probes import PROBES
-    from oar.training.grpo_trainer import METHODS
     from oar.training.run import DEFAULT_SETTINGS
 
     defs = load(SCHEMA)["$defs"]
     assert set(defs["method"]["enum"]) == set(METHODS)
+    assert set(SCORERS) == set(SCORER_NAMES)  # every named scorer registered, nothing registered unnamed
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
-    assert set(defs["scorer"]["enum"]) == set(SCORERS) - set(GROUND_TRUTH_METHODS)
+    assert set(defs["scorer"]["enum"]) == set(MODEL_SCORERS)
     assert set(defs["probe"]["enum"]) == set(PROBES)
     assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
     assert set(defs["trainer"]["properties"]) == set(DEFAULT_SETTINGS["trainer"])

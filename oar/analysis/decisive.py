@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from oar.analysis.statistics import ALPHA, welch
+from oar.method.names import TRUTH_GATES
 
-TRUTH_GATES = ("truth_graded", "truth")
 
 
 def _decided(row: Mapping[str, Any], sign: int) -> bool:

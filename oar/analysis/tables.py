@@ -732,8 +732,6 @@ def decisive_table(readings: pd.DataFrame, trends: pd.DataFrame, baseline: str =
     """The decisive run read by its rules (:mod:`oar.analysis.decisive`): per distractor level, each arm
     minus the baseline with the raw and Holm-level intervals, Holm p, the MDE, its share of the better
     truth gate's gain and the reading; then each arm's change from the lowest level to the highest."""
-    from oar.analysis.decisive import TRUTH_GATES
-
     base = METHOD_NAMES.get(baseline, baseline)
     rows = []
     for r in readings.to_dict("records"):

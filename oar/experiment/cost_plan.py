@@ -637,7 +637,7 @@ def _processes(spec: Mapping) -> int:
 
 
 def run_type(settings: Mapping) -> str:
-    from oar.experiment.runs import USES_PROBE
+    from oar.method.names import USES_PROBE
 
     model = settings["run_id"].split("/", 1)[0]
     probe = f" ({settings['oar']['probe']})" if settings["method"] in USES_PROBE else ""

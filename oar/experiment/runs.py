@@ -22,12 +22,7 @@ from typing import Any
 
 import yaml
 
-METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded",
-           "truth_final", "truth_early")
-TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: scorers of all the parsed decisive tokens
-PARSED_SCORERS = (*TRUTH_GATES, "truth_final", "truth_early")  # scorers that read the chain task's grammar instead of a model
-GATED = METHODS[1:]  # methods whose weights come from the bi-level gate
-USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # methods whose scores read an outcome probe
+from oar.method.names import PARSED_SCORERS, SCORER_NAMES, TRUTH_GATES, USES_PROBE
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
 GROUPS = ("main", "gating", "grid", "probes", "controls")
 RESOURCE_KINDS = (
@@ -376,7 +371,7 @@ class Registry:
     def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> str:
         oar = self.oar_settings(model)
         parts = [method]
-        if method in GATED:
+        if method in SCORER_NAMES:
             tau = oar["tau"] if tau is None else tau
             beta = oar["beta"] if beta is None else beta
             parts.append(f"tau{fmt_float(tau)}-beta{fmt_float(beta)}")
@@ -389,7 +384,7 @@ class Registry:
         """Fully resolved settings of one run (what workflow_scripts/train.py reads)."""
         config = self.config
         oar = self.oar_settings(model)
-        if method in GATED:
+        if method in SCORER_NAMES:
             oar["tau"] = float(oar["tau"] if tau is None else tau)
             oar["beta"] = float(oar["beta"] if beta is None else beta)
         if method in USES_PROBE and probe is not None:
@@ -476,8 +471,8 @@ class Registry:
             meta[run] = {
                 "model": model_of(run),
                 "method": s["method"],
-                "tau": s["oar"]["tau"] if s["method"] in GATED else None,
-                "beta": s["oar"]["beta"] if s["method"] in GATED else None,
+                "tau": s["oar"]["tau"] if s["method"] in SCORER_NAMES else None,
+                "beta": s["oar"]["beta"] if s["method"] in SCORER_NAMES else None,
                 "probe": s["oar"]["probe"] if s["method"] in USES_PROBE else None,
                 "seed": s["seed"],
             }

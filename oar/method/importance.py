@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers.cache_utils import DynamicCache
 
+from oar.method.names import SCORER_NAMES
 from oar.method.probes import PROBES, Probe, resolve_probe_kind
 from oar.method.scoring_batches import (FIRST, FIRST_LEN, PROBE, OutcomeRows, left_aligned, mask_format, row_inputs,
                                         row_table)
@@ -98,6 +99,10 @@ class Scores:
 
 
 def register(name: str):
+    """Register a scorer against its name, which ``oar.method.names.SCORER_NAMES`` must list."""
+    if name not in SCORER_NAMES:
+        raise ValueError(f"scorer {name!r} is not in oar.method.names.SCORER_NAMES: add it there first")
+
     def wrap(fn):
         SCORERS[name] = fn
         return fn
@@ -686,10 +691,6 @@ def early_steps_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str
     from, keeps what GRPO learns. Reads no model."""
     _require_parsed(probes, "truth_early", "decisive and last-step positions", "decisive", "final_step")
     return [_marked(p, set(p.decisive) - set(p.final_step), 1.0) for p in probes]
-
-
-# Scorers that read the task's parsed grammar instead of a model: training attaches the positions they need.
-GROUND_TRUTH_METHODS = ("truth", "truth_graded", "truth_final", "truth_early")
 
 
 @register("position")

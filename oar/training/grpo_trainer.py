@@ -24,15 +24,14 @@ from trl import GRPOConfig, GRPOTrainer
 from oar.data import chains
 from oar.grading import grade
 from oar.method.gate import gate
-from oar.method.importance import GROUND_TRUTH_METHODS, SCORERS, ScorerConfig, score
+from oar.method.importance import ScorerConfig, score
+from oar.method.names import METHODS, PARSED_SCORERS
 from oar.method.probes import PROBES, Probe, probes_from_padded, token_char_spans
 from oar.method.metrics import ess_ratio, top_mass
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory
 from oar.training.rank_metrics import over_ranks, ratio
 from oar.training.vllm_cpu import install_cpu_weight_sync
-
-METHODS = ("grpo", *sorted(SCORERS))
 
 
 @dataclass
@@ -223,7 +222,7 @@ class OARTrainer(GRPOTrainer):
                 substitute=args.oar_substitute,
                 answer_statement=args.oar_answer_statement,
             )
-            if args.oar_method in GROUND_TRUTH_METHODS:
+            if args.oar_method in PARSED_SCORERS:
                 probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
             step = self.state.global_step
             config = ScorerConfig(

@@ -31,9 +31,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from oar.evaluation.generation import eos_token_ids
+from oar.method.names import METHODS
 from oar.method.probes import PROBES
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
-from oar.training.grpo_trainer import METHODS, OARConfig, OARTrainer, correctness_reward
+from oar.training.grpo_trainer import OARConfig, OARTrainer, correctness_reward
 
 # Defaults of one run's settings; a settings file may leave any of them out, and nothing else.
 DEFAULT_SETTINGS: dict[str, Any] = {

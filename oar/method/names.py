@@ -1,0 +1,19 @@
+"""The one list of training methods and what each kind of method is, by name (torch-free).
+
+The run registry, the trainer, the scorer registry and the analysis read these; the config schema's
+enums are tested equal to them. A new scorer is added here and registered against its name in the
+scorers' registry (a test keeps the two equal).
+"""
+
+BASELINE = "grpo"  # GRPO's uniform token advantages: no scorer, no gate
+
+# Scorers of the model's reasoning tokens (method.md): the paper's two, then the controls.
+MODEL_SCORERS = ("oar_p", "oar_g", "grad_norm", "entropy", "position", "random")
+
+# Scorers that read the chain task's parsed grammar instead of a model; training attaches the positions.
+TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: every parsed decisive token
+PARSED_SCORERS = (*TRUTH_GATES, "truth_final", "truth_early")
+
+SCORER_NAMES = (*MODEL_SCORERS, *PARSED_SCORERS)  # every method whose weights come from the bi-level gate
+METHODS = (BASELINE, *SCORER_NAMES)
+USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # scorers whose scores read an outcome probe
