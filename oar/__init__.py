@@ -3,7 +3,8 @@
 Layout, lowest layer first; a module imports only from its own subpackage or a lower layer
 (``tests/test_layout.py`` checks it), and no module imports Snakemake:
 
-- ``oar.cpu_kernels`` (the pinned instruction set of the CPU kernels, applied on ``import oar``)
+- ``oar.cpu_kernels`` (the pinned instruction set of the CPU kernels, applied on ``import oar``), ``oar.files``
+  (atomic writes, JSON Lines, file hashes)
 - ``oar.grading`` (the verifier: answer extraction and equivalence), ``oar.prompting`` (the prompt template)
 - ``oar.method``: the paper's algorithm, free of training and IO machinery: outcome probes
   (``probes``), token scorers (``importance``), the bi-level gate (``gate``), the analysis metrics (``metrics``)
