@@ -2,8 +2,10 @@
 detectable effect, evaluation noise against seed noise, censored steps to a threshold, and a trend test.
 
 Every function takes plain numbers and returns plain numbers (nan where a quantity is undefined), so the
-tables (``oar.analysis.tables``) and the tests can check them against a direct computation.
+tables and the tests can check them against a direct computation.
 
+- :func:`seed_interval`, :func:`seed_sd`: the mean over seeds with its 95% t-interval, and the SD over seeds.
+- :func:`spread`: mean, SD, standard error and 95% t-interval of per-response values.
 - :func:`paired_t`: mean of per-seed differences, its 95% t-interval, the two-sided p-value of a paired
   t-test, the SD of the differences and the minimum detectable effect.
 - :func:`holm`: Holm's step-down adjusted p-values over a family (the declared primary comparisons).
@@ -28,6 +30,41 @@ POWER = 0.8
 
 def _clean(values: Sequence[float]) -> np.ndarray:
     return np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+
+
+def seed_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of per-seed values; low/high are a t-interval, nan with fewer than 2 values."""
+    x = _clean(values)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+def seed_sd(values: Sequence[float]) -> float:
+    """Sample SD over seeds (nan with fewer than 2 values)."""
+    x = _clean(values)
+    return float(x.std(ddof=1)) if len(x) > 1 else math.nan
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Mean, standard deviation, standard error and 95% t-interval of the defined values, with how many
+    there are (``n``) and how many were undefined (``n_undefined``)."""
+    x = _clean(values)
+    n = len(x)
+    _, low, high = seed_interval(list(x))
+    return {
+        "mean": float(x.mean()) if n else math.nan,
+        "std": float(x.std(ddof=1)) if n > 1 else math.nan,
+        "sem": float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
+        "ci_low": low,
+        "ci_high": high,
+        "n": n,
+        "n_undefined": len(values) - n,
+    }
 
 
 def mde(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
