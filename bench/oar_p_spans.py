@@ -12,7 +12,7 @@ token-forwards), and reports per variant:
 
 - the Spearman correlation of each response's scores with exact OAR-P's (median and mean over responses;
   responses whose variant scores are constant have none and are counted);
-- recall@10% of the parsed decisive tokens (each step's relation and result), as oar.analysis.results
+- recall@10% of the parsed decisive tokens (each step's relation and result), as oar.analysis.causal_recall
   computes it for the causal-recall table (ties, which spans create, go to the earlier token);
 - the ceiling of any span scorer on the same spans (windows: none, their scores are not tied): the Spearman of exact OAR-P's scores max-pooled over
   each span (constant within a span, as every span score is) with exact OAR-P's own;
@@ -34,7 +34,7 @@ import time
 
 import torch
 
-from oar.analysis.results import ground_truth_tokens
+from oar.analysis.chain_truth import ground_truth_tokens
 from oar.method.importance import (reasoning_spans, span_forward_equivalents, span_substitution_scores,
                                    window_substitution_scores)
 from oar.method.metrics import default_k, recall_at_k, spearman

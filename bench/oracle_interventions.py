@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from oar.analysis.causal_recall import oracle_sanity
 from oar.analysis.oracle import INTERVENTIONS, causal_tokens
-from oar.analysis.results import oracle_sanity, read_jsonl
+from oar.files import read_jsonl
 from oar.method.probes import build_probes
 
 

@@ -22,7 +22,7 @@ import statistics
 
 import torch
 
-from oar.analysis.results import _step_tokens, ground_truth_tokens
+from oar.analysis.chain_truth import ground_truth_tokens, step_tokens
 from oar.method.gate import gate
 from oar.method.importance import ScorerConfig, score
 from oar.method.metrics import default_k, recall_at_k
@@ -66,7 +66,7 @@ def main() -> None:
         recall, top = [], []
         for probe, s, w in weights_of(model, tokenizer, rows, args.scorer, own, substitute, args.tau, args.beta):
             tokens = [tokenizer.decode([t]) for t in probe.response_ids[: probe.reasoning_len]]
-            _, relations = _step_tokens(tokens)
+            _, relations = step_tokens(tokens)
             for k, (_, pos) in enumerate(relations, start=1):
                 if pos is not None:
                     by_step.setdefault(k, []).append(float(w[pos]))

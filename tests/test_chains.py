@@ -8,7 +8,7 @@ import random
 import pytest
 
 from oar.data import chains
-from oar.analysis.results import ground_truth_tokens, oracle_agreement
+from oar.analysis.chain_truth import ground_truth_tokens, oracle_agreement
 from oar.data.datasets import CHAIN_STEPS, chain_split, load_dataset_records
 from oar.grading import grade
 

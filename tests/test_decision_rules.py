@@ -322,7 +322,7 @@ def test_a_primary_family_beside_the_upper_bound_test_is_refused():
 
 
 def test_the_registry_declares_holms_family_and_a_missing_run_stops_the_table():
-    from oar.analysis import results
+    from oar.analysis.paired import paired_differences
 
     reg = _registry(_config("decisive.yaml"))
     family = {tuple(x) for x in reg.primary["family"]}
@@ -340,15 +340,15 @@ def test_the_registry_declares_holms_family_and_a_missing_run_stops_the_table():
                              "final_accuracy": 0.5 + rng.normal(0, 0.03), "reward_auc": 0.3,
                              "steps_to_threshold": 10.0, "reached": True, "steps": 40})
     outcomes = pd.DataFrame(rows)
-    full = results.paired_differences(outcomes, primary=reg.primary)
+    full = paired_differences(outcomes, primary=reg.primary)
     assert int(full["family_size"].dropna().iloc[0]) == 7
     # an interim table with OAR-P's runs on chain_d8 missing would apply Holm over six: it stops instead
     partial = outcomes[~((outcomes["model"] == "chain_d8") & (outcomes["method"] == "oar_p"))]
     with pytest.raises(ValueError, match="chain_d8/oar_p: no paired runs"):
-        results.paired_differences(partial, primary=reg.primary)
+        paired_differences(partial, primary=reg.primary)
     fewer = outcomes[~((outcomes["model"] == "chain_d0") & (outcomes["method"] == "oar_g") & (outcomes["seed"] == 3))]
     with pytest.raises(ValueError, match="chain_d0/oar_g: 9 of the 10 declared seeds"):
-        results.paired_differences(fewer, primary=reg.primary)
+        paired_differences(fewer, primary=reg.primary)
 
 
 # ------------------------------------------------------------------------------ where a rule was declared
@@ -404,14 +404,12 @@ def test_without_git_the_declaration_says_so(tmp_path, monkeypatch):
 
 
 def test_the_upper_bound_table_reads_each_look_and_the_derailment_outcome():
-    from oar.analysis import tables
-
     seeds = list(range(100, 160))
     rng = np.random.default_rng(11)
     frame = _outcomes(list(rng.normal(0.0, 0.03, 40)), seeds[:40])
     frame.loc[(frame["seed"] == 104) & (frame["method"] == "grpo"), "final_accuracy"] = 0.1
     reading = upper_bound.read_upper_bound(frame, _design(), seeds, 0.45)
-    _, md = tables.upper_bound_table(reading, _design(), upper_bound.plan(_design()), "DECLARED\n")
+    _, md = upper_bound.upper_bound_table(reading, _design(), upper_bound.plan(_design()), "DECLARED\n")
     assert "40 of 60 declared seeds run" in md and "not reached" in md
     assert "GRPO | 1/40 | 2%" in md
     assert "3.200 (0.0007)" in md and "34 pairs fit in 4 hours" in md
@@ -433,7 +431,7 @@ def _arms(effects, seeds, sd=0.01, seed=5):
 
 
 def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
-    from oar.analysis import mechanism, tables
+    from oar.analysis import mechanism
 
     design = _config("mechanism.yaml")["analysis"]["mechanism"]
     seeds = list(range(200, 210))
@@ -445,12 +443,12 @@ def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
     assert by.loc["last step only costs", "decided"] and by.loc["earlier credit recovers", "decided"]
     assert by.loc["earlier steps only is harmless", "decided"]  # TOST within 3 points at SD 1.4 points
     assert by.loc["interaction", "mean"] == pytest.approx(0.10, abs=0.02)
-    _, md = tables.mechanism_table(frame, design)
+    _, md = mechanism.mechanism_table(frame, design)
     assert "decided: equivalent within ±3.0" in md
     # noisy seeds: the same means, but no equivalence can be shown, and the table claims none
     noisy = mechanism.read_contrasts(_arms({"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0},
                                            seeds, sd=0.06), design, seeds)
-    _, md = tables.mechanism_table(noisy, design)
+    _, md = mechanism.mechanism_table(noisy, design)
     assert not noisy.set_index("name").loc["earlier steps only is harmless", "decided"]
     assert "not shown equivalent" in md and "decided: equivalent" not in md
     # a missing run stops the reading, naming it

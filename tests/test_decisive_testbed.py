@@ -254,8 +254,8 @@ def test_the_truth_scorer_and_long_chains_are_checked_before_any_job():
 
 
 def test_step_attribution_reads_recall_per_step_and_the_blame_on_the_erring_relation():
-    from oar.analysis.results import step_attribution
-    from oar.analysis.tables import recall_table
+    from oar.analysis.causal_recall import recall_table
+    from oar.analysis.chain_truth import step_attribution
 
     tokens = ["3", " +", " 1", " ~", " 5", ".", " Note:", " owl", ".", " 5", " *", " 2", " =", " 1", "0", "."]
     erring, later = tokens.index(" ~"), tokens.index(" =")
@@ -279,7 +279,7 @@ def test_step_attribution_reads_recall_per_step_and_the_blame_on_the_erring_rela
 
 
 def test_the_gradient_share_table_reads_every_chain_policy():
-    from oar.analysis.tables import gradient_share_table
+    from oar.analysis.gradient_share import gradient_share_table
 
     classes = {name: {"token_share": 1 / 6, "gradient_share": 0.5 if name == "distractor" else 0.1, "mean_norm": 0.5}
                for name in chains.TOKEN_CLASSES}

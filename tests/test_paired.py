@@ -1,4 +1,4 @@
-"""Paired-seed statistics of the main comparison (oar.analysis.results): per-seed outcomes from accuracy and
+"""Paired-seed statistics of the main comparison (oar.analysis.outcomes, oar.analysis.paired): per-seed outcomes from accuracy and
 training curves, each method minus the baseline with a 95% interval, and the table built from them."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from oar.analysis.results import base_accuracy, paired_differences, per_seed_outcomes, steps_to_threshold
-from oar.analysis.tables import paired_table, threshold_rule
+from oar.analysis.outcomes import base_accuracy, per_seed_outcomes, steps_to_threshold, threshold_rule
+from oar.analysis.paired import paired_differences, paired_table
 
 
 def test_steps_to_threshold_uses_the_trailing_mean():
@@ -80,7 +80,7 @@ def test_base_accuracy_reads_the_untrained_rows_of_one_benchmark():
 
 
 def test_length_sweep_table_reports_each_method_and_length():
-    from oar.analysis.tables import length_sweep_table
+    from oar.analysis.length_sweep import length_sweep_table
 
     rows = []
     for model, shift in (("chain_f0", 0.0), ("chain_f2", -0.1)):
@@ -103,7 +103,7 @@ def test_length_sweep_table_reports_each_method_and_length():
 
 
 def test_a_relative_threshold_is_the_starting_reward_plus_the_gain():
-    from oar.analysis.results import reward_thresholds
+    from oar.analysis.outcomes import reward_thresholds
 
     rows = []
     for model, start in (("short", 0.2), ("long", 0.4)):

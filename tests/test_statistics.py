@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from oar.analysis import statistics
-from oar.analysis.results import paired_differences, per_seed_outcomes
-from oar.analysis.tables import paired_table
+from oar.analysis.outcomes import per_seed_outcomes
+from oar.analysis.paired import paired_differences, paired_table
 
 
 def test_holm_on_a_known_example():
@@ -135,15 +135,16 @@ def _accuracy(variants: dict[tuple, float], seeds=range(4), slope_noise=(0.002, 
 
 
 def test_gating_table_tests_the_bi_level_gate_against_boost_only_directly():
-    from oar.analysis import results, tables
+    from oar.analysis.accuracy import accuracy_table
+    from oar.analysis.gating import gate_comparisons
 
     acc = _accuracy({("grpo", None, None): 0.5, ("oar_g", 0.0, 2.0): 0.48, ("oar_g", 0.4, 2.0): 0.52,
                      ("oar_g", 1.0, 2.0): 0.45})
-    tests = results.gate_comparisons(acc, ["t"]).set_index("comparison")
+    tests = gate_comparisons(acc, ["t"]).set_index("comparison")
     boost = tests.loc["bi-level (tau 0.4) minus boost-only (tau 0)"]
     assert boost["diff_mean"] == pytest.approx(0.04, abs=0.002) and boost["n_seeds"] == 4 and boost["p"] < 0.01
     assert tests.loc["bi-level (tau 0.4) minus suppress-only (tau 1)", "diff_mean"] == pytest.approx(0.07, abs=0.002)
-    frame, md = tables.accuracy_table(acc, ["t"], "Gating", show=("tau",), gate_tests=True)
+    frame, md = accuracy_table(acc, ["t"], "Gating", show=("tau",), gate_tests=True)
     assert "### Bi-level gate against boost-only and suppress-only" in md
     assert "bi-level (tau 0.4) minus boost-only (tau 0)" in md
     # every accuracy table: both noise sources and the paired p and MDE
@@ -156,22 +157,22 @@ def test_gating_table_tests_the_bi_level_gate_against_boost_only_directly():
     row = frame[(frame["method"] == "oar_g") & (frame["tau"] == 1.0)].iloc[0]
     d = [0.45 + 0.03 * s + (0.002, -0.001, 0.0, 0.001)[s] - 0.5 - 0.03 * s for s in range(4)]
     assert row["minus_grpo_mde"] == pytest.approx(100 * statistics.mde(np.std(d, ddof=1), 4))
-    _, without = tables.accuracy_table(acc[acc["tau"] != 0.0], ["t"], "Gating", show=("tau",), gate_tests=True)
+    _, without = accuracy_table(acc[acc["tau"] != 0.0], ["t"], "Gating", show=("tau",), gate_tests=True)
     assert "minus boost-only" not in without and "minus suppress-only" in without
 
 
 def test_grid_table_tests_the_trend_over_reshaping_strength():
-    from oar.analysis import results, tables
+    from oar.analysis.grid import grid_table, strength_trends
 
     # accuracy falls 2 points per doubling of beta and does not depend on tau
     variants = {("oar_g", tau, beta): 0.55 - 0.02 * math.log2(beta) for tau in (0.2, 0.4) for beta in (1.0, 2.0, 4.0)}
     acc = _accuracy({("grpo", None, None): 0.5, **variants}, slope_noise=(0.0, 0.0, 0.0, 0.0))
     acc["pass@1"] += np.random.default_rng(1).normal(0, 0.003, len(acc))
-    trends = results.strength_trends(acc, ["t"]).set_index("strength")
+    trends = strength_trends(acc, ["t"]).set_index("strength")
     beta = trends.loc["log2(beta), per doubling"]
     assert beta["slope"] == pytest.approx(-0.02, abs=0.004) and beta["p"] < 0.001 and beta["blocks"] == 8
     assert trends.loc["tau, per unit", "p"] > 0.01
-    _, md = tables.grid_table(acc, ["t"])
+    _, md = grid_table(acc, ["t"])
     assert "### Trend over reshaping strength" in md and "log2(beta), per doubling" in md
     assert "p (raw) and MDE 80%" in md and "; MDE " in md
 

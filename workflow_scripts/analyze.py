@@ -1,4 +1,4 @@
-"""Analysis jobs of the workflow (Snakemake ``script:`` only; the science is in ``oar.analysis.results``).
+"""Analysis jobs of the workflow (Snakemake ``script:`` only; the science is in ``oar.analysis``).
 
 ``params.kind`` selects the job:
 
@@ -23,9 +23,17 @@ from _common import atomic_open, atomic_write_json, snakemake_only  # noqa: E402
 
 # Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
 # here, before the heavy imports below.
-smk = snakemake_only(globals(), "analyze.py", "the functions are in oar.analysis.results") if __name__ == "__main__" else None
+smk = snakemake_only(globals(), "analyze.py", "the functions are in oar.analysis") if __name__ == "__main__" else None
 
-from oar.analysis import results  # noqa: E402
+from oar.analysis.causal_recall import causal_recall  # noqa: E402
+from oar.analysis.chain_truth import ground_truth_tokens, oracle_agreement, step_attribution  # noqa: E402
+from oar.analysis.cost import cost_summary  # noqa: E402
+from oar.analysis.credit import credit_summary  # noqa: E402
+from oar.analysis.fidelity import proxy_fidelity  # noqa: E402
+from oar.analysis.outcomes import per_seed_outcomes  # noqa: E402
+from oar.analysis.paired import paired_differences  # noqa: E402
+from oar.analysis.run_outputs import accuracy_frame, training_curves  # noqa: E402
+from oar.files import read_jsonl  # noqa: E402
 
 
 def _clean(obj):
@@ -55,7 +63,7 @@ def accuracy(smk):
     for path in smk.input.summaries:
         run = _run_of(path, 2)
         summaries[(run, Path(path).parent.name)] = path
-    frame = results.accuracy_frame(smk.params.runs, summaries)
+    frame = accuracy_frame(smk.params.runs, summaries)
     _write_csv(frame, smk.output.csv)
     print(f"{len(frame)} (run, benchmark) rows -> {smk.output.csv}")
 
@@ -65,33 +73,33 @@ def credit(smk):
 
     metrics = {_run_of(p, 1): p for p in smk.input.metrics}
     weights = {_run_of(p, 1): json.loads(Path(p).read_text()) for p in smk.input.weights}
-    curves = results.training_curves(smk.params.runs, metrics)
+    curves = training_curves(smk.params.runs, metrics)
     _write_csv(curves, smk.output.curves)
-    _write_csv(results.credit_summary(curves, weights), smk.output.summary)
+    _write_csv(credit_summary(curves, weights), smk.output.summary)
     print(f"{len(curves)} logged steps of {len(metrics)} runs -> {smk.output.curves}")
 
 
 def cost(smk):
     import pandas as pd
 
-    frame = results.cost_summary(pd.read_csv(smk.input.curves))
+    frame = cost_summary(pd.read_csv(smk.input.curves))
     _write_csv(frame, smk.output.csv)
     print(frame.to_string(index=False))
 
 
 def recall(smk):
-    oracle = results.read_jsonl(smk.input.oracle)
-    scores = {s: results.read_jsonl(p) for s, p in zip(smk.params.scorers, smk.input.scores)}
-    result = results.causal_recall(oracle, scores, smk.params.fraction)
+    oracle = read_jsonl(smk.input.oracle)
+    scores = {s: read_jsonl(p) for s, p in zip(smk.params.scorers, smk.input.scores)}
+    result = causal_recall(oracle, scores, smk.params.fraction)
     result["probe"] = smk.params.probe
     if smk.params.ground_truth:
         # the chain task: every scorer and the oracle against the decisive tokens parsed from each response
-        truth = results.ground_truth_tokens(results.read_jsonl(smk.input.responses))
-        result["ground_truth"] = results.causal_recall(truth, scores, smk.params.fraction)
-        result["ground_truth"]["oracle_agreement"] = results.oracle_agreement(oracle, truth)
+        truth = ground_truth_tokens(read_jsonl(smk.input.responses))
+        result["ground_truth"] = causal_recall(truth, scores, smk.params.fraction)
+        result["ground_truth"]["oracle_agreement"] = oracle_agreement(oracle, truth)
         # credit per chain step, and the weight on the first erring relation of wrong responses
-        result["ground_truth"]["steps"] = results.step_attribution(
-            results.read_jsonl(smk.input.responses), scores, smk.params.fraction, smk.params.gate)
+        result["ground_truth"]["steps"] = step_attribution(
+            read_jsonl(smk.input.responses), scores, smk.params.fraction, smk.params.gate)
     atomic_write_json(smk.output.json, _clean(result))
     for name, s in result["summary"].items():
         print(f"{name:10s} recall@10% = {s['mean']:.3f} (n = {s['n']})")
@@ -104,9 +112,9 @@ def fidelity(smk):
     files = iter(smk.input.scores)
     by_probe = {}
     for probe in smk.params.probes:
-        rows = {name: results.read_jsonl(next(files)) for name in names}
-        result = results.proxy_fidelity(rows[smk.params.reference], {n: rows[n] for n in smk.params.scorers},
-                                         smk.params.fraction)
+        rows = {name: read_jsonl(next(files)) for name in names}
+        result = proxy_fidelity(rows[smk.params.reference], {n: rows[n] for n in smk.params.scorers},
+                                smk.params.fraction)
         result["wall_s"] = {n: sum(r.get("wall_s", 0.0) for r in rows[n]) for n in names}
         by_probe[probe] = result
     atomic_write_json(smk.output.json, _clean({"reference": smk.params.reference, "probes": by_probe}))
@@ -117,9 +125,9 @@ def paired(smk):
     import pandas as pd
 
     p = smk.params
-    outcomes = results.per_seed_outcomes(pd.read_csv(smk.input.accuracy), pd.read_csv(smk.input.curves),
-                                          p.benchmark, p.reward_threshold, p.window, p.reward_gain)
-    differences = results.paired_differences(outcomes, p.baseline, primary=p.primary)
+    outcomes = per_seed_outcomes(pd.read_csv(smk.input.accuracy), pd.read_csv(smk.input.curves),
+                                 p.benchmark, p.reward_threshold, p.window, p.reward_gain)
+    differences = paired_differences(outcomes, p.baseline, primary=p.primary)
     _write_csv(outcomes, smk.output.outcomes)
     _write_csv(differences, smk.output.differences)
     print(differences.to_string(index=False))

@@ -15,12 +15,14 @@ smk = snakemake_only(globals(), "plot.py", "the figures are drawn by oar.analysi
 
 import pandas as pd  # noqa: E402
 
-from oar.analysis import figures, results  # noqa: E402
+from oar.analysis import figures  # noqa: E402
+from oar.analysis.labels import METHOD_NAMES  # noqa: E402
+from oar.analysis.outcomes import base_accuracy  # noqa: E402
 
 
 def _base_accuracy(smk) -> dict[str, float]:
     """Model -> the untrained policy's accuracy on the paired comparison's benchmark."""
-    return results.base_accuracy(pd.read_csv(smk.input.accuracy), smk.params.paired_benchmark)
+    return base_accuracy(pd.read_csv(smk.input.accuracy), smk.params.paired_benchmark)
 
 
 def token_heatmap(smk, paths):
@@ -45,7 +47,7 @@ def token_heatmap(smk, paths):
     title = (f"{row['problem_id']}: answer {row['answer']!r} (reference {row['reference']!r}); "
              f"first {n} of {r_len} reasoning tokens")
     figures.token_heatmap(row["reasoning_tokens"][:n], {k: v[:n] for k, v in scores.items()}, paths,
-                          weights=weights[:n], weights_label=f"{figures.METHOD_NAMES.get(first, first)} gate weight "
+                          weights=weights[:n], weights_label=f"{METHOD_NAMES.get(first, first)} gate weight "
                           f"(tau {p.tau:g}, beta {p.beta:g})", title=title)
 
 

@@ -1,5 +1,6 @@
 """Write one table (CSV + Markdown) from cached analysis files (Snakemake ``script:``; the tables
-themselves are built by ``oar.analysis.tables``). The table is the ``name`` wildcard."""
+themselves are built by ``oar.analysis``, each in the module of its question). The table is the ``name``
+wildcard."""
 
 import json
 import sys
@@ -11,11 +12,20 @@ from _common import snakemake_only  # noqa: E402
 
 # Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
 # here, before the heavy imports below.
-smk = snakemake_only(globals(), "tables.py", "the tables are built by oar.analysis.tables") if __name__ == "__main__" else None
+smk = snakemake_only(globals(), "tables.py", "the tables are built by oar.analysis") if __name__ == "__main__" else None
 
 import pandas as pd  # noqa: E402
 
-from oar.analysis import results, tables  # noqa: E402
+from oar.analysis.accuracy import accuracy_table  # noqa: E402
+from oar.analysis.causal_recall import recall_table  # noqa: E402
+from oar.analysis.cost import cost_table  # noqa: E402
+from oar.analysis.fidelity import fidelity_table  # noqa: E402
+from oar.analysis.gradient_share import gradient_share_table  # noqa: E402
+from oar.analysis.grid import grid_table  # noqa: E402
+from oar.analysis.length_sweep import length_sweep_table  # noqa: E402
+from oar.analysis.outcomes import base_accuracy, threshold_rule  # noqa: E402
+from oar.analysis.paired import paired_table  # noqa: E402
+from oar.analysis.table_file import write_table  # noqa: E402
 
 
 def _credit(smk):
@@ -26,64 +36,64 @@ def build(smk):
     name = smk.wildcards.name
     p = smk.params
     if name == "main_table":
-        return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Main table",
-                                     methods=p.main_methods, credit=_credit(smk))
+        return accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Main table",
+                              methods=p.main_methods, credit=_credit(smk))
     if name == "ablation_gating":
-        return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks,
-                                     "Gating ablation (bi-level vs boost-only vs suppress-only)",
-                                     show=("tau",), credit=_credit(smk), gate_tests=True)
+        return accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks,
+                              "Gating ablation (bi-level vs boost-only vs suppress-only)",
+                              show=("tau",), credit=_credit(smk), gate_tests=True)
     if name == "ablation_probe":
-        return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Outcome-probe ablation",
-                                     show=("probe",), credit=_credit(smk))
+        return accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Outcome-probe ablation",
+                              show=("probe",), credit=_credit(smk))
     if name == "controls":
-        return tables.accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Controls",
-                                     credit=_credit(smk))
+        return accuracy_table(pd.read_csv(smk.input.accuracy), p.benchmarks, "Controls",
+                              credit=_credit(smk))
     if name == "ablation_grid":
-        return tables.grid_table(pd.read_csv(smk.input.accuracy), p.benchmarks)
+        return grid_table(pd.read_csv(smk.input.accuracy), p.benchmarks)
     if name == "causal_recall":
-        return tables.recall_table(json.loads(Path(smk.input.recall).read_text()))
+        return recall_table(json.loads(Path(smk.input.recall).read_text()))
     if name == "fidelity":
-        return tables.fidelity_table(json.loads(Path(smk.input.fidelity).read_text()))
+        return fidelity_table(json.loads(Path(smk.input.fidelity).read_text()))
     if name == "paired_differences":
-        return tables.paired_table(pd.read_csv(smk.input.differences),
-                                   tables.threshold_rule(p.reward_threshold, p.reward_gain),
-                                   primary=p.primary, not_run=p.not_run)
+        return paired_table(pd.read_csv(smk.input.differences),
+                            threshold_rule(p.reward_threshold, p.reward_gain),
+                            primary=p.primary, not_run=p.not_run)
     if name == "decisive":
         from oar.analysis import decisive
 
         metric = (p.primary or {}).get("metric", "final_accuracy")
-        return tables.decisive_table(
+        return decisive.decisive_table(
             decisive.level_readings(pd.read_csv(smk.input.differences), p.levels, metric),
             decisive.level_trends(pd.read_csv(smk.input.outcomes), p.levels, p.baseline, metric), p.baseline)
     if name == "upper_bound":
         from oar.analysis import upper_bound
         acc = pd.read_csv(smk.input.accuracy)
-        base = results.base_accuracy(acc, p.paired_benchmark)
+        base = base_accuracy(acc, p.paired_benchmark)
         design = p.upper_bound
         if design["model"] not in base:
             raise ValueError(f"no {p.paired_benchmark} accuracy of the untrained {design['model']} (the derailment "
                              "outcome's reference)")
         reading = upper_bound.read_upper_bound(pd.read_csv(smk.input.outcomes), design, design["seeds"],
                                                base[design["model"]], pd.read_csv(smk.input.curves))
-        return tables.upper_bound_table(reading, design, upper_bound.plan(design))
+        return upper_bound.upper_bound_table(reading, design, upper_bound.plan(design))
     if name == "mechanism":
         from oar.analysis import mechanism
         design = p.mechanism
-        return tables.mechanism_table(mechanism.read_contrasts(pd.read_csv(smk.input.outcomes), design,
-                                                               design["seeds"]), design)
+        return mechanism.mechanism_table(mechanism.read_contrasts(pd.read_csv(smk.input.outcomes), design,
+                                                                  design["seeds"]), design)
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]
-        return tables.length_sweep_table(pd.read_csv(smk.input.outcomes),
-                                         tables.threshold_rule(p.reward_threshold, p.reward_gain),
-                                         base=results.base_accuracy(acc, p.paired_benchmark),
-                                         lengths=dict(zip(base["model"], base["mean_response_tokens"])))
+        return length_sweep_table(pd.read_csv(smk.input.outcomes),
+                                  threshold_rule(p.reward_threshold, p.reward_gain),
+                                  base=base_accuracy(acc, p.paired_benchmark),
+                                  lengths=dict(zip(base["model"], base["mean_response_tokens"])))
     if name == "gradient_share":
         summaries = {Path(f).name.removesuffix(".summary.json"): json.loads(Path(f).read_text())
                      for f in smk.input.summaries}
-        return tables.gradient_share_table(summaries)
+        return gradient_share_table(summaries)
     if name == "cost":
-        return tables.cost_table(pd.read_csv(smk.input.cost), p.train_threads)
+        return cost_table(pd.read_csv(smk.input.cost), p.train_threads)
     raise ValueError(f"unknown table {name!r}")
 
 
@@ -102,5 +112,5 @@ def declared(smk) -> str:
 if __name__ == "__main__":
     frame, markdown = build(smk)
     markdown += declared(smk)
-    tables.write_table(frame, markdown, smk.output.csv, smk.output.md)
+    write_table(frame, markdown, smk.output.csv, smk.output.md)
     print(markdown)

@@ -1,1 +1,2 @@
-"""Results of finished runs: accuracy and credit summaries, the causal oracle, tables, figures and explanations."""
+"""Results of finished runs: one module per question (its reading of the run outputs, its statistics and
+its table), the shared readings and table helpers, the causal oracle, figures and explanations."""

@@ -29,6 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, is_missing, markdown_table
+from oar.analysis.labels import METHOD_NAMES
+from oar.analysis.paired import holm_interval_cell
 from oar.analysis.statistics import ALPHA, welch
 from oar.method.names import TRUTH_GATES
 
@@ -65,7 +68,7 @@ def level_label(level: Mapping[str, int] | None) -> str:
 def level_readings(differences: pd.DataFrame, levels: Mapping[str, Mapping[str, int] | None],
                    metric: str = "final_accuracy") -> pd.DataFrame:
     """Per model (level) and arm on ``metric``: the arm minus the baseline as in ``differences``
-    (:func:`oar.analysis.results.paired_differences`), whether it beats the baseline, the better truth
+    (:func:`oar.analysis.paired.paired_differences`), whether it beats the baseline, the better truth
     gate of that level (``upper_bound``: the one with the larger mean difference), the arm's share of
     that gate's gain (nan unless the gate beats the baseline) and the reading by the rules above."""
     d = differences[differences["metric"] == metric]
@@ -136,3 +139,60 @@ def level_trends(outcomes: pd.DataFrame, levels: Mapping[str, Mapping[str, int] 
                      "ci_high": w["ci_high"], "p": w["p"], "seeds_low": len(at_low), "seeds_high": len(at_high),
                      "grows": bool(w["ci_low"] > 0)})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ the table
+
+
+def decisive_table(readings: pd.DataFrame, trends: pd.DataFrame, baseline: str = "grpo") -> tuple[pd.DataFrame, str]:
+    """The decisive run read by its rules (:func:`level_readings`, :func:`level_trends`): per distractor level, each arm
+    minus the baseline with the raw and Holm-level intervals, Holm p, the MDE, its share of the better
+    truth gate's gain and the reading; then each arm's change from the lowest level to the highest."""
+    base = METHOD_NAMES.get(baseline, baseline)
+    rows = []
+    for r in readings.to_dict("records"):
+        share = "–" if is_missing(r["share_of_upper_bound"]) else f"{100 * r['share_of_upper_bound']:.0f}%"
+        primary = r["role"] == "primary"
+        rows.append([f"{r['model']} ({r['level']})", METHOD_NAMES.get(r["method"], r["method"]),
+                     "primary" if primary else "secondary",
+                     fmt_cell(r["diff_mean"], r["ci_low"], r["ci_high"]) + (" *" if r["beats"] else ""),
+                     holm_interval_cell(r) if primary else "–", fmt_p(r["p_holm"] if primary else r["p"]),
+                     fmt_num(r["mde_holm"] if primary else r["mde"], 1, 100.0), int(r["n_seeds"]), share,
+                     r["reading"]])
+    parts = ["## The decisive reading\n\n", f"Each arm minus {base} per distractor level (final accuracy, points):\n\n",
+             markdown_table(["Level", "Method", "comparison", "difference [95%]", "interval at Holm's level",
+                             "p (Holm for primary)", "MDE 80% (Holm for primary)", "seeds",
+                             "share of the truth gate's gain", "reading"], rows, align="lllrrrrrrl")]
+    # the registry does not plan the graded gate on a policy without such words (its run would be the truth gate's)
+    by_model = readings.groupby("model", sort=False)
+    without_graded = [m for m, g in by_model if "truth" in set(g["method"]) and "truth_graded" not in set(g["method"])
+                      and not (g["distractors"] > 0).any() and not (g["filler"] > 0).any()]
+    if without_graded:
+        parts.append(f"\nThe graded truth gate is not run on {', '.join(without_graded)}: its policy writes no words "
+                     "that cannot change the answer, so its weights equal the truth gate's.\n")
+    if len(trends):
+        trow = [[METHOD_NAMES.get(r["method"], r["method"]), f"{100 * r['at_low']:.1f} ({r['seeds_low']})",
+                 f"{100 * r['at_high']:.1f} ({r['seeds_high']})",
+                 fmt_cell(r["change"], r["ci_low"], r["ci_high"]) + (" *" if r["grows"] else ""), fmt_p(r["p"])]
+                for r in trends.to_dict("records")]
+        t0 = trends.iloc[0]
+        parts.append(f"\nChange with the distractor level, {t0['low']} ({t0['low_level']}) to {t0['high']} "
+                     f"({t0['high_level']}): each arm minus {base} at each level (seeds), and the change with "
+                     "Welch's 95% interval (the levels are different policies; at the lowest level the truth "
+                     "gate stands for the graded one where that is not run):\n\n"
+                     + markdown_table(["Method", "at the lowest level", "at the highest level", "change [95%]", "p"],
+                                      trow, align="lrrrr"))
+    else:
+        parts.append("\nOne distractor level run: no change with the level to read.\n")
+    parts.append(
+        f"\nRules 1-3 of oar.analysis.decisive were fixed before the runs; the reading of a scorer decided below "
+        f"{base} where no truth gate beats it was added after the truth gates' results had been read. A truth gate scores the parsed decisive tokens through the paper's gate: "
+        f"the best a scorer could do through it. Where the better truth gate does not beat {base}, reshaping "
+        f"through the gate does not help at that level by more than the MDE, and a scorer's difference there says "
+        f"nothing about its scoring, unless it falls below {base}: then its scores cost accuracy that right scores "
+        f"through the same gate do not. Where a truth gate wins and a scorer does not, that scorer fails. Share: the "
+        f"scorer's mean difference over the better truth gate's, where that gate wins. Beats: Holm p below 5% "
+        f"with a positive mean for a primary comparison (`analysis.primary`), the raw interval above 0 otherwise "
+        f"(`*`). A truth gate's gain that grows with the level is the paper's mechanism holding where its premise "
+        f"does. Interval at Holm's level and MDE: as in the paired differences table.\n")
+    return pd.concat([readings.assign(kind="level"), trends.assign(kind="trend")], ignore_index=True), "".join(parts)

@@ -1,6 +1,6 @@
 """The workflow's figures: data in, PNG and PDF files out (matplotlib, Agg backend).
 
-Each function takes plain frames or dicts (as written by ``oar.analysis.results``) and output paths, draws one
+Each function takes plain frames or dicts (as the analysis jobs write them) and output paths, draws one
 figure, and saves it to every path given (the format follows the suffix), each to a temporary name that
 is renamed when complete.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,31 +21,23 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-METHOD_NAMES = {"base": "Base model", "grpo": "GRPO", "truth": "truth gate", "truth_graded": "graded truth gate", "truth_final": "final-step truth gate", "truth_early": "earlier-steps truth gate", "oar_p": "OAR-P", "oar_g": "OAR-G", "grad_norm": "grad-norm",
-                "entropy": "entropy", "position": "position", "random": "random"}
-METHOD_ORDER = tuple(METHOD_NAMES)
+from oar.analysis.labels import METHOD_NAMES, in_method_order  # noqa: E402
+from oar.analysis.outcomes import censored_steps  # noqa: E402
+from oar.analysis.statistics import seed_interval  # noqa: E402
+from oar.files import atomic_open  # noqa: E402
+
 COLORS = {"grpo": "#555555", "truth": "#000000", "truth_graded": "#7f7f7f", "truth_final": "#e377c2", "truth_early": "#bcbd22", "oar_p": "#d62728", "oar_g": "#1f77b4", "grad_norm": "#9467bd", "entropy": "#2ca02c",
           "position": "#ff7f0e", "random": "#8c564b"}
 
 
-def _order(methods) -> list[str]:
-    return sorted(methods, key=lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else 99)
-
-
 def save(fig, paths: Sequence[str | os.PathLike]) -> None:
+    """Save ``fig`` to every path, in the format its suffix names, then close it."""
     for path in paths:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-        os.close(fd)
-        try:
-            # fixed metadata so that reruns of the same data give the same PDF bytes
-            metadata = {"CreationDate": None} if path.suffix == ".pdf" else {"Software": None}
-            fig.savefig(tmp, dpi=150, bbox_inches="tight", metadata=metadata)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # fixed metadata so that reruns of the same data give the same PDF bytes
+        metadata = {"CreationDate": None} if path.suffix == ".pdf" else {"Software": None}
+        with atomic_open(path, "wb") as f:
+            fig.savefig(f, format=path.suffix[1:], dpi=150, bbox_inches="tight", metadata=metadata)
     plt.close(fig)
 
 
@@ -65,7 +56,7 @@ def training_curves(curves: pd.DataFrame, paths: Sequence[str | os.PathLike]) ->
         for pi, (key, title) in enumerate(CURVE_PANELS):
             ax = axes[2 * mi + pi // 2, pi % 2]
             drawn = False
-            for method in _order(data["method"].unique()):
+            for method in in_method_order(data["method"].unique()):
                 g = data[data["method"] == method]
                 by_step = g.groupby("step")[key]
                 mean = by_step.mean()
@@ -83,7 +74,7 @@ def training_curves(curves: pd.DataFrame, paths: Sequence[str | os.PathLike]) ->
             ax.set_xlabel("step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
-    handles, labels = {}, []
+    handles = {}
     for ax in axes.flat:
         for h, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, h)
@@ -131,7 +122,7 @@ def recall_bars(recall: Mapping[str, Any], paths: Sequence[str | os.PathLike]) -
     orders (earliest / latest tokens first, hatched), with the chance line."""
     baselines = recall.get("baselines") or {}
     spreads = {**recall["summary"], **baselines}
-    names = [*_order(list(recall["summary"])), *baselines]
+    names = [*in_method_order(list(recall["summary"])), *baselines]
     means = [spreads[n]["mean"] for n in names]
     sems = [spreads[n]["sem"] for n in names]
     fig, ax = plt.subplots(figsize=(1.1 * len(names) + 2, 3.6))
@@ -161,7 +152,7 @@ def cost_bars(cost: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> None:
     fig, axes = plt.subplots(1, max(1, len(models)), figsize=(1.0 * cost["method"].nunique() + 3, 3.8) if len(models) <= 1
                              else (5 * len(models), 3.8), squeeze=False)
     for ax, model in zip(axes[0], models):
-        g = cost[cost["model"] == model].set_index("method").loc[_order(cost[cost["model"] == model]["method"])]
+        g = cost[cost["model"] == model].set_index("method").loc[in_method_order(cost[cost["model"] == model]["method"])]
         x = np.arange(len(g))
         bottom = np.zeros(len(g))
         for part, color in (("time_generate_s", "#9ecae1"), ("time_score_s", "#fc9272"), ("time_update_s", "#a1d99b")):
@@ -230,8 +221,6 @@ def token_heatmap(tokens: Sequence[str], scores: Mapping[str, Sequence[float]], 
 
 
 def _interval(values) -> tuple[float, float, float]:
-    from oar.analysis.results import seed_interval
-
     return seed_interval(list(values))
 
 
@@ -246,7 +235,7 @@ def main_comparison(curves: pd.DataFrame, outcomes: pd.DataFrame, paths: Sequenc
     for mi, model in enumerate(models):
         ax = axes[mi, 0]
         data = curves[curves["model"] == model]
-        for method in _order(data["method"].unique()):
+        for method in in_method_order(data["method"].unique()):
             g = data[data["method"] == method].pivot_table(index="step", columns="seed", values="reward")
             stats = [_interval(row.dropna()) for _, row in g.iterrows()]
             mean = [m for m, _, _ in stats]
@@ -260,7 +249,7 @@ def main_comparison(curves: pd.DataFrame, outcomes: pd.DataFrame, paths: Sequenc
         ax.legend(fontsize=8, frameon=False)
         ax = axes[mi, 1]
         o = outcomes[outcomes["model"] == model]
-        methods = _order(o["method"].unique())
+        methods = in_method_order(o["method"].unique())
         for x, method in enumerate(methods):
             v = o[o["method"] == method]["final_accuracy"] * 100
             mean, low, high = _interval(v)
@@ -287,15 +276,13 @@ def length_sweep(outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike], lab
     run may never reach the threshold), so that panel draws the Kaplan-Meier median with no interval,
     and leaves a gap where half the runs never reached it. ``base`` (model -> accuracy, 0-1) adds the
     untrained policies' accuracy as a dashed line."""
-    from oar.analysis.results import censored_steps
-
     models = list(dict.fromkeys(outcomes["model"]))
     labels = labels or {}
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, key, title in ((axes[0], "final_accuracy", "held-out accuracy after training, %"),
                            (axes[1], "steps_to_threshold",
                             "steps to the reward threshold, Kaplan-Meier median\n(gap: half the runs never reached it)")):
-        methods = _order(outcomes["method"].unique())
+        methods = in_method_order(outcomes["method"].unique())
         for k, method in enumerate(methods):
             runs = [outcomes[(outcomes["model"] == m) & (outcomes["method"] == method)] for m in models]
             if key == "final_accuracy":

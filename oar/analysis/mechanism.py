@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, markdown_table
 from oar.analysis.statistics import holm, one_sided_t, paired_t, tost
 
 KEY = "analysis.mechanism"
@@ -103,3 +104,45 @@ def read_contrasts(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Seq
     frame["family_size"] = len(frame)
     frame["decided"] = [not math.isnan(p) and p < alpha for p in frame["p_holm"]]
     return frame
+
+
+# ------------------------------------------------------------------------------------ the table
+
+
+CONTRAST_CLAIMS = {"greater": "above", "less": "below", "two-sided": "different from 0",
+                   "equivalent": "equivalent within the margin"}
+
+
+def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared: str = "") -> tuple[pd.DataFrame, str]:
+    """The declared contrasts (:func:`read_contrasts`): each with its mean and 95%
+    interval (points), the declared test, its p and Holm p over the family, and what is decided. An
+    equivalence is claimed only where its TOST decides it."""
+    rows = []
+    for r in contrasts.to_dict("records"):
+        margin = r.get("margin")
+        what = CONTRAST_CLAIMS[r["test"]]
+        if r["test"] in ("greater", "less"):
+            what += f" {fmt_num(margin or 0.0, 1, 100.0)}"
+        elif r["test"] == "equivalent":
+            what = f"equivalent within ±{fmt_num(margin, 1, 100.0)}"
+        if r["decided"]:
+            verdict = f"decided: {what}"
+        elif r["test"] == "equivalent":
+            verdict = "not shown equivalent (no claim either way)"
+        else:
+            verdict = "not decided"
+        interval = fmt_cell(r["mean"], r["ci_low"], r["ci_high"])
+        if r["test"] == "equivalent":
+            interval += f"; 90% [{fmt_num(r['tost_low'], 1, 100.0)}, {fmt_num(r['tost_high'], 1, 100.0)}]"
+        rows.append([r["name"], f"{r['plus']} - {r['minus']}", r["test"], interval, fmt_p(r["p"]),
+                     fmt_p(r["p_holm"]), fmt_num(r["mde"], 1, 100.0), int(r["n_seeds"]), verdict])
+    md = (f"## Declared contrasts on {design['model']}\n\n"
+          + markdown_table(["contrast", "arms", "test", "mean, points [95%]", "p", "Holm p", "MDE 80%", "seeds",
+                            "decision"], rows, align="lllrrrrrl")
+          + f"\nEach contrast is the sum of the plus arms' final accuracies minus the minus arms' on the same seed, "
+            f"declared with its test before the runs. greater/less: one-sided paired t-test against the margin; "
+            f"two-sided: paired t-test of 0; equivalent: two one-sided tests within ±margin (its 90% interval "
+            f"inside the margins), the only test by which a table claims equivalence. Holm p: over the "
+            f"{len(contrasts)} declared contrasts at alpha {design.get('alpha', 0.05)}; a contrast that is not "
+            f"decided says only that this design did not detect it (MDE 80%: two-sided 5%).\n" + declared)
+    return contrasts, md

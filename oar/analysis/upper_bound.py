@@ -27,6 +27,8 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
+from oar.analysis.formatting import fmt_num, fmt_p, markdown_table
+from oar.analysis.labels import METHOD_NAMES
 from oar.analysis.sequential import SPENDING, drift_for, expected_pairs, obf_boundaries, power, read_looks
 
 KEY = "analysis.upper_bound"
@@ -137,7 +139,7 @@ def _excluded(rule: Mapping[str, Any] | None, values: Sequence[float]) -> bool:
 
 def read_upper_bound(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Sequence[int],
                      base_accuracy: float, curves: pd.DataFrame | None = None) -> dict[str, Any]:
-    """Read the declared test from per-seed ``outcomes`` (:func:`oar.analysis.results.per_seed_outcomes`:
+    """Read the declared test from per-seed ``outcomes`` (:func:`oar.analysis.outcomes.per_seed_outcomes`:
     model, method, seed, final_accuracy, run), in the declared seed order ``seeds``.
 
     A look is read once every declared seed up to it has both arms' runs; a missing run below a seed that
@@ -194,6 +196,76 @@ def derailment_outcome(pairs: Sequence[Mapping[str, Any]], arm: str, baseline: s
     p = float(stats.binomtest(arm_only, discordant, 0.5).pvalue) if discordant else math.nan
     return {"n": n, arm: sum(p_["arm_derailed"] for p_ in pairs), baseline: sum(p_["baseline_derailed"] for p_ in pairs),
             "arm_only": arm_only, "baseline_only": base_only, "p_mcnemar": p}
+
+
+
+# ------------------------------------------------------------------------------------ the table
+
+
+def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], planned: Mapping[str, Any] | None = None,
+                      declared: str = "") -> tuple[pd.DataFrame, str]:
+    """The upper-bound test (:func:`read_upper_bound`) at each declared look: pairs, the boundary and
+    its nominal level, the mean gain with its repeated one-sided upper limit, the t-test's one-sided p, the
+    decision, and the declared sensitivity analysis (Wilcoxon p, Hodges-Lehmann estimate and upper limit);
+    then the derailment outcome per arm; then the planned power and time; then where the rules were
+    declared (``declared``: :func:`oar.analysis.provenance.declarations_text`)."""
+    arm, base = METHOD_NAMES.get(design["arm"], design["arm"]), METHOD_NAMES.get(design["baseline"], design["baseline"])
+    margin = 100 * float(design["margin"])
+    rows, frame_rows = [], []
+    for r in reading["looks"]:
+        frame_rows.append({"kind": "look", **r})
+        if "mean" not in r:
+            rows.append([r["look"], r["pairs"], f"{r['boundary_z']:.3f} ({r['nominal_alpha']:.4f})", "–", "–", "–",
+                         r["status"], "–", "–"])
+            continue
+        rows.append([r["look"], r["pairs"], f"{r['boundary_z']:.3f} ({r['nominal_alpha']:.4f})",
+                     f"{fmt_num(r['mean'], 2, 100.0)} (SD {fmt_num(r['sd'], 2, 100.0)})",
+                     f"< {fmt_num(r['upper'], 2, 100.0)}", fmt_p(r["p"]), r["status"], fmt_p(r["wilcoxon_p"]),
+                     f"{fmt_num(r['hl_estimate'], 2, 100.0)} (< {fmt_num(r['hl_upper'], 2, 100.0)})"])
+    parts = [f"## The upper-bound test: {arm} minus {base} on {design['model']}\n\n",
+             f"Non-superiority: H0 the gain in final accuracy is at least +{margin:.1f} points, one-sided alpha "
+             f"{design['alpha']}, {reading['seeds_run']} of {reading['seeds_declared']} declared seeds run.\n\n",
+             markdown_table(["look", "pairs", "boundary Z (nominal level)", "mean gain, points",
+                             "repeated upper limit", "p (one-sided)", "decision", "Wilcoxon p",
+                             "Hodges-Lehmann (upper limit)"], rows, align="rrrrrrlrr")]
+    excluded = [p["seed"] for p in reading["pairs"] if p["excluded"]]
+    rule = (design.get("derailment") or {}).get("exclude")
+    parts.append("\nExclusion rule: " + ("none declared." if not rule else
+                 f"`{rule['metric']}` at step {rule['step']} "
+                 + (f"below {rule['below']}" if rule.get("below") is not None else f"above {rule['above']}")
+                 + f"; seeds excluded from both arms: {excluded or 'none'}.") + "\n")
+    d = reading["derailment"]
+    below = 100 * float(design["derailment"]["outcome"]["below_base"])
+    frame_rows.append({"kind": "derailment", **{k: v for k, v in d.items()}})
+    if d["n"]:
+        parts.append(f"\nDerailment (an outcome, not an exclusion): a run whose final accuracy falls more than "
+                     f"{below:.1f} points below the untrained policy's ({fmt_num(reading['base_accuracy'], 1, 100.0)}%). "
+                     + markdown_table(["arm", "derailed runs", "rate"],
+                                      [[arm, f"{d[design['arm']]}/{d['n']}", f"{100 * d[design['arm']] / d['n']:.0f}%"],
+                                       [base, f"{d[design['baseline']]}/{d['n']}",
+                                        f"{100 * d[design['baseline']] / d['n']:.0f}%"]])
+                     + f"\nSeeds where only {arm} derailed: {d['arm_only']}; only {base}: {d['baseline_only']}; "
+                     f"exact McNemar p {fmt_p(d['p_mcnemar'])}.\n")
+    if planned:
+        scen = "; ".join(f"SD {100 * s['sd']:.2f} points: power {s['power']:.2f}, expected {s['expected_pairs']:.0f} pairs"
+                         for s in planned["scenarios"])
+        hours = ", ".join(f"{h:.1f} h" for h in planned["hours_at_look"])
+        parts.append(f"\nPlanned at a true gain of {100 * design['planning']['assumed_gain']:.1f} points: {scen}. "
+                     f"Time to each look on {design['planning']['cores']} cores at "
+                     f"{design['planning']['minutes_per_pair']:g} job-minutes a pair: {hours}; "
+                     f"{planned['pairs_in_budget']} pairs fit in {design['planning']['max_hours']:g} hours.\n")
+    parts.append(
+        "\nEach look reads the first `pairs` declared seeds. Boundary: O'Brien-Fleming by "
+        + ("Lan-DeMets alpha spending" if design["spending"] == "lan_demets" else "O'Brien and Fleming's constant")
+        + ", on the Z scale, with the nominal one-sided level the look's paired t-test must reach. Repeated "
+        "upper limit: the one-sided upper confidence limit at that level (below the margin exactly when the "
+        "look stops the test; valid over all looks together). A look that stops the test decides the gain is "
+        f"below +{margin:.1f} points; a final look that does not leaves a gain of +{margin:.1f} or more "
+        "possible. Wilcoxon p: the signed-rank test of the differences minus the margin, one-sided; "
+        "Hodges-Lehmann: the median of the Walsh averages with its upper limit at the same level (declared "
+        "sensitivity analysis: where it disagrees with the t-test, say so).\n")
+    parts.append(declared)
+    return pd.DataFrame(frame_rows), "".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
