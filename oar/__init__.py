@@ -13,7 +13,9 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.evaluation``: sampling (``generation``) and benchmark evaluation (``benchmark``)
 - ``oar.training``: the TRL GRPO subclass (``grpo_trainer``), one run from its settings (``run``) and
   their helpers for several processes and memory
-- ``oar.analysis``: results, oracle, tables, figures, ``python -m oar.analysis.explain``
+- ``oar.analysis``: one module per question (its reading of the run outputs, statistics and table: ``accuracy``,
+  ``paired``, ``causal_recall``, ...) over shared readings (``run_outputs``, ``outcomes``), ``statistics``
+  and table helpers; the oracle, figures, ``python -m oar.analysis.explain``
 - ``oar.experiment``: the run registry (``runs``), the configuration docs and the memory plan
 """
 
