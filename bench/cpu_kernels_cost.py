@@ -67,13 +67,13 @@ def main() -> None:
                           file=sys.stderr, flush=True)
     print(f"\nCPU seconds of a {args.steps}-step run (start-up included), 1 thread, per repeat; their ratio to "
           f"the unpinned run of the same repeat; median wall-clock step time over steps 2..{args.steps}\n")
-    lines = []
+    table_rows = []
     for (method, level), cpus in times.items():
         ratios = [c / n for c, n in zip(cpus, times.get((method, "none"), []))]
         ratio = " / ".join(f"{r:.2f}" for r in ratios) + (f" (median {statistics.median(ratios):.2f})" if ratios else "")
-        lines.append([method, level, " / ".join(f"{c:.1f}" for c in cpus), ratio,
+        table_rows.append([method, level, " / ".join(f"{c:.1f}" for c in cpus), ratio,
                       " / ".join(f"{w:.2f}" for w in walls[(method, level)])])
-    print(markdown_table(["method", "level", "CPU s a run", "/ unpinned", "step s (wall)"], lines, "llrrr"))
+    print(markdown_table(["method", "level", "CPU s a run", "/ unpinned", "step s (wall)"], table_rows, "llrrr"))
 
 
 if __name__ == "__main__":

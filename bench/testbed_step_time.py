@@ -68,13 +68,13 @@ def main() -> None:
                       file=sys.stderr, flush=True)
     grpo = [r["step_time_s"] for r in medians.get("grpo", [])]
     print(f"\nmedian over steps 2..{args.steps}, {args.threads} thread(s); per repeat, then their mean\n")
-    lines = []
+    table_rows = []
     for method, rows in medians.items():
         ratios = [r["step_time_s"] / g for r, g in zip(rows, grpo)] if grpo else []
         cells = [" / ".join(f"{r[k]:.2f}" for r in rows) for k in PARTS]
         ratio = " / ".join(f"{x:.2f}" for x in ratios) + (f" (mean {statistics.mean(ratios):.2f})" if ratios else "")
-        lines.append([method, *cells, ratio])
-    print(markdown_table(["method", "step s", "generate s", "score s", "step / GRPO (same repeat)"], lines, "lrrrr"))
+        table_rows.append([method, *cells, ratio])
+    print(markdown_table(["method", "step s", "generate s", "score s", "step / GRPO (same repeat)"], table_rows, "lrrrr"))
 
 
 if __name__ == "__main__":
