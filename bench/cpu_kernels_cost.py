@@ -25,18 +25,20 @@ from pathlib import Path
 
 import yaml
 
+from harness import add_model, add_repeats, markdown_table
+
 STEP_TIME = Path(__file__).resolve().with_name("testbed_step_time.py")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--settings", type=Path, required=True, help="a testbed run's settings.yaml")
-    p.add_argument("--model", required=True)
+    add_model(p)
     p.add_argument("--train-file", required=True)
     p.add_argument("--methods", nargs="+", default=["grpo", "oar_p"])
     p.add_argument("--levels", nargs="+", default=["none", "avx2"], help="OAR_CPU_KERNELS values; none: unset")
     p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=2)
+    add_repeats(p, 2, "runs of each method and level, the levels alternating")
     args = p.parse_args()
     base = yaml.safe_load(args.settings.read_text())
     base |= {"model": str(Path(args.model).resolve()), "train_file": str(Path(args.train_file).resolve())}
@@ -65,13 +67,13 @@ def main() -> None:
                           file=sys.stderr, flush=True)
     print(f"\nCPU seconds of a {args.steps}-step run (start-up included), 1 thread, per repeat; their ratio to "
           f"the unpinned run of the same repeat; median wall-clock step time over steps 2..{args.steps}\n")
-    print("| method | level | CPU s a run | / unpinned | step s (wall) |")
-    print("|---|---|---:|---:|---:|")
+    table_rows = []
     for (method, level), cpus in times.items():
         ratios = [c / n for c, n in zip(cpus, times.get((method, "none"), []))]
         ratio = " / ".join(f"{r:.2f}" for r in ratios) + (f" (median {statistics.median(ratios):.2f})" if ratios else "")
-        print(f"| {method} | {level} | {' / '.join(f'{c:.1f}' for c in cpus)} | {ratio} | "
-              f"{' / '.join(f'{w:.2f}' for w in walls[(method, level)])} |")
+        table_rows.append([method, level, " / ".join(f"{c:.1f}" for c in cpus), ratio,
+                      " / ".join(f"{w:.2f}" for w in walls[(method, level)])])
+    print(markdown_table(["method", "level", "CPU s a run", "/ unpinned", "step s (wall)"], table_rows, "llrrr"))
 
 
 if __name__ == "__main__":

@@ -16,29 +16,30 @@ Greedy decoding makes every repeat generate the same tokens, so repeats differ o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
+
+from harness import add_model, add_out, add_repeats, add_threads
+from oar.files import atomic_write_json
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True)
+    add_model(p)
     p.add_argument("--benchmark-file", default="results/data/gsm8k_test.jsonl")
     p.add_argument("--num-prompts", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
-    p.add_argument("--repeats", type=int, default=3)
+    add_repeats(p, 3, "timed runs a batch size")
     p.add_argument("--bs1-prompts", type=int, default=None,
                    help="at batch size 1 decode only the first N prompts (its tokens/s does not depend on N)")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    add_threads(p, None)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
-    p.add_argument("--out", help="write the results as JSON here")
+    add_out(p, "write the results as JSON here")
     args = p.parse_args(argv)
 
     import torch
@@ -84,8 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     for r in results:
         print(f"{r['batch_size']:>5}  {r['tokens_per_s_median']:.1f} ({r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f})")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        atomic_write_json(args.out, report)
     return report
 
 

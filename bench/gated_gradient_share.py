@@ -15,14 +15,15 @@ gate does when the reward-irrelevant tokens rank lowest, as a continuous scorer'
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from harness import add_model
 from oar.data import chains
-from oar.prompting import build_prompt
+from oar.files import read_jsonl
 from oar.method.gate import gate
+from oar.models.loading import load_model
+from oar.prompting import build_prompt
 from oar.training.pretrain import token_pushes
 
 
@@ -42,7 +43,7 @@ def sampled_tokens(model, tokenizer, problems, group: int, temperature: float, m
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True)
+    add_model(parser)
     parser.add_argument("--dataset", required=True, help="a chain test split (jsonl with 'problem')")
     parser.add_argument("--problems", type=int, default=32)
     parser.add_argument("--group", type=int, default=8)
@@ -54,10 +55,8 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     torch.set_grad_enabled(False)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
-    with open(args.dataset) as f:
-        problems = [json.loads(line)["problem"] for line in f][: args.problems]
+    model, tokenizer = load_model(args.model)  # transformers' default dtype
+    problems = [row["problem"] for row in read_jsonl(args.dataset)][: args.problems]
 
     settings = [("GRPO (uniform)", None)] + [
         (f"{name} tau {t} beta {b}", (float(t), float(b), graded))

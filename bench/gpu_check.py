@@ -47,7 +47,6 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,9 @@ import zlib
 from pathlib import Path
 
 import torch
+
+from harness import add_out, add_threads, sync_counts
+from oar.files import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
 # Shapes from the models' published config.json files (Qwen2.5-Math-1.5B has Qwen2.5-1.5B's shape).
@@ -289,7 +291,6 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
 LAUNCH_OPS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
 
@@ -303,7 +304,7 @@ def profile_summary(prof, calls: int, seconds: float) -> dict:
     # annotations (record_function ranges), runtime calls or the kernels themselves
     top = sorted((e for e in ops if getattr(e, attr, 0) > 0), key=lambda e: -getattr(e, attr))[:10]
     total = sum(getattr(e, attr, 0) for e in ops) or 1
-    syncs = {name: sum(e.count for e in events if e.key == name) for name in SYNC_OPS}
+    syncs = sync_counts(events)
     launches = sum(e.count for e in events if e.key in LAUNCH_OPS)
     return {"seconds": seconds, "model_calls": calls, "synchronisations": sum(syncs.values()), "by_op": syncs,
             "kernel_launches": launches if on_gpu else None,
@@ -320,13 +321,14 @@ def train_one(settings: dict, out_dir: Path, lengths: list[int]) -> None:
     from oar.training.grpo_trainer import OARTrainer
     from oar.training.memory import _reset_rss_high_water
     from oar.training.run import MetricsFile, build_config, load_problems, resolve_settings, training_dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import TrainerCallback
     from transformers.trainer_utils import SaveStrategy
+
+    from oar.models.loading import load_model
 
     settings = resolve_settings(settings)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(settings["model"])
-    model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=getattr(torch, settings["model_dtype"]))
+    model, tokenizer = load_model(settings["model"], dtype=settings["model_dtype"], eval_mode=False)
     config = build_config(settings, out_dir / "checkpoints")
     config.generation_kwargs = {"min_new_tokens": lengths[0]}
     # transformers' DefaultFlowCallback saves at max_steps whenever save_strategy is "steps"
@@ -488,13 +490,6 @@ def predicted_peak_mib(args, model: Path, dtype: str, oar: dict, method: str, to
     return max((sum(p.parts.values()) - reserve) / 2**20 for p in phases)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, results: dict, evaluations: dict,
                        planned: list[Row], complete: bool) -> dict:
     """What ``oar.experiment.cost_plan --calibration`` reads: every finished row with the settings it ran
@@ -650,11 +645,11 @@ def main() -> None:
     parser.add_argument("--plan-only", action="store_true", help="print the plan and stop")
     parser.add_argument("--eval", action="store_true", help="also time the evaluation backends")
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    add_threads(parser, 1)
     parser.add_argument("--device", choices=("cuda", "cpu"),
                         help="default: cuda, cpu for --shape tiny; cuda without a CUDA device is an error")
     parser.add_argument("--work", type=Path, default=Path("results/bench/gpu_check"))
-    parser.add_argument("--out", type=Path, help="Markdown table to write (also gpu_check.md in --work)")
+    add_out(parser, "Markdown table to write (also gpu_check.md in --work)", type=Path)
     parser.add_argument("--one-method", nargs=2, metavar=("SETTINGS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -730,10 +725,10 @@ def main() -> None:
         text = report(args, device, dtype, oar, where, results, planned, predicted, build_s, said, evaluations,
                       complete)
         record = calibration_record(args, model, device, dtype, oar, results, evaluations, planned, complete)
-        _write_atomic(args.work / "calibration.json", json.dumps(record, indent=1) + "\n")
-        _write_atomic(args.work / "gpu_check.md", text)
+        atomic_write_text(args.work / "calibration.json", json.dumps(record, indent=1) + "\n")
+        atomic_write_text(args.work / "gpu_check.md", text)
         if args.out:
-            _write_atomic(args.out, text)
+            atomic_write_text(args.out, text)
         return text
 
     for row in planned:

@@ -27,26 +27,19 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
+from harness import add_model, add_out, add_repeats, add_threads, markdown_table, median_seconds
+from oar.files import atomic_write_json, read_jsonl
 from oar.method.importance import ScorerConfig, score
 from oar.method.probes import probes_from_padded
+from oar.models.loading import load_model
 
 PHASES = ("inputs", "prefix", "clean_forward", "noisy_forward", "backward")
-
-
-def median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def sample_batch(model, prompts: list[list[int]], group: int, pad_id: int, eos_ids: set[int]):
@@ -116,27 +109,23 @@ def update_step(policy, optimizer, prompt, prompt_mask, completion, completion_m
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="the pretrained chain policy (results/models/chain_f1)")
+    add_model(p, "the pretrained chain policy (results/models/chain_f1)")
     p.add_argument("--responses", required=True, help="held-out responses (results/analysis/heldout/responses.jsonl)")
     p.add_argument("--prompts", type=int, nargs="+", default=[2, 16], help="prompts per step (one batch each)")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--substitute", default=".")
     p.add_argument("--chunk-tokens", type=int, default=512)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1)
+    add_repeats(p, 5)
+    add_threads(p, 1)
     p.add_argument("--no-generate", action="store_true", help="skip timing the sampling of the batch")
-    p.add_argument("--out", help="optional JSON file for the results")
+    add_out(p, "optional JSON file for the results")
     args = p.parse_args()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    model, tokenizer = load_model(args.model, dtype="float32", threads=args.threads)
     policy = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
-    rows_all = [json.loads(line) for line in open(args.responses)]
+    rows_all = read_jsonl(args.responses)
     config = ScorerConfig(probe="as_mean", chunk_tokens=args.chunk_tokens, seed=0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     report = {"threads": args.threads, "chunk_tokens": args.chunk_tokens, "batches": {}}
@@ -157,24 +146,24 @@ def main() -> None:
         r = {"responses": batch, "response_tokens_mean": statistics.mean(len(x["response_ids"]) for x in rows),
              "probe_tokens_mean": statistics.mean(len(pr.ids("as_mean")) for pr in probes),
              "prompt_tokens_mean": statistics.mean(len(pr.prompt_ids) for pr in probes),
-             "probes_s": median_time(build, args.repeats),
-             "scoring_s": median_time(lambda: score("oar_g", model, probes, config), args.repeats)}
+             "probes_s": median_seconds(build, args.repeats),
+             "scoring_s": median_seconds(lambda: score("oar_g", model, probes, config), args.repeats)}
         profiled = [phase_seconds(model, probes, config) for _ in range(max(1, args.repeats // 2))]
         phases = {k: statistics.median(pr[k] for pr in profiled) for k in (*PHASES, "profiled_total")}
         r["phase_share"] = {k: phases[k] / phases["profiled_total"] for k in PHASES}
         r["phase_share"]["other"] = 1 - sum(r["phase_share"].values())
         update_step(policy, optimizer, *tensors)  # warm-up (optimizer state)
-        r["update_s"] = median_time(lambda: update_step(policy, optimizer, *tensors), args.repeats)
+        r["update_s"] = median_seconds(lambda: update_step(policy, optimizer, *tensors), args.repeats)
         # The same update timed right after a scoring run (whether scoring leaves the update slower:
         # caches, the allocator), the scoring itself untimed.
         after = []
         for _ in range(args.repeats):
             score("oar_g", model, probes, config)
-            after.append(median_time(lambda: update_step(policy, optimizer, *tensors), 1))
+            after.append(median_seconds(lambda: update_step(policy, optimizer, *tensors), 1))
         r["update_after_scoring_s"] = statistics.median(after)
         if not args.no_generate:
             with torch.no_grad():
-                r["generate_s"] = median_time(lambda: model.generate(
+                r["generate_s"] = median_seconds(lambda: model.generate(
                     input_ids=prompt_ids, attention_mask=prompt_attention, do_sample=True, temperature=1.0, top_p=1.0,
                     max_new_tokens=96, pad_token_id=pad), max(1, args.repeats // 2))
         r["scoring_over_update"] = (r["probes_s"] + r["scoring_s"]) / r["update_s"]
@@ -187,18 +176,16 @@ def main() -> None:
           + "; ".join(f"{b} responses: {r['response_tokens_mean']:.0f} response tokens, {r['probe_tokens_mean']:.0f} "
                       f"probe tokens ({r['prompt_tokens_mean']:.0f} prompt) on average"
                       for b, r in report["batches"].items()) + "\n")
-    print("| responses | probes s | scoring s | " + " | ".join(PHASES) + " | other | update s "
-          "| update after scoring s | generate s | (probes + scoring) / update | OAR-G step / GRPO step |")
-    print("|---:|" + "---:|" * (len(PHASES) + 8))
-    for batch, r in report["batches"].items():
-        shares = " | ".join(f"{100 * r['phase_share'][k]:.0f}%" for k in (*PHASES, "other"))
-        print(f"| {batch} | {r['probes_s']:.3f} | {r['scoring_s']:.3f} | {shares} | {r['update_s']:.3f} | "
-              f"{r['update_after_scoring_s']:.3f} | {r.get('generate_s', float('nan')):.3f} | "
-              f"{r['scoring_over_update']:.2f} | "
-              f"{r.get('oar_g_step_over_grpo_step', float('nan')):.2f} |")
+    columns = ["responses", "probes s", "scoring s", *PHASES, "other", "update s", "update after scoring s",
+               "generate s", "(probes + scoring) / update", "OAR-G step / GRPO step"]
+    print(markdown_table(columns, [
+        [batch, f"{r['probes_s']:.3f}", f"{r['scoring_s']:.3f}",
+         *(f"{100 * r['phase_share'][k]:.0f}%" for k in (*PHASES, "other")), f"{r['update_s']:.3f}",
+         f"{r['update_after_scoring_s']:.3f}", f"{r.get('generate_s', float('nan')):.3f}",
+         f"{r['scoring_over_update']:.2f}", f"{r.get('oar_g_step_over_grpo_step', float('nan')):.2f}"]
+        for batch, r in report["batches"].items()], "r" * len(columns)))
     if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(report, handle, indent=1)
+        atomic_write_json(args.out, report)
 
 
 if __name__ == "__main__":

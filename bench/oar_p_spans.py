@@ -27,18 +27,19 @@ token-forwards), and reports per variant:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import time
 
 import torch
 
+from harness import add_model, add_out, add_repeats, add_threads, markdown_table, timed
 from oar.analysis.chain_truth import ground_truth_tokens
+from oar.files import atomic_write_json, read_jsonl
 from oar.method.importance import (reasoning_spans, span_forward_equivalents, span_substitution_scores,
                                    window_substitution_scores)
 from oar.method.metrics import default_k, recall_at_k, spearman
 from oar.method.probes import build_probes, resolve_probe_kind
+from oar.models.loading import load_model
 
 # conclude + answer tokens after the reasoning in the token-forward counts at long lengths (the testbed's
 # own conclusion and a short answer: about this many)
@@ -87,18 +88,9 @@ def span_pooled(scores: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Ten
     return pooled
 
 
-def timed(fn, repeats: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="the pretrained chain policy (results/models/chain_f1)")
+    add_model(p, "the pretrained chain policy (results/models/chain_f1)")
     p.add_argument("--responses", required=True, help="held-out responses (results/analysis/heldout/responses.jsonl)")
     p.add_argument("--substitute", default=".", help="what replaces a reasoning token (the testbed's: '.')")
     p.add_argument("--probe", default="as_mean")
@@ -107,17 +99,13 @@ def main() -> None:
                    help="local windows K (training.oar.window_tokens) to compare, one-token substitution")
     p.add_argument("--no-sentences", action="store_true", help="leave out the sentence spans")
     p.add_argument("--chunk-tokens", type=int, default=512)
-    p.add_argument("--repeats", type=int, default=3, help="timing repeats (the median is reported)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", help="optional JSON file for the results")
+    add_repeats(p, 3)
+    add_threads(p, 1)
+    add_out(p, "optional JSON file for the results")
     args = p.parse_args()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(args.threads)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    rows = [json.loads(line) for line in open(args.responses)]
+    model, tokenizer = load_model(args.model, dtype="float32", threads=args.threads)
+    rows = read_jsonl(args.responses)
     probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
                           own_conclusion=True, substitute=args.substitute)
     keep = [i for i, pr in enumerate(probes) if pr.reasoning_len > 1]
@@ -182,23 +170,20 @@ def main() -> None:
 
     print(f"{len(probes)} responses, mean R {report['reasoning_tokens_mean']:.1f}, {args.threads} thread(s), "
           f"timing medians of {args.repeats}\n")
-    print("| spans | Spearman to exact, median | mean | share >= 0.9 | undefined | ceiling (span-max of exact), median "
-          "| recall@10% decisive | spans / response | tokens run / exact | time / exact |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, v in report["variants"].items():
-        print(f"| {name} | {v['spearman_median']:.3f} | {v['spearman_mean']:.3f} | {v['share_spearman_ge_0.9']:.2f} | "
-              f"{v['spearman_undefined']} | {v['ceiling_spearman_median']:.3f} | {v['recall_at_10']:.3f} | {v['spans_per_response']:.1f} | "
-              f"{v['forward_equivalents_vs_exact']:.3f} | {v['seconds_vs_exact']:.3f} |")
+    print(markdown_table(
+        ["spans", "Spearman to exact, median", "mean", "share >= 0.9", "undefined", "ceiling (span-max of exact), median",
+         "recall@10% decisive", "spans / response", "tokens run / exact", "time / exact"],
+        [[name, f"{v['spearman_median']:.3f}", f"{v['spearman_mean']:.3f}", f"{v['share_spearman_ge_0.9']:.2f}",
+          v["spearman_undefined"], f"{v['ceiling_spearman_median']:.3f}", f"{v['recall_at_10']:.3f}",
+          f"{v['spans_per_response']:.1f}", f"{v['forward_equivalents_vs_exact']:.3f}", f"{v['seconds_vs_exact']:.3f}"]
+         for name, v in report["variants"].items()], "l" + "r" * 9))
     print(f"\nsuffix token-forwards of one response (R reasoning tokens + {TAIL_TOKENS} conclude/answer tokens; "
           "the clean prefix comes from the KV cache):\n")
     columns = list(next(iter(report["token_forwards"].values())))
-    print("| R | " + " | ".join(columns) + " |")
-    print("|---:|" + "---:|" * len(columns))
-    for r, counts in report["token_forwards"].items():
-        print(f"| {int(r):,} | " + " | ".join(f"{c:,}" for c in counts.values()) + " |")
+    print(markdown_table(["R", *columns], [[f"{int(r):,}", *(f"{c:,}" for c in counts.values())]
+                                           for r, counts in report["token_forwards"].items()], "r" * (len(columns) + 1)))
     if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(report, handle, indent=1)
+        atomic_write_json(args.out, report)
 
 
 if __name__ == "__main__":

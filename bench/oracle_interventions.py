@@ -14,33 +14,28 @@ The responses file is the workflow's held-out set (``workflow_scripts/heldout.py
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
+from harness import add_model, add_out, add_threads, markdown_table, write_table
 from oar.analysis.causal_recall import oracle_sanity
 from oar.analysis.oracle import INTERVENTIONS, causal_tokens
 from oar.files import read_jsonl
 from oar.method.probes import build_probes
+from oar.models.loading import load_model
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
+    add_model(p)
     p.add_argument("--responses", required=True, help="held-out responses JSONL (workflow_scripts/heldout.py)")
     p.add_argument("--interventions", nargs="+", default=list(INTERVENTIONS), choices=INTERVENTIONS)
     p.add_argument("--slack-tokens", type=int, default=16)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", help="Markdown table (also printed); a .json beside it holds the raw numbers")
+    add_threads(p, 1)
+    add_out(p, "Markdown table (also printed); a .json beside it holds the raw numbers")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    model, tokenizer = load_model(args.model, dtype="float32", threads=args.threads)
     rows = read_jsonl(args.responses)
     probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows])
     results = {}
@@ -58,23 +53,17 @@ def main(argv=None):
         results[intervention] = sanity
         print(intervention, {k: v for k, v in sanity.items() if k != "causal"}, file=sys.stderr, flush=True)
     first = next(iter(results.values()))
-    lines = [
-        f"{len(rows)} held-out responses ({first['responses_correct']} correct, {first['responses_incorrect']} "
-        f"incorrect), {first['positions']} reasoning positions; greedy re-decoding, slack {args.slack_tokens} tokens.",
-        "",
-        "| intervention | flip rate | flip rate per response [95%] | Spearman(membership, position) | s |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for name, r in results.items():
-        per = r["flip_rate_per_response"]
-        lines.append(f"| {name} | {r['flip_rate']:.3f} | {per['mean']:.3f} [{per['ci_low']:.3f}, {per['ci_high']:.3f}] | "
-                     f"{r['position_spearman']:.2f} | {r['wall_s']:.0f} |")
-    table = "\n".join(lines)
+    per = {name: r["flip_rate_per_response"] for name, r in results.items()}
+    table = (f"{len(rows)} held-out responses ({first['responses_correct']} correct, {first['responses_incorrect']} "
+             f"incorrect), {first['positions']} reasoning positions; greedy re-decoding, slack {args.slack_tokens} "
+             "tokens.\n\n" + markdown_table(
+                 ["intervention", "flip rate", "flip rate per response [95%]", "Spearman(membership, position)", "s"],
+                 [[name, f"{r['flip_rate']:.3f}",
+                   f"{per[name]['mean']:.3f} [{per[name]['ci_low']:.3f}, {per[name]['ci_high']:.3f}]",
+                   f"{r['position_spearman']:.2f}", f"{r['wall_s']:.0f}"] for name, r in results.items()]))
     print(table)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(table + "\n")
-        Path(args.out).with_suffix(".json").write_text(json.dumps(results, indent=1, default=str))
+        write_table(args.out, table, results)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ import argparse
 import json
 import statistics
 
-import torch
-
+from harness import add_model, add_threads
 from oar.analysis.chain_truth import ground_truth_tokens, step_tokens
+from oar.files import read_jsonl
 from oar.method.gate import gate
 from oar.method.importance import ScorerConfig, score
 from oar.method.metrics import default_k, recall_at_k
 from oar.method.probes import build_probes
+from oar.models.loading import load_model
 
 
 def weights_of(model, tokenizer, rows, scorer, own: bool, substitute: str, tau: float, beta: float):
@@ -42,21 +43,17 @@ def weights_of(model, tokenizer, rows, scorer, own: bool, substitute: str, tau: 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True)
+    add_model(p)
     p.add_argument("--responses", required=True, help="held-out responses (results/analysis/heldout/responses.jsonl)")
     p.add_argument("--scorer", default="oar_p")
     p.add_argument("--substitute", default=".", help="the project's substitute (the authors' is the pad id)")
     p.add_argument("--tau", type=float, default=0.4)
     p.add_argument("--beta", type=float, default=2.0)
-    p.add_argument("--threads", type=int, default=1)
+    add_threads(p, 1)
     args = p.parse_args()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(args.threads)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    rows = [json.loads(line) for line in open(args.responses)]
+    model, tokenizer = load_model(args.model, dtype="float32", threads=args.threads)
+    rows = read_jsonl(args.responses)
     variants = {"authors (template appended, pad)": (False, "pad"),
                 "own conclusion, pad": (True, "pad"),
                 f"project (own conclusion, {args.substitute!r})": (True, args.substitute)}

@@ -28,21 +28,18 @@ ceil(clean tokens / chunk), printed beside the count.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import statistics
-import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
+from harness import add_out, add_repeats, add_threads, calls_and_syncs, host_waits, median_seconds
 from oar.experiment.cost_plan import backward_flops, forward_flops, shape_of
+from oar.files import atomic_write_json
 from oar.method.importance import ScorerConfig, score
 from oar.method.probes import Probe
 
 VOCAB = 32000
-SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
 # Qwen2's layout (grouped-query attention, tied embeddings): about 100M parameters for the FLOP rates,
 # and a small one for counting calls and synchronisations (the counts do not depend on the width).
 SHAPES = {
@@ -111,43 +108,17 @@ def useful_flops(method: str, shape, probes: list[Probe], config: ScorerConfig) 
     return flops, clean_tokens, suffix_tokens
 
 
-def count_calls_and_syncs(model, fn) -> tuple[int, int, dict[str, int]]:
-    """Model forwards (a hook) and host synchronisations (profiler events) of one call of ``fn``."""
-    calls = []
-    hook = model.register_forward_hook(lambda *args: calls.append(1))
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn()
-    finally:
-        hook.remove()
-    events = {name: 0 for name in SYNC_OPS}
-    for event in prof.key_averages():
-        if event.key in events:
-            events[event.key] += event.count
-    # aten::item reads through aten::_local_scalar_dense: one wait each, counted once
-    return len(calls), events["aten::_local_scalar_dense"] + events["aten::nonzero"], events
-
-
-def median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--responses", type=int, default=8)
     parser.add_argument("--response-tokens", type=int, default=256)
     parser.add_argument("--chunk-tokens", type=int, default=2048)
     parser.add_argument("--window-tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per scorer (0: count only)")
+    add_repeats(parser, 3, "timed calls per scorer (0: count only)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="100m")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    add_threads(parser, torch.get_num_threads())
     parser.add_argument("--methods", nargs="+", default=["oar_p", "oar_p_window", "oar_g"])
-    parser.add_argument("--out", type=Path)
+    add_out(parser, "optional JSON file for the results", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -176,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
         def call():
             return score(method, model, probes, cfg)
 
-        calls, syncs, events = count_calls_and_syncs(model, call)
+        calls, events = calls_and_syncs(model, call)
+        syncs = host_waits(events)
         seconds = median_seconds(call, args.repeats) if args.repeats else math.nan
         before_rate = plain_rate
         if args.repeats:  # the plain forward's rate just before and just after: a busy spell hits both
@@ -193,8 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"| {name} | {calls} | {bound if bound is not None else ''} | {syncs} | {seconds:.3f} | "
               f"{rate / 1e9:.1f} | {rate / reference:.2f} |")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+        atomic_write_json(args.out, rows)
     return rows
 
 

@@ -17,26 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
+from harness import add_out, add_repeats, add_threads, median_seconds
+from oar.files import atomic_write_json
 from oar.method.importance import ScorerConfig, forward_equivalents, score
 from oar.method.probes import build_probes, divergence, outcome_from_logits
 from oar.models.sources import load_packaged, package_dir
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-
-
-def median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def first_gsm8k_question() -> str:
@@ -68,12 +59,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--response-tokens", type=int, default=200)
     parser.add_argument("--probe", default="as_mean", choices=["lt_logits", "as_mean", "as_joint"])
-    parser.add_argument("--repeats", type=int, default=3)
+    add_repeats(parser, 3)
     parser.add_argument("--baseline-repeats", type=int, default=1, help="repeats of the slow all-copies runs")
     parser.add_argument("--chunk-tokens", type=int, nargs="+", default=[256, 512, 2048])
     parser.add_argument("--max-batch-gb", type=float, default=4.0)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, help="optional JSON file for the results")
+    add_threads(parser, 2)
+    add_out(parser, "optional JSON file for the results", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -105,7 +96,7 @@ def main() -> None:
     ids = torch.tensor([probe.ids(kind)])
     with torch.no_grad():
         model(ids, logits_to_keep=keep)  # warm-up
-        unit = median_time(lambda: model(ids, logits_to_keep=keep), max(5, args.repeats))
+        unit = median_seconds(lambda: model(ids, logits_to_keep=keep), max(5, args.repeats))
     results["clean_forward_s"] = unit
     rows = [("clean forward", unit)]
 
@@ -113,7 +104,7 @@ def main() -> None:
     reference = None
     for chunk in args.chunk_tokens:
         cfg = ScorerConfig(probe=kind, chunk_tokens=chunk)
-        seconds = median_time(lambda: score("oar_p", model, [probe], cfg), args.repeats)
+        seconds = median_seconds(lambda: score("oar_p", model, [probe], cfg), args.repeats)
         scores = score("oar_p", model, [probe], cfg).scores[0, :r]
         reference = scores if reference is None else reference
         results[f"oar_p_chunk{chunk}_s"] = seconds
@@ -123,19 +114,19 @@ def main() -> None:
     needed = all_copies_in_one_batch(model, probe, kind, full_logits=False)
     results["max_abs_diff_vs_all_copies"] = float((needed - reference).abs().max())
     results["max_score"] = float(reference.max())
-    seconds = median_time(lambda: all_copies_in_one_batch(model, probe, kind, full_logits=False), args.baseline_repeats)
+    seconds = median_seconds(lambda: all_copies_in_one_batch(model, probe, kind, full_logits=False), args.baseline_repeats)
     results["oar_p_all_copies_needed_logits_s"] = seconds
     rows.append(("OAR-P, all copies one batch, needed logits", seconds))
     full_gb = r * probe_len * model.config.vocab_size * 4 / 1e9
     if full_gb <= args.max_batch_gb:
-        seconds = median_time(lambda: all_copies_in_one_batch(model, probe, kind, full_logits=True), args.baseline_repeats)
+        seconds = median_seconds(lambda: all_copies_in_one_batch(model, probe, kind, full_logits=True), args.baseline_repeats)
         results["oar_p_all_copies_full_logits_s"] = seconds
         rows.append(("OAR-P, all copies one batch, full logits", seconds))
     else:
         print(f"skipping all copies with full logits: the logits alone take {full_gb:.1f} GB")
 
     for method in ("oar_g", "grad_norm", "entropy"):
-        seconds = median_time(lambda: score(method, model, [probe], config), args.repeats)
+        seconds = median_seconds(lambda: score(method, model, [probe], config), args.repeats)
         results[f"{method}_s"] = seconds
         rows.append((method, seconds))
 
@@ -145,7 +136,7 @@ def main() -> None:
     print(f"\nOAR-P (prefix reuse) vs all copies: max |score difference| {results['max_abs_diff_vs_all_copies']:.2e} "
           f"(largest score {results['max_score']:.3f})")
     if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+        atomic_write_json(args.out, results)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from harness import add_out, add_threads, markdown_table, write_table
 from oar.data.datasets import build_dataset, write_records
 from oar.models.sources import prepare_model
 from oar.training.grpo_trainer import METHODS
@@ -47,11 +48,11 @@ def main() -> None:
     parser.add_argument("--max-completion-length", type=int, default=96)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--work", type=Path, default=Path("results/bench/step_time"))
-    parser.add_argument("--threads", type=int, default=2)
+    add_threads(parser, 2)
     parser.add_argument("--score-all", action="store_true",
                         help="score every response, also those with A = 0 (the packaged model rarely earns a "
                              "reward, so without this most steps score nothing)")
-    parser.add_argument("--out", type=Path, help="Markdown table to write")
+    add_out(parser, "Markdown table to write", type=Path)
     parser.add_argument("--one-run", nargs=2, metavar=("SETTINGS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -95,24 +96,23 @@ def main() -> None:
         rows[method]["frac_scored"] = statistics.mean(l["frac_scored"] for l in lines)
 
     base = rows.get("grpo")
-    header = "| method | generate s | score s | update s | step s | step / GRPO | peak MiB | scoring peak MiB | scored |"
-    table = [header, "|" + "---|" * 9]
+    cells = []
     for method, r in rows.items():
         ratio = r["step_time_s"] / base["step_time_s"] if base else float("nan")
-        table.append(
-            f"| {method} | {r['time_generate_s']:.1f} | {r['time_score_s']:.1f} | {r['time_update_s']:.1f} | "
-            f"{r['step_time_s']:.1f} | {ratio:.2f} | {r['peak_memory_mb']:.0f} | {r['score_peak_memory_mb']:.0f} | "
-            f"{r['frac_scored']:.2f} |"
-        )
+        cells.append([method, f"{r['time_generate_s']:.1f}", f"{r['time_score_s']:.1f}", f"{r['time_update_s']:.1f}",
+                      f"{r['step_time_s']:.1f}", f"{ratio:.2f}", f"{r['peak_memory_mb']:.0f}",
+                      f"{r['score_peak_memory_mb']:.0f}", f"{r['frac_scored']:.2f}"])
+    table = markdown_table(["method", "generate s", "score s", "update s", "step s", "step / GRPO", "peak MiB",
+                            "scoring peak MiB", "scored"], cells)
     note = (f"\nMedians over steps 2..{args.steps} ({args.batch} completions of <= {args.max_completion_length} "
             f"tokens, G = {args.num_generations}, {args.threads} threads, "
             f"{'every response scored' if args.score_all else 'only responses with A != 0 scored'}); "
             "peak MiB = process peak (resident set on CPU, CUDA allocator on GPU); scoring peak MiB = the peak "
             "within the scoring phase alone.")
-    text = "\n".join(table) + "\n" + note + "\n"
+    text = table + "\n" + note + "\n"
     print(text)
     if args.out:
-        args.out.write_text(text)
+        write_table(args.out, text)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
+from harness import add_model, add_out, add_threads, markdown_table, write_table
 from oar.data import synthetic
 from oar.data.datasets import iter_jsonl, load_dataset_records, packaged_path
 from oar.evaluation.generation import TransformersGenerator
@@ -81,16 +81,16 @@ def measure(gen: TransformersGenerator, problems: list[dict], group: int, max_ne
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
+    add_model(p)
     p.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     p.add_argument("--prompts", type=int, default=12)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1)
+    add_threads(p, 1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperatures", type=float, nargs="+", default=[1.0], help="sampling temperatures to measure")
-    p.add_argument("--out", help="Markdown table (also printed); a .json beside it holds the raw numbers")
+    add_out(p, "Markdown table (also printed); a .json beside it holds the raw numbers")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     gen = TransformersGenerator(args.model, batch_size=args.batch_size, device="cpu", dtype="float32")
@@ -101,22 +101,14 @@ def main(argv=None):
             rows[key] = measure(gen, CANDIDATES[name](args.prompts), args.group, args.max_new_tokens, args.seed,
                                 temperature)
             print(key, json.dumps(rows[key]), file=sys.stderr, flush=True)
-    lines = [
-        f"G = {args.group} samples per prompt, at most {args.max_new_tokens} new tokens, "
-        f"{args.prompts} prompts per candidate, seed {args.seed}.",
-        "",
-        "| candidate | pass rate | mixed groups | finished | mean tokens | tokens/s |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['pass_rate']:.3f} | {r['mixed_groups']:.2f} | {r['finished']:.2f} | "
-                     f"{r['mean_tokens']:.0f} | {r['tokens_per_s']:.0f} |")
-    table = "\n".join(lines)
+    table = (f"G = {args.group} samples per prompt, at most {args.max_new_tokens} new tokens, "
+             f"{args.prompts} prompts per candidate, seed {args.seed}.\n\n" + markdown_table(
+                 ["candidate", "pass rate", "mixed groups", "finished", "mean tokens", "tokens/s"],
+                 [[name, f"{r['pass_rate']:.3f}", f"{r['mixed_groups']:.2f}", f"{r['finished']:.2f}",
+                   f"{r['mean_tokens']:.0f}", f"{r['tokens_per_s']:.0f}"] for name, r in rows.items()]))
     print(table)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(table + "\n")
-        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+        write_table(args.out, table, rows)
 
 
 if __name__ == "__main__":

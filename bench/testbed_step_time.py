@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from harness import add_repeats, add_threads, markdown_table
+
 PARTS = ("step_time_s", "time_generate_s", "time_score_s")
 
 
@@ -41,8 +43,8 @@ def main() -> None:
     p.add_argument("--train-file")
     p.add_argument("--methods", nargs="+", default=["grpo", "oar_g"])
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
+    add_repeats(p, 2, "runs of each method, the methods alternating")
+    add_threads(p, 1)
     p.add_argument("--one-run", nargs=2, metavar=("SETTINGS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one_run:
@@ -66,13 +68,13 @@ def main() -> None:
                       file=sys.stderr, flush=True)
     grpo = [r["step_time_s"] for r in medians.get("grpo", [])]
     print(f"\nmedian over steps 2..{args.steps}, {args.threads} thread(s); per repeat, then their mean\n")
-    print("| method | step s | generate s | score s | step / GRPO (same repeat) |")
-    print("|---|---:|---:|---:|---:|")
+    table_rows = []
     for method, rows in medians.items():
         ratios = [r["step_time_s"] / g for r, g in zip(rows, grpo)] if grpo else []
         cells = [" / ".join(f"{r[k]:.2f}" for r in rows) for k in PARTS]
         ratio = " / ".join(f"{x:.2f}" for x in ratios) + (f" (mean {statistics.mean(ratios):.2f})" if ratios else "")
-        print(f"| {method} | {cells[0]} | {cells[1]} | {cells[2]} | {ratio} |")
+        table_rows.append([method, *cells, ratio])
+    print(markdown_table(["method", "step s", "generate s", "score s", "step / GRPO (same repeat)"], table_rows, "lrrrr"))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 per-response scorers' scores (tests/reference_scorers.py) to float rounding, train the same first step,
 run the forwards their schedule says, and never make the host wait for the device inside a call."""
 
+import importlib.util
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import reference_scorers
 from oar.method import importance
@@ -15,7 +16,10 @@ from oar.method.importance import (ScorerConfig, _micro_batches, reasoning_spans
 from oar.method.probes import CONCLUDE_TEXT, Probe
 from oar.models.tiny import build_tiny_model
 
-SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
+# bench/harness.py counts a call's model calls and host synchronisations for the benches and these tests
+_spec = importlib.util.spec_from_file_location("harness", Path(__file__).resolve().parents[1] / "bench" / "harness.py")
+harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(harness)
 
 
 def small_qwen2(attention: str = "sdpa"):
@@ -112,21 +116,6 @@ def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp
         assert batched[key] == pytest.approx(reference[key], rel=1e-9, abs=1e-12), key
 
 
-def _profiled(model, fn) -> tuple[int, dict[str, int]]:
-    calls = []
-    hook = model.register_forward_hook(lambda *args: calls.append(1))
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn()
-    finally:
-        hook.remove()
-    counts = {name: 0 for name in SYNC_OPS}
-    for event in prof.key_averages():
-        if event.key in counts:
-            counts[event.key] += event.count
-    return len(calls), counts
-
-
 @pytest.mark.parametrize("method, settings", [("oar_p", {}), ("oar_p", {"window_tokens": 3}), ("oar_g", {}),
                                               ("grad_norm", {}), ("entropy", {})])
 @pytest.mark.parametrize("responses, chunk_tokens", [(2, 24), (7, 24), (7, 400)])
@@ -136,9 +125,9 @@ def test_no_host_synchronisation_inside_a_scoring_call(tokenizer_and_models, met
     model = models["qwen2"]
     probes = batch_of_probes(tokenizer, 8)[:responses]
     config = ScorerConfig(probe="as_mean", chunk_tokens=chunk_tokens, **settings)
-    calls, syncs = _profiled(model, lambda: score(method, model, probes, config))
+    calls, syncs = harness.calls_and_syncs(model, lambda: score(method, model, probes, config))
     assert calls > 0
-    assert syncs == dict.fromkeys(SYNC_OPS, 0), syncs
+    assert syncs == dict.fromkeys(harness.SYNC_OPS, 0), syncs
 
 
 @pytest.mark.parametrize("settings", [{}, {"span_tokens": 2}, {"window_tokens": 3}])
@@ -157,7 +146,7 @@ def test_oar_p_runs_the_forwards_its_schedule_plans(tokenizer_and_models, settin
                              config.window_tokens)
     forwards = substitution_forwards(rows, chunk_tokens)
     planned = len(_micro_batches(lengths, chunk_tokens)) + len(forwards)
-    calls, _ = _profiled(model, lambda: score("oar_p", model, probes, config))
+    calls, _ = harness.calls_and_syncs(model, lambda: score("oar_p", model, probes, config))
     assert calls == planned
     assert all((f.end - f.begin) * f.width <= chunk_tokens or f.end - f.begin == 1 for f in forwards)
     assert len(rows) == sum(len(s) for s in spans)  # one copy per span of every response

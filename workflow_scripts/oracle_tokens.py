@@ -15,7 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_model, model_script_parser, read_jsonl, run_cli, write_jsonl  # noqa: E402
+from _script_io import model_script_parser, run_cli  # noqa: E402
+
+from oar.files import read_jsonl, write_jsonl  # noqa: E402
+from oar.models.loading import load_model  # noqa: E402
 
 # oar.analysis.oracle.INTERVENTIONS, spelled out so that --help answers without importing torch (a test keeps
 # the two equal).
@@ -50,7 +53,7 @@ def main(argv=None):
     started = time.perf_counter()
     fallback = not args.no_fallback_last_number
     rows = read_jsonl(args.responses)
-    model, tokenizer = load_model(args.model, threads=args.threads)
+    model, tokenizer = load_model(args.model, dtype="float32", device="auto", threads=args.threads)
     probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
                           fallback_last_number=fallback, own_conclusion=not args.appended_conclusion,
                           substitute=args.substitute, answer_statement=not args.no_answer_statement)

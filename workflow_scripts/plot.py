@@ -7,7 +7,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import read_jsonl, snakemake_only  # noqa: E402
+from _script_io import snakemake_only  # noqa: E402
+
+from oar.files import read_jsonl  # noqa: E402
 
 # Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
 # here, before the heavy imports below.

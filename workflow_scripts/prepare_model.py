@@ -17,8 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import atomic_write_json, run_cli  # noqa: E402
-from _script_io import checksum, provenance, script_parser  # noqa: E402
+from _script_io import checksum, provenance, run_cli, script_parser  # noqa: E402
+
+from oar.files import atomic_write_json  # noqa: E402
 
 
 DESCRIPTION = 'Prepare one base model folder from its source (``packaged``, ``tiny``, a folder or a hub id).'  # __doc__ is None under Snakemake's script: (its preamble comes first)

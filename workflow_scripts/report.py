@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import snakemake_only  # noqa: E402
+from _script_io import snakemake_only  # noqa: E402
 
 
 def snakemake_command() -> list[str]:

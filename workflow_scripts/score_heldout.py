@@ -17,7 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_model, model_script_parser, read_jsonl, run_cli, write_jsonl  # noqa: E402
+from _script_io import model_script_parser, run_cli  # noqa: E402
+
+from oar.files import read_jsonl, write_jsonl  # noqa: E402
+from oar.models.loading import load_model  # noqa: E402
 
 FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
 
@@ -49,7 +52,7 @@ def main(argv=None):
     from oar.method.probes import build_probes
 
     rows = read_jsonl(args.responses)
-    model, tokenizer = load_model(args.model, threads=args.threads)
+    model, tokenizer = load_model(args.model, dtype="float32", device="auto", threads=args.threads)
     probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
                           fallback_last_number=not args.no_fallback_last_number,
                           own_conclusion=not args.appended_conclusion, substitute=args.substitute,

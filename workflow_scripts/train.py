@@ -23,7 +23,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import atomic_write_text, provenance, redirect_to_log, script_parser  # noqa: E402
+from _script_io import provenance, redirect_to_log, script_parser  # noqa: E402
+
+from oar.files import atomic_write_text  # noqa: E402
 
 
 def main(settings: dict, out_dir: Path) -> None:

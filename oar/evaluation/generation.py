@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from oar.models.loading import load_model
 from oar.prompting import encode_prompts, has_chat_template, use_chat
 
 BACKENDS = ("transformers", "vllm")
@@ -154,7 +155,6 @@ class TransformersGenerator:
         sort_by_length: bool = True,
     ):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -162,11 +162,10 @@ class TransformersGenerator:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.sort_by_length = sort_by_length
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model, self.tokenizer = load_model(model_dir, dtype=self.dtype, device=self.device)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype).to(self.device).eval()
         self.chat = use_chat(self.tokenizer, chat)
         self.eos_ids = eos_token_ids(self.model, self.tokenizer, self.chat)
         self._torch = torch

