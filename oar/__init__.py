@@ -9,7 +9,7 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.method``: the paper's algorithm, free of training and IO machinery: outcome probes
   (``probes``), token scorers (``importance``), the bi-level gate (``gate``), the analysis metrics (``metrics``)
 - ``oar.data`` (dataset records, generated problems, shipped benchmarks) and ``oar.models`` (model
-  sources, the tiny test model); neither imports the other
+  sources, loading a model and its tokenizer, the tiny test model); neither imports the other
 - ``oar.evaluation``: sampling (``generation``) and benchmark evaluation (``benchmark``)
 - ``oar.training``: the TRL GRPO subclass (``grpo_trainer``), one run from its settings (``run``) and
   their helpers for several processes and memory
