@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from oar.data import synthetic
-from oar.data.datasets import iter_jsonl, load_dataset_records, packaged_path
+from oar.data.datasets import load_dataset_records
+from oar.data.sources import iter_jsonl, packaged_path
 from oar.evaluation.generation import TransformersGenerator
 from oar.grading import grade
 from oar.prompting import build_prompts

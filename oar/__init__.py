@@ -8,7 +8,8 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.grading`` (the verifier: answer extraction and equivalence), ``oar.prompting`` (the prompt template)
 - ``oar.method``: the paper's algorithm, free of training and IO machinery: outcome probes
   (``probes``), token scorers (``importance``), the bi-level gate (``gate``), the analysis metrics (``metrics``)
-- ``oar.data`` (dataset records, generated problems, shipped benchmarks) and ``oar.models`` (model
+- ``oar.data`` (the dataset catalogue, its sources, the one record format, generated problems, shipped
+  benchmarks) and ``oar.models`` (model
   sources, the tiny test model); neither imports the other
 - ``oar.evaluation``: sampling (``generation``) and benchmark evaluation (``benchmark``)
 - ``oar.training``: the TRL GRPO subclass (``grpo_trainer``), one run from its settings (``run``) and

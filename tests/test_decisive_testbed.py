@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from oar.data import chains
-from oar.data.datasets import chain_split, chain_steps, load_dataset_records
+from oar.data.catalogue import chain_split, chain_steps
+from oar.data.datasets import load_dataset_records
 from oar.grading import grade
 from oar.method.gate import gate
 from oar.method.importance import score

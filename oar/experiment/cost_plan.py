@@ -664,7 +664,7 @@ class Plan:
 
 def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir: str | None = None,
                 schedule: str = SCHEDULE) -> Plan:
-    from oar.data.datasets import DATASETS
+    from oar.data.catalogue import DATASETS
     from oar.experiment.memory_plan import _trainer_keys
     from oar.experiment.runs import Registry, model_of
 

@@ -198,7 +198,7 @@ class Registry:
 
     def has_ground_truth(self) -> bool:
         """Whether the held-out responses can be parsed for their decisive tokens (the chain task)."""
-        from oar.data.datasets import chain_steps
+        from oar.data.catalogue import chain_steps
 
         return chain_steps(self.config["analysis"]["heldout"]["dataset"]) is not None
 
@@ -328,7 +328,7 @@ class Registry:
     def _check_chain_task(self) -> None:
         """The truth scorer parses the chain task's grammar, and a chain policy is pretrained on chains of
         as many steps as the RL data has."""
-        from oar.data.datasets import chain_steps
+        from oar.data.catalogue import chain_steps
 
         config = self.config
         steps = chain_steps(config["training"]["dataset"])
@@ -689,7 +689,7 @@ class Registry:
         spec = self.config["data"][dataset]
         return dict(
             dataset=dataset,
-            source=spec.get("source"),  # None: the dataset's default (oar.data.datasets.default_source)
+            source=spec.get("source"),  # None: the dataset's default (oar.data.catalogue.default_source)
             path=spec.get("path"),
             fields=spec.get("fields"),
             hub_id=spec.get("hub_id"),
