@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from oar.experiment.cost_plan import backward_flops, forward_flops, shape_of
+from oar.experiment.cost_plan import backward_flops, forward_flops
+from oar.experiment.shapes import shape_of
 from oar.method.importance import ScorerConfig, score
 from oar.method.probes import Probe
 
