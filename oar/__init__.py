@@ -15,7 +15,8 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.training``: the TRL GRPO subclass (``grpo_trainer``), one run from its settings (``run``) and
   their helpers for several processes and memory
 - ``oar.analysis``: results, oracle, tables, figures, ``python -m oar.analysis.explain``
-- ``oar.experiment``: the run registry (``runs``), the configuration docs, model shapes (``shapes``) and the
+- ``oar.experiment``: the run registry (``runs``) with its jobs' resources (``job_resources``) and
+  command-line options (``job_options``), the configuration docs, model shapes (``shapes``) and the
   memory and cost plans
 """
 

@@ -13,7 +13,8 @@ from scipy import stats
 from oar.analysis import decisive
 from oar.analysis.results import paired_differences
 from oar.analysis.tables import decisive_table
-from oar.experiment.runs import ConfigError, deep_merge
+from oar.experiment.config_error import ConfigError
+from oar.experiment.runs import deep_merge
 
 from test_registry import load, registry
 

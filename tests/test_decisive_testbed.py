@@ -229,7 +229,7 @@ def _config(name="config.yaml"):
 
 
 def test_the_truth_scorer_and_long_chains_are_checked_before_any_job():
-    from oar.experiment.runs import ConfigError
+    from oar.experiment.config_error import ConfigError
 
     cfg = _config()
     cfg["runs"]["main"]["methods"] = ["grpo", "truth"]

@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from oar.experiment import memory_plan
-from oar.experiment.runs import ConfigError, Registry
+from oar.experiment.config_error import ConfigError
+from oar.experiment.runs import Registry
 from oar.experiment.shapes import shape_of
 
 ROOT = Path(__file__).resolve().parents[1]
