@@ -15,7 +15,13 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, workflow.basedir)
 from oar.experiment.config_error import ConfigError
 from oar.experiment.job_options import cli
-from oar.experiment.runs import GROUP_TABLES, Registry, is_base, model_of, write_settings
+from oar.experiment.runs import (
+    GROUP_TABLES,
+    Registry,
+    is_base,
+    model_of,
+    write_settings,
+)
 
 with open(os.path.join(workflow.basedir, "config", "schema.yaml")) as _f:
     TRAINER_KEYS = tuple(yaml.safe_load(_f)["$defs"]["trainer"]["properties"])
