@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from oar.data.datasets import read_records
+    from oar.data.records import read_records
     from oar.evaluation.generation import TransformersGenerator
     from oar.prompting import build_prompts
 

@@ -214,7 +214,7 @@ MIN_STEPS, MIN_TOKENS = 2, 256
 
 
 def check_shape(shape: str):
-    from oar.experiment import cost_plan
+    from oar.experiment.shapes import shape_of
     from transformers import Qwen2Config
 
     spec = dict(SHAPES[shape])
@@ -222,7 +222,7 @@ def check_shape(shape: str):
         from oar.models.tiny import build_tiny_tokenizer
 
         spec["vocab_size"] = len(build_tiny_tokenizer())
-    return cost_plan.shape_of(Qwen2Config(**spec))
+    return shape_of(Qwen2Config(**spec))
 
 
 def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
@@ -477,8 +477,9 @@ def predicted_peak_mib(args, model: Path, dtype: str, oar: dict, method: str, to
     from transformers import AutoConfig
 
     from oar.experiment import memory_plan
+    from oar.experiment.shapes import shape_of
 
-    shape = memory_plan.shape_of(AutoConfig.from_pretrained(model))
+    shape = shape_of(AutoConfig.from_pretrained(model))
     settings = {"model_dtype": dtype, "oar": {"chunk_tokens": oar["chunk_tokens"], "window_tokens": window,
                                              "span_tokens": oar["span_tokens"]},
                 "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": tokens,

@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 from harness import add_out, add_repeats, add_threads, calls_and_syncs, host_waits, median_seconds
-from oar.experiment.cost_plan import backward_flops, forward_flops, shape_of
+from oar.experiment.cost_plan import backward_flops, forward_flops
+from oar.experiment.shapes import shape_of
 from oar.files import atomic_write_json
 from oar.method.importance import ScorerConfig, score
 from oar.method.probes import Probe

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from harness import add_out, add_threads, markdown_table, write_table
-from oar.data.datasets import build_dataset, write_records
+from oar.data.datasets import build_dataset
+from oar.data.records import write_records
 from oar.models.sources import prepare_model
 from oar.training.grpo_trainer import METHODS
 from oar.training.run import train_run

@@ -24,7 +24,8 @@ import torch
 
 from harness import add_model, add_out, add_threads, markdown_table, write_table
 from oar.data import synthetic
-from oar.data.datasets import iter_jsonl, load_dataset_records, packaged_path
+from oar.data.datasets import load_dataset_records
+from oar.data.sources import iter_jsonl, packaged_path
 from oar.evaluation.generation import TransformersGenerator
 from oar.grading import grade
 from oar.prompting import build_prompts

@@ -8,15 +8,18 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.grading`` (the verifier: answer extraction and equivalence), ``oar.prompting`` (the prompt template)
 - ``oar.method``: the paper's algorithm, free of training and IO machinery: outcome probes
   (``probes``), token scorers (``importance``), the bi-level gate (``gate``), the analysis metrics (``metrics``)
-- ``oar.data`` (dataset records, generated problems, shipped benchmarks) and ``oar.models`` (model
-  sources, loading a model and its tokenizer, the tiny test model); neither imports the other
+- ``oar.data`` (the dataset catalogue, its sources, the one record format, generated problems, shipped
+  benchmarks) and ``oar.models`` (model sources, loading a model and its tokenizer, the tiny test model);
+  neither imports the other
 - ``oar.evaluation``: sampling (``generation``) and benchmark evaluation (``benchmark``)
 - ``oar.training``: the TRL GRPO subclass (``grpo_trainer``), one run from its settings (``run``) and
   their helpers for several processes and memory
 - ``oar.analysis``: one module per question (its reading of the run outputs, statistics and table: ``accuracy``,
   ``paired``, ``causal_recall``, ...) over shared readings (``run_outputs``, ``outcomes``), ``statistics``
   and table helpers; the oracle, figures, ``python -m oar.analysis.explain``
-- ``oar.experiment``: the run registry (``runs``), the configuration docs and the memory plan
+- ``oar.experiment``: the run registry (``runs``) with its jobs' resources (``job_resources``) and
+  command-line options (``job_options``), the configuration docs, model shapes (``shapes``) and the
+  memory and cost plans
 """
 
 # The CPU kernels' instruction set, when OAR_CPU_KERNELS pins it (oar.cpu_kernels): before torch runs anything.

@@ -1,7 +1,8 @@
 # The Snakemake side of the run registry. The logic (config -> run ids, resolved settings, evaluations,
-# tables, figures, resources, command-line options) is oar.experiment.runs, tested without Snakemake; this
-# file only builds one Registry from the validated config and turns it into the names the rules use:
-# input functions of wildcards, resources of wildcards and shell options.
+# tables, figures) is oar.experiment.runs, and that of resources and command-line options its bases in
+# oar.experiment.job_resources and oar.experiment.job_options, tested without Snakemake; this file only
+# builds one Registry from the validated config and turns it into the names the rules use: input
+# functions of wildcards, resources of wildcards and shell options.
 
 import os
 import sys
@@ -12,11 +13,11 @@ from snakemake.exceptions import WorkflowError
 
 # the oar package of this source tree, also where Snakemake runs from an environment without it
 sys.path.insert(0, workflow.basedir)
+from oar.experiment.config_error import ConfigError
+from oar.experiment.job_options import cli
 from oar.experiment.runs import (
     GROUP_TABLES,
-    ConfigError,
     Registry,
-    cli,
     is_base,
     model_of,
     write_settings,
@@ -66,8 +67,8 @@ def _model_from_wildcards(wildcards):
 
 
 def rule_resources(kind):
-    """Resources of the jobs of one kind, from oar.experiment.runs.Registry.scheduler_resources. The same on
-    every attempt, since a retry resumes a job after a time limit, preemption or node failure (more
+    """Resources of the jobs of one kind, from Registry.scheduler_resources (oar.experiment.job_resources). The
+    same on every attempt, since a retry resumes a job after a time limit, preemption or node failure (more
     memory would not help it and must not outgrow the node)."""
     keys = list(REG.scheduler_resources(kind))
     for m in model_names():

@@ -9,7 +9,8 @@ import pytest
 
 from oar.data import chains
 from oar.analysis.chain_truth import ground_truth_tokens, oracle_agreement
-from oar.data.datasets import CHAIN_STEPS, chain_split, load_dataset_records
+from oar.data.catalogue import CHAIN_STEPS, chain_split
+from oar.data.datasets import load_dataset_records
 from oar.grading import grade
 
 

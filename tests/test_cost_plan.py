@@ -17,6 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from oar.experiment import cost_plan as cp
 from oar.experiment.memory_plan import PlanError, _trainer_keys, load_config
 from oar.experiment.runs import Registry
+from oar.experiment.shapes import shape_of
 from oar.method.importance import ScorerConfig, oar_p_scores
 from oar.method.probes import Probe
 
@@ -33,7 +34,7 @@ def _model(kind: str):
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     model = (Qwen2ForCausalLM if kind == "qwen2" else LlamaForCausalLM)(config)
-    return model, cp.shape_of(config)
+    return model, shape_of(config)
 
 
 def _counted(fn) -> int:
@@ -172,7 +173,7 @@ def test_testbed_plan_predicts_make_run_step_times():
                          tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=2)
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
-    shape = cp.shape_of(config)
+    shape = shape_of(config)
     workflow = load_config("config/config.yaml")
     registry = Registry(workflow, workflow["training"]["trainer"].keys() | _trainer_keys())
     assume = cp.Assumptions(prompt_tokens=CHAIN_PROMPT_TOKENS, completion_fill=MAKE_RUN_COMPLETION_FILL,
@@ -251,7 +252,7 @@ SHAPE_SPEC = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, nu
 def _synthetic_record(rate=1e12, update_fixed=0.05, decode_fixed=0.02, oar_p_call=0.03):
     """A calibration.json as bench/gpu_check.py writes it, its times made from known rates by the plan's
     own work: GRPO at two lengths and exact OAR-P at one, on the stacked schedule."""
-    shape = cp.shape_of(Qwen2Config(**SHAPE_SPEC))
+    shape = shape_of(Qwen2Config(**SHAPE_SPEC))
     hw = cp.Hardware("made", rate, 1e12, 80, mfu=1.0, bandwidth_util=1.0)
     rows = []
     for length in (64, 256):
@@ -282,7 +283,7 @@ def test_calibration_recovers_the_rates_its_times_were_made_from(tmp_path):
     assert hw.scorer_call("oar_p", "per_response") is None  # measured on one schedule, applied to it only
     # on a GPU the stacked scorer's calls and compute overlap: a call-bound score_s is calls x their cost
     record = _synthetic_record()
-    shape = cp.shape_of(Qwen2Config(**SHAPE_SPEC))
+    shape = shape_of(Qwen2Config(**SHAPE_SPEC))
     record["device"] = "a GPU"
     record["rows"][-1]["score_s"] = cp._check_scoring_work(shape, record["rows"][-1]).calls * 0.03
     path.write_text(json.dumps(record))
@@ -327,7 +328,7 @@ PHASES = (("generation", "generate_s"), ("scoring", "score_s"), ("update", "upda
 def _h200_rows():
     for path in H200:
         data, rows = cp.calibration_rows(path)
-        shape = cp.shape_of(Qwen2Config(**data["shape"]))
+        shape = shape_of(Qwen2Config(**data["shape"]))
         for row in rows:
             yield shape, row
 
@@ -378,7 +379,7 @@ def test_decode_calibration_applies_to_its_own_backend_only():
     registry = Registry(config, config["training"]["trainer"].keys() | _trainer_keys())
     settings = registry.run_settings("qwen2.5-math-1.5b", "grpo", 0)
     assert settings["trainer"]["use_vllm"]
-    shape = cp.shape_of(Qwen2Config(**cp_qwen15()))
+    shape = shape_of(Qwen2Config(**cp_qwen15()))
     slow = dataclasses.replace(hw, decode_step_s=1.0)
     vllm = cp.step_plan(shape, settings, hw, cp.Assumptions())
     assert cp.step_plan(shape, settings, slow, cp.Assumptions()).generation == vllm.generation
@@ -474,7 +475,7 @@ def test_a_window_makes_oar_p_about_linear_in_the_reasoning():
     """oar.window_tokens K: each copy runs K + tail tokens, so at Qwen2.5-1.5B's shape doubling R about
     doubles the suffix work (only attention over the longer cache grows faster) where exact OAR-P's
     quadruples; a window as long as the reasoning costs what exact OAR-P costs, less the padding."""
-    shape = cp.shape_of(Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+    shape = shape_of(Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                                     num_attention_heads=12, num_key_value_heads=2, vocab_size=151936))
     tail = 24
 

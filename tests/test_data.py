@@ -1,4 +1,4 @@
-"""oar.data.datasets and workflow_scripts/prepare_data.py on small real files, for every source."""
+"""oar.data (catalogue, sources, records, datasets) and workflow_scripts/prepare_data.py on small real files, for every source."""
 
 from __future__ import annotations
 
@@ -10,18 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from oar.data.datasets import (
-    DATASETS,
-    DataError,
-    FieldMap,
-    build_dataset,
-    eval_defaults,
-    load_dataset_records,
-    normalise_problem_text,
-    packaged_path,
-    read_records,
-    shipped_path,
-)
+from oar.data.catalogue import DATASETS, FieldMap, eval_defaults
+from oar.data.data_error import DataError
+from oar.data.datasets import build_dataset, load_dataset_records
+from oar.data.records import normalise_problem_text, read_records
+from oar.data.sources import packaged_path, shipped_path
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE = REPO / "workflow_scripts" / "prepare_data.py"

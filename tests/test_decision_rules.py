@@ -303,7 +303,7 @@ def test_the_upper_bound_config_plans_two_arms_on_fresh_seeds_and_its_table():
     ({"through_look": 4}, "analysis.upper_bound.through_look"),
 ])
 def test_bad_upper_bound_input_stops_before_any_job_naming_the_key(design, key):
-    from oar.experiment.runs import ConfigError
+    from oar.experiment.config_error import ConfigError
 
     with pytest.raises(ConfigError) as e:
         _registry(_upper_bound_config(**design))
@@ -311,7 +311,8 @@ def test_bad_upper_bound_input_stops_before_any_job_naming_the_key(design, key):
 
 
 def test_a_primary_family_beside_the_upper_bound_test_is_refused():
-    from oar.experiment.runs import ConfigError, deep_merge
+    from oar.experiment.config_error import ConfigError
+    from oar.experiment.runs import deep_merge
 
     cfg = deep_merge(_upper_bound_config(), {"analysis": {"primary": {"arms": ["truth_graded"]}}})
     with pytest.raises(ConfigError, match="analysis.primary"):
@@ -467,7 +468,7 @@ def _mechanism_config(contrasts=None, **over):
 
 
 def test_the_mechanism_config_plans_the_2x2_and_bad_contrasts_name_their_key():
-    from oar.experiment.runs import ConfigError
+    from oar.experiment.config_error import ConfigError
 
     reg = _registry(_mechanism_config())
     assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth_final", "truth_early", "truth"}

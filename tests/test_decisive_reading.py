@@ -12,7 +12,8 @@ from scipy import stats
 
 from oar.analysis import decisive
 from oar.analysis.paired import paired_differences
-from oar.experiment.runs import ConfigError, deep_merge
+from oar.experiment.config_error import ConfigError
+from oar.experiment.runs import deep_merge
 
 from test_registry import load, registry
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from oar.data import chains
-from oar.data.datasets import chain_split, chain_steps, load_dataset_records
+from oar.data.catalogue import chain_split, chain_steps
+from oar.data.datasets import load_dataset_records
 from oar.grading import grade
 from oar.method.gate import gate
 from oar.method.importance import score
@@ -228,7 +229,7 @@ def _config(name="config.yaml"):
 
 
 def test_the_truth_scorer_and_long_chains_are_checked_before_any_job():
-    from oar.experiment.runs import ConfigError
+    from oar.experiment.config_error import ConfigError
 
     cfg = _config()
     cfg["runs"]["main"]["methods"] = ["grpo", "truth"]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from oar.data.datasets import shipped_path
+from oar.data.sources import shipped_path
 from oar.grading import (_POOL, _WALL_BACKSTOP_MIN_S, AnswerSpan, Grade, _normalise, _spacing_free, answers_match,
                          extract_answer, extract_reference, grade, match_answers)
 

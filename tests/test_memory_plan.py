@@ -10,7 +10,9 @@ import torch
 import yaml
 
 from oar.experiment import memory_plan
-from oar.experiment.runs import ConfigError, Registry
+from oar.experiment.config_error import ConfigError
+from oar.experiment.runs import Registry
+from oar.experiment.shapes import shape_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
@@ -66,8 +68,8 @@ def test_plan_catches_what_did_not_fit():
 
 
 def test_meta_device_parameter_counts_match_the_published_sizes():
-    small = memory_plan.shape_of(memory_plan.model_config("Qwen/Qwen2.5-Math-1.5B"))
-    big = memory_plan.shape_of(memory_plan.model_config("Qwen/Qwen2.5-7B"))
+    small = shape_of(memory_plan.model_config("Qwen/Qwen2.5-Math-1.5B"))
+    big = shape_of(memory_plan.model_config("Qwen/Qwen2.5-7B"))
     assert small.params == 1_543_714_304  # Qwen2.5-1.5B: 1.54 B (tied embeddings counted once)
     assert big.params == 7_615_616_512  # Qwen2.5-7B: 7.61 B
     assert big.kv_bytes_per_token_bf16 == 2 * 28 * 4 * 128 * 2
@@ -154,7 +156,7 @@ def test_oar_p_largest_forward_follows_the_stacked_schedule():
 def _check_phase(method, tokens, prompt=93):
     """The scoring phase of the GPU check's settings (bf16 weights, bf16 autocast, chunk_tokens 512,
     8 responses) at the 1.5B shape, in MiB without the reserve."""
-    shape = memory_plan.shape_of(memory_plan.model_config("qwen2.5-1.5b"))
+    shape = shape_of(memory_plan.model_config("qwen2.5-1.5b"))
     settings = {"model_dtype": "bfloat16", "oar": {"chunk_tokens": 512, "window_tokens": 0},
                 "trainer": {"per_device_train_batch_size": 8, "max_completion_length": tokens,
                             "gradient_checkpointing": False, "use_vllm": False, "gradient_accumulation_steps": 1}}
@@ -179,7 +181,7 @@ def test_scoring_runs_under_autocast_over_float32_weights():
     config = memory_plan.load_config(ROOT / "config" / "paper.yaml")
     registry = Registry(config, TRAINER_KEYS)
     settings = registry.run_settings("qwen2.5-math-1.5b", "oar_g", 0)
-    shape = memory_plan.shape_of(memory_plan.model_config("qwen2.5-1.5b"))
+    shape = shape_of(memory_plan.model_config("qwen2.5-1.5b"))
     mixed = {p.phase: p for p in memory_plan.plan_model("m", {"launcher": "python"}, settings, shape, 512)}
     plain_settings = copy.deepcopy(settings)
     plain_settings["trainer"]["bf16"] = False

@@ -1,5 +1,6 @@
-"""oar.experiment.runs without Snakemake's DAG: run ids, deduplication of identical settings, the runs each
-table asks for, evaluation options, resources, command-line options and config errors naming the key.
+"""oar.experiment.runs (with its bases job_resources and job_options) without Snakemake's DAG: run ids,
+deduplication of identical settings, the runs each table asks for, evaluation options, resources,
+command-line options and config errors naming the key.
 
 The config is filled in with the schema's defaults by snakemake.utils.validate, as the Snakefile does.
 The mechanics are tested on tests/data/registry_config.yaml (every group at full breadth, one seed), so
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oar.experiment.runs import ConfigError, Registry, cli, deep_merge, is_base, model_of, write_settings
+from oar.experiment.config_error import ConfigError
+from oar.experiment.job_options import cli
+from oar.experiment.runs import Registry, deep_merge, is_base, model_of, write_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oar.experiment.runs import RESOURCE_KINDS, Registry, deep_merge, model_of
+from oar.experiment.job_resources import RESOURCE_KINDS
+from oar.experiment.runs import Registry, deep_merge, model_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")

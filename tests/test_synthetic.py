@@ -5,7 +5,9 @@ import re
 import pytest
 
 from oar.data import synthetic
-from oar.data.datasets import DataError, build_dataset, load_dataset_records, packaged_path
+from oar.data.data_error import DataError
+from oar.data.datasets import build_dataset, load_dataset_records
+from oar.data.sources import packaged_path
 
 # The answer of each template from the numbers in its text, in order of appearance.
 RECOMPUTE = {

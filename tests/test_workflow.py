@@ -97,7 +97,7 @@ def test_no_default_profile():
 def test_schema_matches_library():
     """The schema's enums and trainer keys are the library's (a drift would reject valid configs or let
     invalid ones through to a job)."""
-    from oar.data.datasets import DATASETS
+    from oar.data.catalogue import DATASETS
     from oar.method.importance import SCORERS
     from oar.method.names import METHODS, MODEL_SCORERS, SCORER_NAMES
     from oar.method.probes import PROBES

@@ -32,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _script_io import checksum, provenance, run_cli, script_parser  # noqa: E402
 
-from oar.data.datasets import MEAN_OF_16, DataError, eval_defaults, read_records  # noqa: E402
+from oar.data.catalogue import MEAN_OF_16, eval_defaults  # noqa: E402
+from oar.data.data_error import DataError  # noqa: E402
+from oar.data.records import read_records  # noqa: E402
 from oar.evaluation.benchmark import SUMMARY_FILE, EvalConfigMismatch, EvalSettings, run_generation, summarize  # noqa: E402
 from oar.evaluation.generation import BACKENDS, make_generator  # noqa: E402
 from oar.files import atomic_write_json, sha256_file  # noqa: E402

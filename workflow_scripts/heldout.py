@@ -52,7 +52,7 @@ def main(argv=None):
     args = parse_args(argv)
     import torch
 
-    from oar.data.datasets import read_records
+    from oar.data.records import read_records
     from oar.evaluation.generation import eos_token_ids
     from oar.grading import grade
     from oar.method.probes import build_probes

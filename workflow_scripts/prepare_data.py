@@ -26,7 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _script_io import provenance, run_cli, script_parser  # noqa: E402
 
-from oar.data.datasets import DATASETS, SOURCES, DataError, build_dataset, read_records, write_records  # noqa: E402
+from oar.data.catalogue import DATASETS  # noqa: E402
+from oar.data.data_error import DataError  # noqa: E402
+from oar.data.datasets import build_dataset  # noqa: E402
+from oar.data.records import read_records, write_records  # noqa: E402
+from oar.data.sources import SOURCES  # noqa: E402
 from oar.files import atomic_open, atomic_write_json, sha256_file  # noqa: E402
 
 FLAGS = ("skip_bad_rows",)

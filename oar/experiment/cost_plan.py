@@ -58,6 +58,7 @@ from pathlib import Path
 
 from oar.experiment.memory_plan import (CONCLUDE_AND_ANSWER_TOKENS, PlanError, load_config, model_config, oar_p_copies,
                                        stacked_forwards)
+from oar.experiment.shapes import Shape, shape_of
 
 GB = 1e9
 
@@ -123,41 +124,13 @@ def hardware(name: str, **overrides) -> Hardware:
     return dataclasses.replace(HARDWARE[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
-# ------------------------------------------------------------------------------------- shapes
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a model's FLOPs and bytes depend on."""
-
-    params: int  # unique parameters (tied embeddings once)
-    layer_params: int  # every decoder layer's parameters (no embedding, no LM head, no final norm)
-    layers: int
-    hidden: int
-    attn_width: int  # heads x head_dim (queries)
-    vocab: int
-    kv_bytes_per_token: int  # K and V of every layer, bf16
-
-
-def shape_of(config) -> Shape:
-    """From the model built on the meta device (no memory, no weights)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return Shape(params=sum(p.numel() for p in model.parameters()),
-                 layer_params=sum(p.numel() for p in model.model.layers.parameters()),
-                 layers=config.num_hidden_layers, hidden=config.hidden_size,
-                 attn_width=config.num_attention_heads * head_dim, vocab=config.vocab_size,
-                 kv_bytes_per_token=2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 2)
+# -------------------------------------------------------------------------------------- FLOPs
 
 
 def forward_flops(shape: Shape, new: float, cached: float = 0.0, keep: float | None = None) -> float:
     """One sequence's forward of ``new`` tokens over ``cached`` ones, ``keep`` logits (None: all new)."""
     keep = new if keep is None else keep
-    return (2 * shape.layer_params * new + 4 * shape.layers * new * (cached + new) * shape.attn_width
+    return (2 * shape.layer_params_total * new + 4 * shape.layers * new * (cached + new) * shape.attn_width
             + 2 * shape.hidden * shape.vocab * keep)
 
 
@@ -167,7 +140,7 @@ def backward_flops(shape: Shape, new: float, cached: float = 0.0, keep: float | 
     weight gradients (1x more); attention's two products have two gradient products each (2x)."""
     keep = new if keep is None else keep
     per = 2 if weights else 1
-    return (per * (2 * shape.layer_params * new + 2 * shape.hidden * shape.vocab * keep)
+    return (per * (2 * shape.layer_params_total * new + 2 * shape.hidden * shape.vocab * keep)
             + 2 * 4 * shape.layers * new * (cached + new) * shape.attn_width)
 
 
@@ -226,7 +199,7 @@ def generation_work(shape: Shape, sequences: int, prompt: float, completion: int
     # is exact for the linear terms, so one averaged entry per wave stands for its steps
     mean_context = prompt + (completion - 1) / 2
     step_flops = concurrent * forward_flops(shape, 1, mean_context, keep=1)
-    step_bytes = 2 * shape.params + concurrent * mean_context * shape.kv_bytes_per_token
+    step_bytes = 2 * shape.params + concurrent * mean_context * shape.kv_bytes_per_token_bf16
     work.decode.append((step_flops, step_bytes, waves * completion))
     return work
 
@@ -376,7 +349,7 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
         kv_budget = (trainer["vllm_gpu_memory_utilization"] * hw.memory_gb - assume.vllm_overhead_gb) * GB \
             - 2 * shape.params
         context = prompt + trainer["max_completion_length"]
-        concurrent = int(kv_budget // (context * shape.kv_bytes_per_token))
+        concurrent = int(kv_budget // (context * shape.kv_bytes_per_token_bf16))
         if concurrent < 1:
             model = settings["run_id"].split("/", 1)[0]
             raise PlanError(f"models.{model}.trainer.vllm_gpu_memory_utilization (or training.trainer's): "
@@ -664,7 +637,7 @@ class Plan:
 
 def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir: str | None = None,
                 schedule: str = SCHEDULE) -> Plan:
-    from oar.data.datasets import DATASETS
+    from oar.data.catalogue import DATASETS
     from oar.experiment.memory_plan import _trainer_keys
     from oar.experiment.runs import Registry, model_of
 
@@ -714,7 +687,7 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
                 util = ev.get("gpu_memory_utilization") or 0.5  # oar.evaluation.generation's default
                 kv_budget = (util * hw.memory_gb - assume.vllm_overhead_gb) * GB - 2 * shapes[model].params
                 context = assume.prompt_tokens + ev["max_new_tokens"]
-                concurrent = max(1, int(kv_budget // (context * shapes[model].kv_bytes_per_token)))
+                concurrent = max(1, int(kv_budget // (context * shapes[model].kv_bytes_per_token_bf16)))
                 work = generation_work(shapes[model], problems * n, assume.prompt_tokens, ev["max_new_tokens"],
                                        concurrent)
                 layers = shapes[model].layers  # vLLM's engine: a measured decode of another backend is not its

@@ -50,6 +50,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from oar.experiment.shapes import Shape, shape_of
 from oar.method.importance import CACHED_PER_CHUNK_TOKEN
 
 GB = 1e9
@@ -70,7 +71,6 @@ QWEN_SHAPES = {
 }
 HUB_SHAPES = {"Qwen/Qwen2.5-Math-1.5B": "qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b",
               "Qwen/Qwen2.5-7B": "qwen2.5-7b"}
-WIDTH_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -78,21 +78,7 @@ class PlanError(ValueError):
     """A config the plan cannot read; the message names the key."""
 
 
-# ----------------------------------------------------------------------------------------- shapes
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What memory depends on, read from a Qwen2/Llama-style config."""
-
-    params: int  # unique parameters (tied embeddings once)
-    layer_params: int  # one decoder layer
-    head_params: int  # the LM head's weight (the embedding's when tied)
-    layers: int
-    vocab: int
-    widths: tuple  # (hidden, intermediate, heads, kv_heads) for the activation measurement
-    kv_bytes_per_token_bf16: int  # K and V of every layer, bf16
-    max_positions: int
+# ------------------------------------------------------------------------------------ model configs
 
 
 def model_config(source: str, results_dir: str | None = None):
@@ -107,22 +93,6 @@ def model_config(source: str, results_dir: str | None = None):
         if (folder / "config.json").is_file():
             return AutoConfig.from_pretrained(folder)
     raise PlanError(f"model source {source!r}: no config.json and not one of {sorted(HUB_SHAPES)}")
-
-
-def shape_of(config) -> Shape:
-    """Parameter counts from the model built on the meta device (no memory, no weights)."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    params = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
-    layer = sum(p.numel() for p in model.model.layers[0].parameters())
-    head = model.get_output_embeddings().weight.numel()
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 2
-    return Shape(params=params, layer_params=layer, head_params=head, layers=config.num_hidden_layers,
-                 vocab=config.vocab_size, widths=tuple(getattr(config, k) for k in WIDTH_KEYS),
-                 kv_bytes_per_token_bf16=kv, max_positions=config.max_position_embeddings)
 
 
 # ------------------------------------------------------------------------ activation measurement
@@ -473,7 +443,7 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
     micro = trainer["per_device_train_batch_size"]
     if layout.fsdp:  # two gathered layers (current + prefetch) and the unresharded LM head, weights and grads
         compute_copies = {"gathered layers + LM head (bf16, weights and grads)":
-                          2 * (2 * shape.layer_params + shape.head_params) * 2}
+                          2 * (2 * shape.params_per_layer + shape.head_params) * 2}
     elif layout.mixed_precision and layout.master_dtype == "float32":
         compute_copies = {"autocast bf16 weight cache": P * 2}
     else:

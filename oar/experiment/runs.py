@@ -7,8 +7,9 @@ table asks for them. Every downstream file is keyed by the run id.
 
 The config is the one Snakemake holds after ``snakemake.utils.validate`` filled in the schema's
 defaults (``config/schema.yaml``). ``rules/common.smk`` builds one :class:`Registry` and turns it into
-rule inputs, outputs and wildcards; this module never imports Snakemake, so the logic is tested
-directly (``tests/test_registry.py``).
+rule inputs, outputs and wildcards; the jobs' scheduler resources and command-line options come from
+its bases (``oar.experiment.job_resources``, ``oar.experiment.job_options``). No module of these
+imports Snakemake, so the logic is tested directly (``tests/test_registry.py``).
 """
 
 from __future__ import annotations
@@ -16,18 +17,18 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shlex
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import yaml
 
+from oar.experiment.config_error import ConfigError
+from oar.experiment.job_options import JobOptions
+from oar.experiment.job_resources import JobResources
+from oar.files import atomic_write_text
 from oar.method.names import PARSED_SCORERS, SCORER_NAMES, TRUTH_GATES, USES_PROBE
+
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
 GROUPS = ("main", "gating", "grid", "probes", "controls")
-RESOURCE_KINDS = (
-    "prepare_model", "prepare_data", "train", "evaluate", "heldout", "oracle", "score", "analysis", "plot",
-)
 # table name -> the registry group whose runs it compares
 GROUP_TABLES = {
     "main_table": "main",
@@ -36,17 +37,6 @@ GROUP_TABLES = {
     "ablation_probe": "probes",
     "controls": "controls",
 }
-EVAL_KEYS = ("limit", "max_new_tokens", "backend", "batch_size", "dtype", "chat", "seed", "n_boot",
-             "gpu_memory_utilization", "enforce_eager", "max_model_len")
-VLLM_ONLY_KEYS = ("gpu_memory_utilization", "enforce_eager", "max_model_len")  # left out of transformers command lines
-
-
-class ConfigError(ValueError):
-    """A config the workflow cannot run; the message starts with ``config error at <key>:``."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"config error at {key}: {message}")
-        self.key = key
 
 
 def deep_merge(base: Mapping | None, override: Mapping | None) -> dict:
@@ -73,33 +63,14 @@ def is_base(run: str) -> bool:
     return run.rsplit("/", 1)[-1] == BASE
 
 
-def cli(**options: Any) -> str:
-    """'--key value ...' (shell-quoted) from keyword options; None and False are left out, True is a
-    bare flag, a list gives several values."""
-    out: list[str] = []
-    for key, value in options.items():
-        opt = f"--{key.replace('_', '-')}"
-        if value is None or value is False:
-            continue
-        if value is True:
-            out.append(opt)
-        elif isinstance(value, (list, tuple)):
-            out += [opt, *map(str, value)]
-        else:
-            out += [opt, str(value)]
-    return " ".join(shlex.quote(x) for x in out)
-
-
 def write_settings(path: str, settings: Mapping) -> None:
     """One run's resolved settings as YAML (train.py --settings), written atomically."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        yaml.safe_dump(dict(settings), f, sort_keys=False)
-    os.replace(tmp, path)
+    atomic_write_text(path, yaml.safe_dump(dict(settings), sort_keys=False))
 
 
-class Registry:
-    """Run ids, settings, evaluations, tables and figures of one validated config.
+class Registry(JobResources, JobOptions):
+    """Run ids, settings, evaluations, tables and figures of one validated config; its jobs'
+    scheduler resources (:class:`JobResources`) and command-line options (:class:`JobOptions`).
 
     ``trainer_keys`` are the keys a ``trainer`` section may hold (the schema's ``$defs.trainer``).
     Construction checks what the schema cannot express and raises :class:`ConfigError` naming the key.
@@ -198,7 +169,7 @@ class Registry:
 
     def has_ground_truth(self) -> bool:
         """Whether the held-out responses can be parsed for their decisive tokens (the chain task)."""
-        from oar.data.datasets import chain_steps
+        from oar.data.catalogue import chain_steps
 
         return chain_steps(self.config["analysis"]["heldout"]["dataset"]) is not None
 
@@ -328,7 +299,7 @@ class Registry:
     def _check_chain_task(self) -> None:
         """The truth scorer parses the chain task's grammar, and a chain policy is pretrained on chains of
         as many steps as the RL data has."""
-        from oar.data.datasets import chain_steps
+        from oar.data.catalogue import chain_steps
 
         config = self.config
         steps = chain_steps(config["training"]["dataset"])
@@ -480,19 +451,6 @@ class Registry:
 
     # -------------------------------------------------------------------------- evaluation
 
-    def eval_settings(self, model: str, benchmark: str) -> dict:
-        """Evaluation options of one model on one benchmark: evaluation <- per_benchmark <- model."""
-        ev = self.config["evaluation"]
-        out = {k: ev[k] for k in EVAL_KEYS if k in ev}
-        out.update(ev["per_benchmark"].get(benchmark, {}))
-        out.update(self.config["models"][model]["evaluation"])
-        grading = self.grading()
-        out["no_answer_statement"] = not grading["answer_statement"]  # evaluate.py's flags: False is left out
-        out["no_fallback_last_number"] = not grading["fallback_last_number"]
-        if out.get("backend") != "vllm":
-            out = {k: v for k, v in out.items() if k not in VLLM_ONLY_KEYS}
-        return {k: v for k, v in out.items() if v is not None}
-
     def eval_runs(self, group: str | None = None) -> list[str]:
         """Run ids evaluated for a group (None: every run), each model's base first."""
         ids = list(self.runs) if group is None else self.groups[group]
@@ -601,103 +559,3 @@ class Registry:
 
     def figure_files(self, *names: str) -> list[str]:
         return [f"{self.results}/figures/{n}.{ext}" for n in names if n in self.figures for ext in ("png", "pdf")]
-
-    # ------------------------------------------------------------------------- resources
-
-    def resource_set(self, kind: str, model: str | None = None) -> dict:
-        """Resources of one kind of job: default <- the kind's <- the model's override of the kind."""
-        res = self.config["resources"]
-        out = dict(res["default"])
-        out.update(res.get(kind) or {})
-        if model is not None:
-            out.update(self.config["models"][model]["resources"].get(kind) or {})
-        return out
-
-    def threads_vary_by_model(self, kind: str) -> bool:
-        return any("threads" in (self.config["models"][m]["resources"].get(kind) or {}) for m in self.model_names())
-
-    def resource_key(self, kind: str, model: str | None, key: str) -> str:
-        """The config key a job's resource comes from: the model's override, the kind's, or default's."""
-        if model is not None and key in (self.config["models"][model]["resources"].get(kind) or {}):
-            return f"models.{model}.resources.{kind}.{key}"
-        if key in (self.config["resources"].get(kind) or {}):
-            return f"resources.{kind}.{key}"
-        return f"resources.default.{key}"
-
-    def check_resources(self) -> None:
-        """Layouts that cannot run stop here, before anything is submitted: a job on several nodes or
-        with per-GPU tasks (train.py or its launcher starts one process per GPU on one node), or a request
-        beyond what `resources.limits` says one node and the partition can give."""
-        limits = self.config["resources"].get("limits") or {}
-        for kind in RESOURCE_KINDS:
-            for model in [None, *self.model_names()]:
-                res = self.resource_set(kind, model)
-                if res.get("nodes", 1) != 1:
-                    raise ConfigError(self.resource_key(kind, model, "nodes"),
-                                      f"{res['nodes']}: a job runs on one node (its GPUs share one process group)")
-                if kind != "train" and "retries" in res:
-                    raise ConfigError(self.resource_key(kind, model, "retries"),
-                                      "only train jobs take their own retries (the others: the profile's)")
-                for key, most in (("tasks", 1), ("tasks_per_node", 1), ("tasks_per_gpu", 0)):
-                    if not isinstance(res.get(key, 0), int) or res.get(key, 0) > most:
-                        raise ConfigError(self.resource_key(kind, model, key),
-                                          f"{res[key]}: a job is one task (its launcher starts the per-GPU processes)")
-                for key, limit in limits.items():
-                    if key in res and res[key] > limit:
-                        hint = (" (a training run longer than that resumes from its checkpoint on its next"
-                                " attempt: set `retries`)" if key == "runtime" else "")
-                        raise ConfigError(self.resource_key(kind, model, key),
-                                          f"{res[key]} is more than resources.limits.{key} = {limit}{hint}")
-
-    def scheduler_resources(self, kind: str, model: str | None = None) -> dict:
-        """What a job of one kind asks the scheduler for, the same on every attempt: the config's
-        resources (threads and retries aside: Snakemake takes them from the rule) on one node; a GPU job
-        as one task (tasks_per_gpu = 0: the SLURM executor then leaves out --ntasks-per-gpu) that gets
-        every CPU (--cpus-per-task = threads)."""
-        res = {k: v for k, v in self.resource_set(kind, model).items() if k not in ("threads", "retries")}
-        res.setdefault("nodes", 1)
-        res.setdefault("tasks_per_gpu", 0)
-        return res
-
-    def launcher(self, model: str) -> str:
-        """The model's launcher command. `accelerate launch` gets `--main_process_port 0` unless it names
-        a port: accelerate then picks a free port, so two multi-GPU jobs on one node do not both take
-        29500 (accelerate's default)."""
-        launcher = self.config["models"][model]["launcher"]
-        words = shlex.split(launcher)
-        if words[:2] == ["accelerate", "launch"] and not any(w.startswith("--main_process_port") for w in words):
-            launcher += " --main_process_port 0"
-        return launcher
-
-    def retries(self, kind: str) -> int | None:
-        """Retries of a kind of job (the largest any model asks for); None: the profile's --retries."""
-        found = [self.resource_set(kind, m).get("retries") for m in [None, *self.model_names()]]
-        found = [r for r in found if r is not None]
-        return max(found) if found else None
-
-    # --------------------------------------------------------------------- command lines
-
-    def against(self, dataset: str) -> list[str]:
-        """Benchmarks a dataset is checked against for overlap: only the training set is checked."""
-        if dataset != self.config["training"]["dataset"]:
-            return []
-        tests = self.benchmarks + [self.config["analysis"]["heldout"]["dataset"]]
-        return [self.data_file(b) for b in dict.fromkeys(tests) if b != dataset]
-
-    def prepare_data_options(self, dataset: str) -> dict:
-        """Options of workflow_scripts/prepare_data.py for one dataset (input and output files aside)."""
-        spec = self.config["data"][dataset]
-        return dict(
-            dataset=dataset,
-            source=spec.get("source"),  # None: the dataset's default (oar.data.datasets.default_source)
-            path=spec.get("path"),
-            fields=spec.get("fields"),
-            hub_id=spec.get("hub_id"),
-            hub_config=spec.get("hub_config"),
-            hub_split=spec.get("hub_split"),
-            levels=spec.get("levels"),
-            limit=spec.get("limit"),
-            shuffle_seed=spec.get("shuffle_seed"),
-            skip_bad_rows=spec.get("skip_bad_rows"),
-            on_overlap=self.config["training"]["on_overlap"] if dataset == self.config["training"]["dataset"] else None,
-        )

@@ -22,7 +22,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from oar.data import chains
-from oar.data.datasets import CHAIN_STEPS, chain_split
+from oar.data.catalogue import CHAIN_STEPS, chain_split
 from oar.prompting import INSTRUCTION, build_prompt
 
 

@@ -185,7 +185,7 @@ def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_problems(path: str | os.PathLike, limit: int | None) -> list[dict[str, str]]:
-    """Records ``{id, problem, answer, source}`` of a prepared JSONL file (``oar.data.datasets``'s format)."""
+    """Records ``{id, problem, answer, source}`` of a prepared JSONL file (``oar.data.records``'s format)."""
     records = []
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):

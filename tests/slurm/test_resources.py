@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from oar.experiment.runs import ConfigError, Registry
+from oar.experiment.config_error import ConfigError
+from oar.experiment.runs import Registry
 
 submit_string = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
 from snakemake.profiles import ProfileConfigFileParser  # noqa: E402
