@@ -35,8 +35,8 @@ import time
 import torch
 
 from oar.analysis.results import ground_truth_tokens
-from oar.method.importance import (reasoning_spans, span_forward_equivalents, span_substitution_scores,
-                                   window_substitution_scores)
+from oar.method.substitution import (reasoning_spans, span_forward_equivalents, span_substitution_scores,
+                                     window_substitution_scores)
 from oar.method.metrics import default_k, recall_at_k, spearman
 from oar.method.probes import build_probes, resolve_probe_kind
 

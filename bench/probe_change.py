@@ -24,7 +24,8 @@ import torch
 
 from oar.analysis.results import _step_tokens, ground_truth_tokens
 from oar.method.gate import gate
-from oar.method.importance import ScorerConfig, score
+from oar.method.importance import score
+from oar.method.scorer_config import ScorerConfig
 from oar.method.metrics import default_k, recall_at_k
 from oar.method.probes import build_probes
 

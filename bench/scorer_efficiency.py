@@ -38,7 +38,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from oar.experiment.cost_plan import backward_flops, forward_flops, shape_of
-from oar.method.importance import ScorerConfig, score
+from oar.method.importance import score
+from oar.method.scorer_config import ScorerConfig
 from oar.method.probes import Probe
 
 VOCAB = 32000

@@ -6,8 +6,11 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.cpu_kernels`` (the pinned instruction set of the CPU kernels, applied on ``import oar``), ``oar.files``
   (atomic writes, JSON Lines, file hashes)
 - ``oar.grading`` (the verifier: answer extraction and equivalence), ``oar.prompting`` (the prompt template)
-- ``oar.method``: the paper's algorithm, free of training and IO machinery: outcome probes
-  (``probes``), token scorers (``importance``), the bi-level gate (``gate``), the analysis metrics (``metrics``)
+- ``oar.method``: the paper's algorithm, free of training and IO machinery: the names of methods and
+  probes (``names``), outcome probes (``probes``), token scorers (``importance``: ``score()`` and the
+  scorers by name; ``substitution``, ``gradient_scorers``, ``controls``, ``truth_scorers``, their settings
+  ``scorer_config`` and batched forwards ``scoring_batches``), the bi-level gate (``gate``), the analysis
+  metrics (``metrics``)
 - ``oar.data`` (dataset records, generated problems, shipped benchmarks) and ``oar.models`` (model
   sources, the tiny test model); neither imports the other
 - ``oar.evaluation``: sampling (``generation``) and benchmark evaluation (``benchmark``)

@@ -99,8 +99,7 @@ def test_schema_matches_library():
     invalid ones through to a job)."""
     from oar.data.datasets import DATASETS
     from oar.method.importance import SCORERS
-    from oar.method.names import METHODS, MODEL_SCORERS, SCORER_NAMES
-    from oar.method.probes import PROBES
+    from oar.method.names import METHODS, MODEL_SCORERS, PROBES, SCORER_NAMES
     from oar.training.run import DEFAULT_SETTINGS
 
     defs = load(SCHEMA)["$defs"]

@@ -24,10 +24,11 @@ from trl import GRPOConfig, GRPOTrainer
 from oar.data import chains
 from oar.grading import grade
 from oar.method.gate import gate
-from oar.method.importance import ScorerConfig, score
-from oar.method.names import METHODS, PARSED_SCORERS
-from oar.method.probes import PROBES, Probe, probes_from_padded, token_char_spans
+from oar.method.importance import score
 from oar.method.metrics import ess_ratio, top_mass
+from oar.method.names import METHODS, PARSED_SCORERS, PROBES
+from oar.method.probes import Probe, probes_from_padded, token_char_spans
+from oar.method.scorer_config import ScorerConfig
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory
 from oar.training.rank_metrics import over_ranks, ratio

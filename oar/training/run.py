@@ -31,8 +31,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from oar.evaluation.generation import eos_token_ids
-from oar.method.names import METHODS
-from oar.method.probes import PROBES
+from oar.method.names import METHODS, PROBES
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
 from oar.training.grpo_trainer import OARConfig, OARTrainer, correctness_reward
 
