@@ -14,8 +14,9 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.data`` (dataset records, generated problems, shipped benchmarks) and ``oar.models`` (model
   sources, the tiny test model); neither imports the other
 - ``oar.evaluation``: sampling (``generation``) and benchmark evaluation (``benchmark``)
-- ``oar.training``: the TRL GRPO subclass (``grpo_trainer``), one run from its settings (``run``) and
-  their helpers for several processes and memory
+- ``oar.training``: a run's settings with their defaults and checks (``settings``), the TRL GRPO
+  subclass (``grpo_trainer``), one run from its settings (``run``) and their helpers for several
+  processes and memory
 - ``oar.analysis``: results, oracle, tables, figures, ``python -m oar.analysis.explain``
 - ``oar.experiment``: the run registry (``runs``), the configuration docs and the memory plan
 """

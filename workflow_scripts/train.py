@@ -28,7 +28,8 @@ from _script_io import atomic_write_text, provenance, redirect_to_log, script_pa
 
 def main(settings: dict, out_dir: Path) -> None:
     # Imported here, not at the top, so that --help answers without loading torch and TRL.
-    from oar.training.run import is_main_process, require_vllm, resolve_settings, train_run, weights_delta
+    from oar.training.run import is_main_process, require_vllm, train_run, weights_delta
+    from oar.training.settings import resolve_settings
 
     resolved = resolve_settings(settings)
     require_vllm(resolved)  # before anything is written or loaded

@@ -51,6 +51,7 @@ import torch
 import yaml
 
 from oar.method.substitution import CACHED_PER_CHUNK_TOKEN
+from oar.training.settings import OARSettings
 
 GB = 1e9
 GPU_GB = 80.0  # the budget: an 80 GB GPU (H100/A100 80GB report ~85 GB total; 80 keeps a margin)
@@ -436,7 +437,8 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
     full_compute = {"full bf16 weights (scoring gather)": P * 2} if layout.fsdp else {}
     scored = scored or trainer["per_device_train_batch_size"] * trainer["gradient_accumulation_steps"]
     if "oar_p" in methods:
-        window, span = oar.get("window_tokens", 0), oar.get("span_tokens", 1)
+        window = oar.get("window_tokens", OARSettings.window_tokens)
+        span = oar.get("span_tokens", OARSettings.span_tokens)
         cached, run = oar_p_peak_tokens(probe, prompt_tokens, chunk, window, scored, span)
         fwd = per_token(shape.widths, scoring_dtype, "forward", layout.mixed_precision, False)["peak"]
         kv_tok = shape.kv_bytes_per_token_bf16 * scoring_kv / 2
