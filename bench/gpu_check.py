@@ -320,7 +320,8 @@ def train_one(settings: dict, out_dir: Path, lengths: list[int]) -> None:
     step's scoring call."""
     from oar.training.grpo_trainer import OARTrainer
     from oar.training.memory import _reset_rss_high_water
-    from oar.training.run import MetricsFile, build_config, load_problems, resolve_settings, training_dataset
+    from oar.training.run import MetricsFile, build_config, load_problems, training_dataset
+    from oar.training.settings import resolve_settings
     from transformers import TrainerCallback
     from transformers.trainer_utils import SaveStrategy
 

@@ -6,7 +6,7 @@ temperature 1.0 (the testbed trains on 16 x 8 a step), and times, as medians ove
 
 - probe building from TRL-style padded tensors (``probes_from_padded``);
 - OAR-G's scoring (``score("oar_g", ...)``), whole, and split by torch.profiler into the named phases of
-  ``oar.method.importance._embedding_gradients`` (inputs: padding, embeddings and noise; prefix: the
+  ``oar.method.gradient_scorers._embedding_gradients`` (inputs: padding, embeddings and noise; prefix: the
   prompts' KV cache, where the implementation has one; clean forward; noisy forward with its outcome and
   objective; backward), as shares of the profiled scoring time;
 - a GRPO update on the same batch: a forward of prompt + completion with gradients on the weights, the
@@ -35,7 +35,8 @@ import torch.nn.functional as F
 
 from harness import add_model, add_out, add_repeats, add_threads, markdown_table, median_seconds
 from oar.files import atomic_write_json, read_jsonl
-from oar.method.importance import ScorerConfig, score
+from oar.method.importance import score
+from oar.method.scorer_config import ScorerConfig
 from oar.method.probes import probes_from_padded
 from oar.models.loading import load_model
 

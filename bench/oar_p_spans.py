@@ -35,8 +35,8 @@ import torch
 from harness import add_model, add_out, add_repeats, add_threads, markdown_table, timed
 from oar.analysis.chain_truth import ground_truth_tokens
 from oar.files import atomic_write_json, read_jsonl
-from oar.method.importance import (reasoning_spans, span_forward_equivalents, span_substitution_scores,
-                                   window_substitution_scores)
+from oar.method.substitution import (reasoning_spans, span_forward_equivalents, span_substitution_scores,
+                                     window_substitution_scores)
 from oar.method.metrics import default_k, recall_at_k, spearman
 from oar.method.probes import build_probes, resolve_probe_kind
 from oar.models.loading import load_model

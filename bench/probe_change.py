@@ -24,7 +24,8 @@ from harness import add_model, add_threads
 from oar.analysis.chain_truth import ground_truth_tokens, step_tokens
 from oar.files import read_jsonl
 from oar.method.gate import gate
-from oar.method.importance import ScorerConfig, score
+from oar.method.importance import score
+from oar.method.scorer_config import ScorerConfig
 from oar.method.metrics import default_k, recall_at_k
 from oar.method.probes import build_probes
 from oar.models.loading import load_model

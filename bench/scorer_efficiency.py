@@ -37,7 +37,8 @@ from harness import add_out, add_repeats, add_threads, calls_and_syncs, host_wai
 from oar.experiment.cost_plan import backward_flops, forward_flops
 from oar.experiment.shapes import shape_of
 from oar.files import atomic_write_json
-from oar.method.importance import ScorerConfig, score
+from oar.method.importance import score
+from oar.method.scorer_config import ScorerConfig
 from oar.method.probes import Probe
 
 VOCAB = 32000

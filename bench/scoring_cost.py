@@ -23,7 +23,9 @@ import torch
 
 from harness import add_out, add_repeats, add_threads, median_seconds
 from oar.files import atomic_write_json
-from oar.method.importance import ScorerConfig, forward_equivalents, score
+from oar.method.importance import score
+from oar.method.scorer_config import ScorerConfig
+from oar.method.substitution import forward_equivalents
 from oar.method.probes import build_probes, divergence, outcome_from_logits
 from oar.models.sources import load_packaged, package_dir
 

@@ -6,14 +6,18 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 - ``oar.cpu_kernels`` (the pinned instruction set of the CPU kernels, applied on ``import oar``), ``oar.files``
   (atomic writes, JSON Lines, file hashes)
 - ``oar.grading`` (the verifier: answer extraction and equivalence), ``oar.prompting`` (the prompt template)
-- ``oar.method``: the paper's algorithm, free of training and IO machinery: outcome probes
-  (``probes``), token scorers (``importance``), the bi-level gate (``gate``), the analysis metrics (``metrics``)
+- ``oar.method``: the paper's algorithm, free of training and IO machinery: the names of methods and
+  probes (``names``), outcome probes (``probes``), token scorers (``importance``: ``score()`` and the
+  scorers by name; ``substitution``, ``gradient_scorers``, ``controls``, ``truth_scorers``, their settings
+  ``scorer_config`` and batched forwards ``scoring_batches``), the bi-level gate (``gate``), the analysis
+  metrics (``metrics``)
 - ``oar.data`` (the dataset catalogue, its sources, the one record format, generated problems, shipped
   benchmarks) and ``oar.models`` (model sources, loading a model and its tokenizer, the tiny test model);
   neither imports the other
 - ``oar.evaluation``: sampling (``generation``) and benchmark evaluation (``benchmark``)
-- ``oar.training``: the TRL GRPO subclass (``grpo_trainer``), one run from its settings (``run``) and
-  their helpers for several processes and memory
+- ``oar.training``: a run's settings with their defaults and checks (``settings``), the TRL GRPO
+  subclass (``grpo_trainer``), one run from its settings (``run``) and their helpers for several
+  processes and memory
 - ``oar.analysis``: one module per question (its reading of the run outputs, statistics and table: ``accuracy``,
   ``paired``, ``causal_recall``, ...) over shared readings (``run_outputs``, ``outcomes``), ``statistics``
   and table helpers; the oracle, figures, ``python -m oar.analysis.explain``

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers.cache_utils import DynamicCache
 
-from oar.method.importance import ScorerConfig, _batch_pad_id, _device, _keep, _micro_batches
+from oar.method.scorer_config import ScorerConfig
+from oar.method.scoring_batches import batch_pad_id, logits_to_keep, micro_batches, model_device
 from oar.method.probes import Outcome, Probe, divergence, outcome_from_logits
 
 # --- shared plumbing ---------------------------------------------------------------------------------
@@ -36,7 +37,7 @@ def _batched_outcomes(logits: Tensor, probes: Sequence[Probe], kinds: Sequence[s
     keep_all = logits.shape[1]
     outcomes = []
     for r, (p, kind) in enumerate(zip(probes, kinds)):
-        k = _keep(p, kind)
+        k = logits_to_keep(p, kind)
         window = logits[r : r + 1, keep_all - k :]
         answer = torch.tensor([p.answer_ids], device=logits.device) if kind != "lt_logits" else None
         outcomes.append(outcome_from_logits(window, kind, answer))
@@ -77,7 +78,7 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     With ``config.window_tokens`` K > 0, each copy recomputes only K reasoning tokens from its span's start
     and the tokens after the reasoning (``window_substitution_scores``): an approximation.
     """
-    pad_id = _batch_pad_id(probes)
+    pad_id = batch_pad_id(probes)
     scores = []
     for probe, kind in zip(probes, kinds):
         spans = reasoning_spans(probe.reasoning_len, config.span_tokens)
@@ -92,9 +93,9 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
 def _clean_pass(model, probe: Probe, kind: str):
     """The clean probe's forward for OAR-P: (ids [1, N], logits kept, answer ids or None, clean outcome,
     its KV cache)."""
-    device = _device(model)
+    device = model_device(model)
     ids = torch.tensor([probe.ids(kind)], device=device)
-    keep = _keep(probe, kind)
+    keep = logits_to_keep(probe, kind)
     answer = torch.tensor([probe.answer_ids], device=device) if kind != "lt_logits" else None
     out = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
     return ids, keep, answer, outcome_from_logits(out.logits, kind, answer), out.past_key_values
@@ -115,7 +116,7 @@ def span_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[tup
     """One probe's OAR-P scores over given substitution spans: consecutive [start, end) reasoning
     positions in order, covering the reasoning. Each copy replaces one span by ``pad_id`` and runs only
     the suffix after the clean prefix it shares (KV cache); every token of the span gets its divergence."""
-    device = _device(model)
+    device = model_device(model)
     ids, keep, answer, clean, cache = _clean_pass(model, probe, kind)
     start = probe.reasoning_start
     row = torch.empty(probe.reasoning_len, dtype=torch.float32, device=device)
@@ -148,7 +149,7 @@ def window_substitution_scores(model, probe: Probe, kind: str, spans: Sequence[t
 
     The copies of a chunk share the clean cache of ``prompt | reasoning``; a 4D additive mask hides each
     copy's stale window from its new tokens and keeps causality between its new tokens."""
-    device = _device(model)
+    device = model_device(model)
     ids, keep, answer, clean, cache = _clean_pass(model, probe, kind)
     start, end = probe.reasoning_start, probe.reasoning_start + probe.reasoning_len
     tail = ids[0, end:]
@@ -232,8 +233,8 @@ def _embedding_gradients(
     The gradient is taken with ``torch.autograd.grad`` with respect to the input embeddings only:
     nothing is accumulated into (or cleared from) any parameter's ``.grad``.
     """
-    device = _device(model)
-    pad_id = _batch_pad_id(probes)
+    device = model_device(model)
+    pad_id = batch_pad_id(probes)
     embed = model.get_input_embeddings()
     seqs = [p.ids(k) for p, k in zip(probes, kinds)]
     with _phase("inputs"):
@@ -242,7 +243,7 @@ def _embedding_gradients(
         prompts = _prompt_caches(model, probes, pad_id, config.chunk_tokens)
     suffixes = [s[p.reasoning_start :] for s, p in zip(seqs, probes)]
     results: list[tuple[Tensor, Tensor] | None] = [None] * len(probes)
-    for group in _micro_batches([len(s) for s in suffixes], config.chunk_tokens):
+    for group in micro_batches([len(s) for s in suffixes], config.chunk_tokens):
         g_probes = [probes[i] for i in group]
         g_kinds = [kinds[i] for i in group]
         with _phase("inputs"):
@@ -250,7 +251,7 @@ def _embedding_gradients(
             prefix, prefix_mask, prompt_lens = _stacked_prefix([prompts[p.prompt_ids] for p in g_probes], device)
             attention = torch.cat([prefix_mask, attention], dim=1)  # the prompt's keys, then the suffix's
             positions = positions + prompt_lens[:, None]  # the suffix continues its own prompt's positions
-        keep = max(_keep(p, k) for p, k in zip(g_probes, g_kinds))
+        keep = max(logits_to_keep(p, k) for p, k in zip(g_probes, g_kinds))
         clean = None
         if needs_clean:
             with torch.no_grad(), _phase("clean_forward"):
@@ -300,8 +301,8 @@ def _prompt_caches(model, probes: Sequence[Probe], pad_id: int, budget: int) -> 
     gradient in left-padded micro-batches of at most ``budget`` tokens; an empty prompt has none."""
     distinct = list(dict.fromkeys(p.prompt_ids for p in probes if p.prompt_ids))
     caches: dict[tuple[int, ...], list] = {(): []}
-    device = _device(model)
-    for group in _micro_batches([len(d) for d in distinct], budget):
+    device = model_device(model)
+    for group in micro_batches([len(d) for d in distinct], budget):
         ids, attention, positions, offsets = _left_pad([list(distinct[i]) for i in group], pad_id, device)
         cache = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
                       logits_to_keep=1).past_key_values
@@ -374,12 +375,12 @@ def grad_norm_scores(model, probes: Sequence[Probe], kinds: Sequence[str], confi
 @torch.no_grad()
 def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
     """Policy entropy of the distribution each reasoning token was sampled from (GTPO-style control)."""
-    device = _device(model)
-    pad_id = _batch_pad_id(probes)
+    device = model_device(model)
+    pad_id = batch_pad_id(probes)
     # The real sequence prompt | reasoning; position t's token was drawn from the logits one earlier.
     seqs = [list(p.prompt_ids) + list(p.response_ids[: p.reasoning_len]) for p in probes]
     results: list[Tensor | None] = [None] * len(probes)
-    for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
+    for group in micro_batches([len(s) for s in seqs], config.chunk_tokens):
         ids, attention, positions, _ = _left_pad([seqs[i] for i in group], pad_id, device)
         keep = max(probes[i].reasoning_len for i in group) + 1
         logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits

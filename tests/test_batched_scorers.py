@@ -11,8 +11,10 @@ import torch
 
 import reference_scorers
 from oar.method import importance
-from oar.method.importance import (ScorerConfig, _micro_batches, reasoning_spans, score, substitution_forwards,
-                                   substitution_rows)
+from oar.method.importance import score
+from oar.method.scorer_config import ScorerConfig
+from oar.method.scoring_batches import micro_batches
+from oar.method.substitution import reasoning_spans, substitution_forwards, substitution_rows
 from oar.method.probes import CONCLUDE_TEXT, Probe
 from oar.models.tiny import build_tiny_model
 
@@ -145,7 +147,7 @@ def test_oar_p_runs_the_forwards_its_schedule_plans(tokenizer_and_models, settin
     rows = substitution_rows(lengths, [p.reasoning_start for p in probes], [p.reasoning_len for p in probes], spans,
                              config.window_tokens)
     forwards = substitution_forwards(rows, chunk_tokens)
-    planned = len(_micro_batches(lengths, chunk_tokens)) + len(forwards)
+    planned = len(micro_batches(lengths, chunk_tokens)) + len(forwards)
     calls, _ = harness.calls_and_syncs(model, lambda: score("oar_p", model, probes, config))
     assert calls == planned
     assert all((f.end - f.begin) * f.width <= chunk_tokens or f.end - f.begin == 1 for f in forwards)
@@ -187,7 +189,7 @@ def test_the_plans_model_of_the_packing_is_the_scorers(responses, window, chunk_
 
 def test_a_forward_holds_a_bounded_cache():
     """Short copies over long prefixes: rows x cached prefix stays within CACHED_PER_CHUNK_TOKEN x chunk."""
-    from oar.method.importance import CACHED_PER_CHUNK_TOKEN
+    from oar.method.substitution import CACHED_PER_CHUNK_TOKEN
 
     rows = substitution_rows([1000] * 4, [100] * 4, [890] * 4, [reasoning_spans(890, 1)] * 4)
     for f in substitution_forwards(rows, 256):

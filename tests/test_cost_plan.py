@@ -18,7 +18,8 @@ from oar.experiment import cost_plan as cp
 from oar.experiment.memory_plan import PlanError, _trainer_keys, load_config
 from oar.experiment.runs import Registry
 from oar.experiment.shapes import shape_of
-from oar.method.importance import ScorerConfig, oar_p_scores
+from oar.method.scorer_config import ScorerConfig
+from oar.method.substitution import oar_p_scores
 from oar.method.probes import Probe
 
 FLOP_TOLERANCE = 0.10
@@ -93,7 +94,7 @@ def test_oar_p_flops_match_torch_counter(kind, probe_kind, chunk):
 
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 def test_oar_g_flops_match_torch_counter(kind):
-    """OAR-G's computation as oar.method.importance._embedding_gradients runs it: the prompt once into a
+    """OAR-G's computation as oar.method.gradient_scorers._embedding_gradients runs it: the prompt once into a
     KV cache without gradient, then over that cache a no-grad clean forward of the suffix (reasoning,
     conclusion, answer), a forward with grad on the suffix's input embeddings and the gradient to those
     inputs only. backward(inputs=...) stands for autograd.grad(..., inputs) (the same pruned graph; the

@@ -49,7 +49,8 @@ def rank_batch(rank, vocab_size):
 
 
 def score_rows(model, probes, active):
-    from oar.method.importance import ScorerConfig, score
+    from oar.method.importance import score
+    from oar.method.scorer_config import ScorerConfig
     from oar.training.collective import gathered_for_scoring
 
     config = ScorerConfig(probe="as_mean", chunk_tokens=CHUNK_TOKENS, seed=7)

@@ -5,7 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from oar.method.importance import SCORERS, ScorerConfig, forward_equivalents, score
+from oar.method.importance import SCORERS, score
+from oar.method.scorer_config import ScorerConfig
+from oar.method.substitution import forward_equivalents
 from oar.method.probes import CONCLUDE_TEXT, Probe, build_probes, divergence, outcome_from_logits, pad_token_id, probes_from_padded
 from oar.models.tiny import build_tiny_model
 from transformers.cache_utils import DynamicCache
@@ -434,7 +436,7 @@ def test_a_span_over_the_whole_reasoning_gives_every_token_one_score(model_and_t
 def test_span_cost_accounting_follows_the_schedule(model_and_tokenizer):
     """forward_equivalents counts the suffix tokens the span schedule runs: with a budget that fits one
     copy per forward, width w runs ceil(R / w) suffixes, each from its span's start."""
-    from oar.method.importance import _oar_p_chunks
+    from oar.method.substitution import _oar_p_chunks
 
     _, tokenizer = model_and_tokenizer
     probe = random_probe(tokenizer, torch.Generator().manual_seed(14), 5, 20, 2)
@@ -533,16 +535,18 @@ def test_window_tokens_must_be_a_non_negative_integer(bad):
 def full_probe_embedding_gradients(model, probes, kinds, config, objective, needs_clean, noise_sigma):
     """The gradient scorers' computation before the prompt cache: clean pass, noisy pass and backward each
     over the whole left-padded probe (prompt included), noise drawn row by row in micro-batch order."""
-    from reference_scorers import _batched_outcomes, _keep, _left_pad, _micro_batches
+    from reference_scorers import _batched_outcomes, _left_pad
+
+    from oar.method.scoring_batches import logits_to_keep, micro_batches
 
     embed = model.get_input_embeddings()
     generator = torch.Generator(device="cpu").manual_seed(config.seed)
     seqs = [p.ids(k) for p, k in zip(probes, kinds)]
     results = [None] * len(probes)
-    for group in _micro_batches([len(s) for s in seqs], config.chunk_tokens):
+    for group in micro_batches([len(s) for s in seqs], config.chunk_tokens):
         g_probes, g_kinds = [probes[i] for i in group], [kinds[i] for i in group]
         ids, attention, positions, offsets = _left_pad([seqs[i] for i in group], probes[0].pad_id, "cpu")
-        keep = max(_keep(p, k) for p, k in zip(g_probes, g_kinds))
+        keep = max(logits_to_keep(p, k) for p, k in zip(g_probes, g_kinds))
         clean = None
         if needs_clean:
             with torch.no_grad():

@@ -132,8 +132,8 @@ def test_oar_p_largest_forward_follows_the_stacked_schedule():
     forward by cached positions (each row holding the forward's longest prefix and its run) is the
     scorer's own; stacking responses fills forwards one response alone cannot, and the cache stays bounded;
     with a window K the rows run over the whole prompt and reasoning."""
-    from oar.method.importance import (CACHED_PER_CHUNK_TOKEN, reasoning_spans, substitution_forwards,
-                                       substitution_rows)
+    from oar.method.substitution import (CACHED_PER_CHUNK_TOKEN, reasoning_spans, substitution_forwards,
+                                         substitution_rows)
 
     tail = memory_plan.CONCLUDE_AND_ANSWER_TOKENS
     probe, prompt, chunk, responses = 1560, 512, 2048, 64

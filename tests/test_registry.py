@@ -327,7 +327,7 @@ def test_pretrain_settings_need_source_chain_and_default_to_the_training_samplin
 def test_exact_oar_p_leaves_window_tokens_out_of_run_settings():
     """Exact OAR-P (window 0) adds no key to a run's settings, so runs made before the setting existed
     keep their settings and are not retrained; a window is passed on."""
-    from oar.training.run import resolve_settings
+    from oar.training.settings import resolve_settings
 
     settings = registry().run_settings("smollm2", "oar_p", 0)
     assert "window_tokens" not in settings["oar"]

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from oar.experiment.runs import Registry
-from oar.training.run import build_config, resolve_settings, train_run
+from oar.training.run import build_config, train_run
+from oar.training.settings import resolve_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"

@@ -15,7 +15,8 @@ from oar.evaluation.generation import TransformersGenerator, end_of_turn_token_i
 from oar.models.tiny import build_tiny_tokenizer
 from oar.prompting import build_prompt, encode_prompts, prompt_messages
 from oar.training.grpo_trainer import OARTrainer
-from oar.training.run import build_config, resolve_settings, stop_at_end_of_turn
+from oar.training.run import build_config, stop_at_end_of_turn
+from oar.training.settings import resolve_settings
 
 N, MAX_NEW = 8, 24
 

@@ -18,7 +18,7 @@ from trl import GRPOConfig, GRPOTrainer
 from oar.method.probes import probes_from_padded
 from oar.method.names import SCORER_NAMES
 from oar.training.grpo_trainer import OARConfig, OARTrainer
-from oar.training.run import SettingsError, resolve_settings
+from oar.training.settings import SettingsError, resolve_settings
 
 REPO = Path(__file__).resolve().parents[1]
 FLAT_PROBLEMS = {"p1", "p3"}  # problems whose every completion gets the same reward (A = 0)

@@ -10,8 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from oar.evaluation.generation import VLLMGenerator
-from oar.training.run import (SettingsError, check_context_length, load_problems, resolve_settings, train_run,
-                          training_dataset)
+from oar.training.run import check_context_length, load_problems, train_run, training_dataset
+from oar.training.settings import SettingsError, resolve_settings
 
 NO_VLLM = importlib.util.find_spec("vllm") is None
 
@@ -23,6 +23,31 @@ def write_problems(tmp_path, n=8, long_problem: str | None = None):
         rows.append({"id": "long", "problem": long_problem, "answer": "0"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def test_resolved_settings_keep_the_values_given_in_the_fields_order():
+    """run.yaml and the checkpoints' fingerprint hold the resolved settings as they are: every key, in the
+    settings classes' order, each value as given (a tau of 1 stays 1)."""
+    from dataclasses import fields
+
+    from oar.training.settings import TRAINER_DEFAULTS, OARSettings
+
+    resolved = resolve_settings({"trainer": {"max_steps": 2}, "oar": {"window_tokens": 0, "tau": 1},
+                                 "run_id": "r", "model": "m", "train_file": "f"})
+    assert list(resolved) == ["run_id", "method", "seed", "model", "train_file", "train_limit", "model_dtype", "oar",
+                              "trainer"]
+    assert list(resolved["oar"]) == [setting.name for setting in fields(OARSettings)]
+    assert type(resolved["oar"]["tau"]) is int and resolved["oar"]["window_tokens"] == 0
+    assert resolved["trainer"] == TRAINER_DEFAULTS | {"max_steps": 2}
+
+
+def test_the_trainer_config_has_the_oar_settings_defaults_and_checks(tmp_path):
+    from oar.training.grpo_trainer import OARConfig
+    from oar.training.settings import OARSettings
+
+    assert OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False).oar_settings() == OARSettings()
+    with pytest.raises(SettingsError, match=r"'oar\.tau' must be in \[0, 1\], got 1\.5"):
+        OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, oar_tau=1.5)
 
 
 @pytest.mark.parametrize("limit", [None, 1])

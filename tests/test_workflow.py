@@ -95,24 +95,31 @@ def test_no_default_profile():
 
 
 def test_schema_matches_library():
-    """The schema's enums and trainer keys are the library's (a drift would reject valid configs or let
-    invalid ones through to a job)."""
+    """The schema's enums, trainer keys and oar defaults are the library's (a drift would reject valid
+    configs, let invalid ones through to a job, or train under other defaults than the docs state)."""
+    import dataclasses
+
     from oar.data.catalogue import DATASETS
     from oar.method.importance import SCORERS
-    from oar.method.names import METHODS, MODEL_SCORERS, SCORER_NAMES
-    from oar.method.probes import PROBES
-    from oar.training.run import DEFAULT_SETTINGS
+    from oar.method.names import METHODS, MODEL_SCORERS, PROBES, SCORER_NAMES
+    from oar.training.settings import TRAINER_DEFAULTS, OARSettings
 
-    defs = load(SCHEMA)["$defs"]
+    schema = load(SCHEMA)
+    defs = schema["$defs"]
     assert set(defs["method"]["enum"]) == set(METHODS)
     assert set(SCORERS) == set(SCORER_NAMES)  # every named scorer registered, nothing registered unnamed
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
     assert set(defs["scorer"]["enum"]) == set(MODEL_SCORERS)
     assert set(defs["probe"]["enum"]) == set(PROBES)
     assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
-    assert set(defs["trainer"]["properties"]) == set(DEFAULT_SETTINGS["trainer"])
+    assert set(defs["trainer"]["properties"]) == set(TRAINER_DEFAULTS)
+    oar_defaults = {setting.name: setting.default for setting in dataclasses.fields(OARSettings)}
     # a run's grader settings come from the top-level `grading` section (Registry.grading)
-    assert set(defs["oar"]["properties"]) | {"fallback_last_number", "answer_statement"} == set(DEFAULT_SETTINGS["oar"])
+    grading = {"fallback_last_number": "last_number", "answer_statement": "answer_statement"}
+    assert set(defs["oar"]["properties"]) | set(grading) == set(oar_defaults)
+    stated = {key: spec["default"] for key, spec in defs["oar"]["properties"].items()}
+    stated |= {key: schema["properties"]["grading"]["properties"][name]["default"] for key, name in grading.items()}
+    assert stated == oar_defaults
 
 
 # ----------------------------------------------------------------------------------- registry

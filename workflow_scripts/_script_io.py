@@ -23,6 +23,7 @@ if str(REPO_ROOT) not in sys.path:  # oar importable from the source tree in any
 
 # oar.files imports nothing heavy (no torch), so a script's --help stays immediate.
 from oar.files import sha256_file  # noqa: E402
+from oar.training.settings import OARSettings  # noqa: E402  (torch-free: the settings' defaults)
 
 PACKAGES = (
     "oar", "torch", "transformers", "trl", "accelerate", "datasets", "math-verify", "numpy", "pandas",
@@ -147,7 +148,7 @@ def model_script_parser(description: str | None, fallback: str) -> argparse.Argu
     p.add_argument("--appended-conclusion", action="store_true",
                    help="probes append the conclusion template after the reasoning even when the response states "
                         "its own (the authors' probe; by default the probe continues the response's own words)")
-    p.add_argument("--substitute", default="pad",
+    p.add_argument("--substitute", default=OARSettings.substitute,
                    help="what OAR-P and the oracle substitute for a reasoning token: 'pad' or a one-token text")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     return p

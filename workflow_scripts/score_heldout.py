@@ -22,6 +22,8 @@ from _script_io import model_script_parser, run_cli  # noqa: E402
 from oar.files import read_jsonl, write_jsonl  # noqa: E402
 from oar.models.loading import load_model  # noqa: E402
 
+from oar.method.scorer_config import ScorerConfig  # noqa: E402  (torch-free: --help stays fast)
+
 FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
 
 
@@ -34,21 +36,22 @@ def parse_args(argv):
     p.add_argument("--scores", required=True, help="output JSONL")
     p.add_argument("--scorer", required=True,
                    help="oar_p, oar_g, grad_norm, entropy, position or random (oar.method.importance)")
-    p.add_argument("--probe", default="as_mean", help="outcome probe: lt_logits, as_mean or as_joint")
-    p.add_argument("--noise-sigma", type=float, default=1e-3, help="OAR-G's Gaussian noise on the embeddings")
-    p.add_argument("--chunk-tokens", type=int, default=512, help="token budget of one scoring forward")
-    p.add_argument("--span-tokens", type=int, default=1,
+    p.add_argument("--probe", default=ScorerConfig.probe, help="outcome probe: lt_logits, as_mean or as_joint")
+    p.add_argument("--noise-sigma", type=float, default=ScorerConfig.noise_sigma,
+                   help="OAR-G's Gaussian noise on the embeddings")
+    p.add_argument("--chunk-tokens", type=int, default=ScorerConfig.chunk_tokens, help="token budget of one scoring forward")
+    p.add_argument("--span-tokens", type=int, default=ScorerConfig.span_tokens,
                    help="OAR-P substitutes this many consecutive reasoning tokens at once (1: exact OAR-P)")
-    p.add_argument("--window-tokens", type=int, default=0,
+    p.add_argument("--window-tokens", type=int, default=ScorerConfig.window_tokens,
                    help="OAR-P recomputes only this many reasoning tokens after a substitution (0: exact OAR-P)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=int, default=ScorerConfig.seed,
                    help="seed of OAR-G's noise and the random scorer (each response draws its own from it)")
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    from oar.method.importance import ScorerConfig, score
+    from oar.method.importance import score
     from oar.method.probes import build_probes
 
     rows = read_jsonl(args.responses)

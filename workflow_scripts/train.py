@@ -30,7 +30,8 @@ from oar.files import atomic_write_text  # noqa: E402
 
 def main(settings: dict, out_dir: Path) -> None:
     # Imported here, not at the top, so that --help answers without loading torch and TRL.
-    from oar.training.run import is_main_process, require_vllm, resolve_settings, train_run, weights_delta
+    from oar.training.run import is_main_process, require_vllm, train_run, weights_delta
+    from oar.training.settings import resolve_settings
 
     resolved = resolve_settings(settings)
     require_vllm(resolved)  # before anything is written or loaded

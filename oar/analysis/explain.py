@@ -18,7 +18,8 @@ import torch
 from oar.data.datasets import load_dataset_records
 from oar.grading import grade
 from oar.method.gate import gate
-from oar.method.importance import SCORERS, ScorerConfig, score
+from oar.method.importance import SCORERS, score
+from oar.method.scorer_config import ScorerConfig
 from oar.method.probes import build_probes
 from oar.models.sources import load_packaged, load_pretrained
 from oar.prompting import build_prompt, encode_prompts

@@ -59,6 +59,7 @@ from pathlib import Path
 from oar.experiment.memory_plan import (CONCLUDE_AND_ANSWER_TOKENS, PlanError, load_config, model_config, oar_p_copies,
                                        stacked_forwards)
 from oar.experiment.shapes import Shape, shape_of
+from oar.training.settings import OARSettings
 
 GB = 1e9
 
@@ -211,7 +212,7 @@ def reasoning_probe(prompt: float, completion: float) -> tuple[float, float]:
 
 
 SCHEDULES = ("stacked", "per_response")
-# oar.method.importance's schedule: "stacked" stacks the substituted copies of every scored response of a
+# oar.method.substitution's schedule: "stacked" stacks the substituted copies of every scored response of a
 # scoring call into shared forwards and batches the clean passes, without host synchronisations inside its
 # loops; "per_response" is the earlier one (a response at a time, a synchronisation every chunk), which
 # the calibration files measured before the change were made with.
@@ -226,7 +227,7 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
     window K (``oar.window_tokens``) a row runs min(max(w, K), R - a) reasoning tokens and the tail over
     the cache of the whole prompt and reasoning.
 
-    ``stacked`` (``oar.method.importance`` now): the copies of all responses sorted by length, longest
+    ``stacked`` (``oar.method.substitution`` now): the copies of all responses sorted by length, longest
     first, packed greedily into forwards of rows x longest <= ``chunk_tokens`` (at least one row, each
     padded to the longest); the clean probes in micro-batches of rows x probe <= ``chunk_tokens``; no host
     synchronisation inside the loops (``overlapped``).
@@ -279,7 +280,7 @@ def _oar_p_per_response(shape: Shape, prompt: float, reasoning: int, probe: floa
 
 def oar_g_work(shape: Shape, prompt: float, probe: float, keep: int, chunk_tokens: int, clean: bool = True,
                group: int = 1) -> Work:
-    """One response, as ``oar.method.importance._embedding_gradients`` runs it: its prompt once without
+    """One response, as ``oar.method.gradient_scorers._embedding_gradients`` runs it: its prompt once without
     gradient into a KV cache (shared by the ``group`` responses of a GRPO group), then on top of that cache
     a no-grad clean forward (OAR-G; grad_norm has none), a forward with grad on the input embeddings and
     its backward to the inputs only (``torch.autograd.grad(..., inputs)``: no weight gradients), of
@@ -392,8 +393,8 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
     """The work of one scoring call over ``scored`` responses."""
     chunk = oar["chunk_tokens"]
     if method == "oar_p":
-        return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, oar.get("span_tokens", 1),
-                          oar.get("window_tokens", 0), responses=scored, schedule=schedule)
+        span, window = (oar.get(name, getattr(OARSettings, name)) for name in ("span_tokens", "window_tokens"))
+        return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, span, window, responses=scored, schedule=schedule)
     if method in ("oar_g", "grad_norm"):
         work = _scale(oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g", group=group), scored)
         work.overlapped = schedule == "stacked"  # noise drawn on the device, results moved once per call
@@ -448,8 +449,8 @@ def calibration_rows(path: str | Path) -> tuple[dict, list[dict]]:
             rows.append({"method": method, "prompt_tokens": data["prompt_tokens"],
                          "completion_length": r.get("completion_length") or data["response_tokens"],
                          "batch": data["batch"], "num_generations": data.get("num_generations", data["batch"]),
-                         "chunk_tokens": data.get("chunk_tokens", 512), "span_tokens": 1,
-                         "window_tokens": data.get("oar_p_window_tokens", 0), "probe": "as_mean",
+                         "chunk_tokens": data.get("chunk_tokens", OARSettings.chunk_tokens), "span_tokens": 1,
+                         "window_tokens": data.get("oar_p_window_tokens", OARSettings.window_tokens), "probe": "as_mean",
                          "scorer_schedule": "per_response", "generation_backend": "transformers",
                          "gradient_checkpointing": data.get("gradient_checkpointing", False),
                          "frac_scored": r.get("frac_scored", 0.0 if method == "grpo" else 1.0),
@@ -574,9 +575,8 @@ def _check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None)
     """The scoring work of one row of a calibration file (the check's settings), on its own schedule or
     ``schedule``."""
     reasoning, probe = reasoning_probe(row["prompt_tokens"], row["completion_length"])
-    keep = 1 if row.get("probe", "as_mean") == "lt_logits" else Assumptions.answer_tokens + 1
-    oar = {"chunk_tokens": row.get("chunk_tokens", 512), "span_tokens": row.get("span_tokens", 1),
-           "window_tokens": row.get("window_tokens", 0)}
+    keep = 1 if row.get("probe", OARSettings.probe) == "lt_logits" else Assumptions.answer_tokens + 1
+    oar = {name: row.get(name, getattr(OARSettings, name)) for name in ("chunk_tokens", "span_tokens", "window_tokens")}
     return scoring_work(shape, row["method"], oar, row["prompt_tokens"], reasoning, probe, keep,
                         row["batch"] * row.get("frac_scored", 1.0), row.get("num_generations", row["batch"]),
                         schedule or row.get("scorer_schedule", "per_response"))
@@ -586,9 +586,8 @@ def check_settings(row: Mapping, run_id: str = "check") -> dict:
     """``Registry.run_settings``-like settings of one calibration row (the check's own), for
     :func:`step_plan` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
     return {"run_id": run_id, "method": row["method"],
-            "oar": {"chunk_tokens": row.get("chunk_tokens", 512), "span_tokens": row.get("span_tokens", 1),
-                    "window_tokens": row.get("window_tokens", 0), "probe": row.get("probe", "as_mean"),
-                    "score_all": True},
+            "oar": {**{name: row.get(name, getattr(OARSettings, name))
+                       for name in ("chunk_tokens", "span_tokens", "window_tokens", "probe")}, "score_all": True},
             "trainer": {"max_completion_length": row["completion_length"], "per_device_train_batch_size": row["batch"],
                         "gradient_accumulation_steps": 1, "num_generations": row.get("num_generations", row["batch"]),
                         "gradient_checkpointing": row.get("gradient_checkpointing", False), "use_vllm":
@@ -726,7 +725,7 @@ def table(plan: Plan) -> str:
                  "forward call (assumed)")
     lines = [
         f"Cost plan (planned, not measured) on {hw.name}, {hw.memory_gb:.0f} GB: {rates}. Scorers on the "
-        f"{plan.schedule} schedule" + (" (oar.method.importance's)" if plan.schedule == SCHEDULE else
+        f"{plan.schedule} schedule" + (" (oar.method.substitution's)" if plan.schedule == SCHEDULE else
                                         " (the scorers' earlier one)") + ".",
         f"Assumed: mean prompt {a.prompt_tokens} tokens; completions at {a.completion_fill:.0%} of "
         f"max_completion_length; {a.scored_share:.0%} of rows have advantage != 0 and are scored; "

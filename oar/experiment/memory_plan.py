@@ -16,7 +16,7 @@ What a GPU holds at the peak of each phase of one training step, per process (on
   scoring call (its copies from all responses are stacked, sorted by length, into forwards of up to
   ``chunk_tokens`` tokens), and the largest forward's cache: each row holds its own copy of its prefix
   for every layer (transformers' cache concatenates per row), so a forward's rows x prefix positions are
-  bounded by ``oar.method.importance.CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``. OAR-G runs a forward with grad on
+  bounded by ``oar.method.substitution.CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``. OAR-G runs a forward with grad on
   the input embeddings (eval mode: no gradient checkpointing) of a micro-batch of probes
   (``chunk_tokens``, at least one probe) and its backward; over float32 weights autocast's bf16 copies
   of the weights are held for that backward.
@@ -51,7 +51,8 @@ import torch
 import yaml
 
 from oar.experiment.shapes import Shape, shape_of
-from oar.method.importance import CACHED_PER_CHUNK_TOKEN
+from oar.method.substitution import CACHED_PER_CHUNK_TOKEN
+from oar.training.settings import OARSettings
 
 GB = 1e9
 GPU_GB = 80.0  # the budget: an 80 GB GPU (H100/A100 80GB report ~85 GB total; 80 keeps a margin)
@@ -130,7 +131,7 @@ def measure(model, phase: str, tokens: int, autocast: bool, checkpointing: bool 
     """Run one phase's computation on ``tokens`` tokens (batch of one) and measure its memory.
 
     phase: ``forward`` (no-grad, as OAR-P and vLLM's profiling run), ``oar_g`` (eval mode, gradient of
-    an outcome with respect to the input embeddings, as ``oar.method.importance._embedding_gradients``) or
+    an outcome with respect to the input embeddings, as ``oar.method.gradient_scorers._embedding_gradients``) or
     ``update`` (train mode, TRL's fused-LM-head log-probabilities and their backward). Works on real
     tensors and under a ``FakeTensorMode`` (shapes only: the same sizes, no compute).
     """
@@ -313,7 +314,7 @@ def oar_p_copies(prompt: float, reasoning: int, probe: float, span: int = 1,
 
 
 def stacked_forwards(copies: list[tuple[float, float]], responses: int, chunk_tokens: int):
-    """``oar.method.importance.substitution_forwards``'s packing of the copies of ``responses`` alike
+    """``oar.method.substitution.substitution_forwards``'s packing of the copies of ``responses`` alike
     responses: sorted by length, longest first, a forward takes rows while rows x its longest row <=
     ``chunk_tokens`` and rows x its longest cached prefix <= ``CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``
     (at least one). Yields (longest run, [(prefix tokens, rows), ...]) per forward; every row runs the
@@ -406,7 +407,8 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
     full_compute = {"full bf16 weights (scoring gather)": P * 2} if layout.fsdp else {}
     scored = scored or trainer["per_device_train_batch_size"] * trainer["gradient_accumulation_steps"]
     if "oar_p" in methods:
-        window, span = oar.get("window_tokens", 0), oar.get("span_tokens", 1)
+        window = oar.get("window_tokens", OARSettings.window_tokens)
+        span = oar.get("span_tokens", OARSettings.span_tokens)
         cached, run = oar_p_peak_tokens(probe, prompt_tokens, chunk, window, scored, span)
         fwd = per_token(shape.widths, scoring_dtype, "forward", layout.mixed_precision, False)["peak"]
         kv_tok = shape.kv_bytes_per_token_bf16 * scoring_kv / 2

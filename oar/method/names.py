@@ -1,8 +1,9 @@
-"""The one list of training methods and what each kind of method is, by name (torch-free).
+"""The one list of training methods and what each kind of method is, by name; the outcome probes' names
+(torch-free).
 
-The run registry, the trainer, the scorer registry and the analysis read these; the config schema's
-enums are tested equal to them. A new scorer is added here and registered against its name in the
-scorers' registry (a test keeps the two equal).
+The run registry, the trainer, the scorer registry, the training settings and the analysis read these;
+the config schema's enums are tested equal to them. A new scorer is added here and to the scorers'
+registry (``oar.method.importance.SCORERS``, which must hold every name here and nothing else).
 """
 
 BASELINE = "grpo"  # GRPO's uniform token advantages: no scorer, no gate
@@ -17,3 +18,5 @@ PARSED_SCORERS = (*TRUTH_GATES, "truth_final", "truth_early")
 SCORER_NAMES = (*MODEL_SCORERS, *PARSED_SCORERS)  # every method whose weights come from the bi-level gate
 METHODS = (BASELINE, *SCORER_NAMES)
 USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # scorers whose scores read an outcome probe
+
+PROBES = ("lt_logits", "as_mean", "as_joint")  # outcome probes (oar.method.probes reads each off the logits)

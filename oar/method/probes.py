@@ -5,7 +5,7 @@ answer span (last ``\\boxed{}``, or the last number when the fallback is on) and
 ``prompt | reasoning | conclude | answer``. An *outcome* then reads the answer distribution off the
 probe's last logits: ``lt_logits`` (first answer token), ``as_mean`` (softmax of the mean answer-span
 logits) or ``as_joint`` (mean answer log-likelihood). A response without an answer span falls back to
-``lt_logits``. The scorers in ``oar.method.importance`` perturb the reasoning and compare outcomes.
+``lt_logits``. The scorers (``oar.method.importance``) perturb the reasoning and compare outcomes.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from oar.grading import extract_answer
+from oar.method.names import PROBES
 
-PROBES = ("lt_logits", "as_mean", "as_joint")
 CONCLUDE_TEXT = "\n\nTherefore, the final answer is \\boxed{"
 
 

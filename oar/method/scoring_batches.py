@@ -1,8 +1,11 @@
-"""Batched scorer forwards that never make the host wait for the device.
+"""Batched scorer forwards that never make the host wait for the device, and what every batched scorer
+shares: micro-batches within a token budget, every probe's ids on the device at once, results moved off
+it in one copy (``micro_batches``, ``flat_ids``, ``gather_rows``, ``to_host``).
 
-The scorers (``oar.method.importance``) run many forwards whose rows come from different probes: each
-row reads its own probe's tokens, may replace some of them by the substitute id, and attends to a cached
-prefix of its own probe. Everything that says which tokens a row runs is known on the host before the
+The model-reading scorers (``oar.method.substitution``, ``oar.method.gradient_scorers``,
+``oar.method.controls``) run many forwards whose rows come from different probes: each row reads its own
+probe's tokens, may replace some of them by the substitute id, and attends to a cached prefix of its own
+probe. Everything that says which tokens a row runs is known on the host before the
 first forward (probe lengths and spans are Python integers), so it is written once into a small table
 (:func:`row_table`) and sent to the device once; every forward then builds its token ids, positions and
 attention mask on the device from a slice of that table. Nothing inside the loops reads a device value
@@ -19,6 +22,7 @@ different answer lengths and outcome kinds included (:class:`OutcomeRows`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -170,3 +174,68 @@ class OutcomeRows:
         if drop is None:
             return kl
         return torch.where(self.is_joint[probe], drop, kl)
+
+
+# --- what every batched scorer shares ---------------------------------------------------------------
+
+
+def model_device(model) -> torch.device:
+    """Where the model's parameters (and so every input the scorers build) live."""
+    return next(model.parameters()).device
+
+
+def batch_pad_id(probes: Sequence[Probe]) -> int:
+    """The pad id of a batch of probes (one tokenizer, one pad id)."""
+    ids = {p.pad_id for p in probes}
+    if len(ids) != 1:
+        raise ValueError(f"probes of one batch carry different pad ids {sorted(ids)}")
+    return ids.pop()
+
+
+def logits_to_keep(probe: Probe, kind: str) -> int:
+    """How many trailing probe logits an outcome needs: the answer tokens' predictors plus one."""
+    return 1 if kind == "lt_logits" else len(probe.answer_ids) + 1
+
+
+def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Group row indices (longest first) so that rows x longest length stays within ``budget`` tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * lengths[current[0]] > budget:
+            groups.append(current)
+            current = []
+        current.append(i)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def flat_ids(seqs: Sequence[Sequence[int]], device) -> tuple[Tensor, Tensor]:
+    """Every sequence's ids one after the other on ``device``, and where each begins."""
+    starts = piece_starts([len(s) for s in seqs])
+    flat = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
+    return flat.to(device, non_blocking=True), torch.tensor(starts, dtype=torch.long).to(device, non_blocking=True)
+
+
+def piece_starts(counts: Sequence[int]) -> list[int]:
+    """Where each of ``counts`` consecutive pieces starts in their concatenation."""
+    return [0, *itertools.accumulate(counts)][:-1]
+
+
+def to_host(rows: Sequence[Tensor]) -> list[Tensor]:
+    """Per-row results moved off the device in one copy (one wait for the device per scoring call)."""
+    if not rows:
+        return []
+    flat = torch.cat([r.reshape(-1).float() for r in rows]).cpu()
+    return list(flat.split([r.numel() for r in rows]))
+
+
+
+def gather_rows(out: Tensor, values: Tensor, first: Tensor, count: Tensor, dest: Tensor) -> None:
+    """Write ``values[r, first[r] + u]`` for u < ``count[r]`` to ``out[dest[r] + u]``, every row at once;
+    the other columns go to ``out``'s last element, a spare slot (no boolean indexing: no host wait)."""
+    u = torch.arange(values.shape[1], device=values.device)[None, :] - first[:, None]
+    valid = (u >= 0) & (u < count[:, None])
+    index = torch.where(valid, dest[:, None] + u, out.shape[0] - 1)
+    out.index_put_((index.reshape(-1),), values.reshape(-1).to(out.dtype))

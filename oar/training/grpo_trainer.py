@@ -16,7 +16,8 @@ Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
@@ -24,64 +25,63 @@ from trl import GRPOConfig, GRPOTrainer
 from oar.data import chains
 from oar.grading import grade
 from oar.method.gate import gate
-from oar.method.importance import ScorerConfig, score
-from oar.method.names import METHODS, PARSED_SCORERS
-from oar.method.probes import PROBES, Probe, probes_from_padded, token_char_spans
+from oar.method.importance import score
 from oar.method.metrics import ess_ratio, top_mass
+from oar.method.names import BASELINE, METHODS, PARSED_SCORERS
+from oar.method.probes import Probe, probes_from_padded, token_char_spans
+from oar.method.scorer_config import ScorerConfig
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory
 from oar.training.rank_metrics import over_ranks, ratio
+from oar.training.settings import OARSettings, check_method
 from oar.training.vllm_cpu import install_cpu_weight_sync
+
+
+_OAR_SETTINGS = {setting.name: setting for setting in fields(OARSettings)}
+
+
+def _from_settings(name: str) -> Any:
+    """The ``oar_<name>`` field of OARConfig: the default and help of ``OARSettings.<name>``, written there."""
+    setting = _OAR_SETTINGS[name]
+    return field(default=setting.default, metadata=dict(setting.metadata))
 
 
 @dataclass
 class OARConfig(GRPOConfig):
-    """``GRPOConfig`` plus the OAR settings (method.md sections 3-7). Paper defaults: tau 0.4, beta 2."""
+    """``GRPOConfig`` plus the OAR settings: the run's method and its ``oar`` block as ``oar_<key>`` fields
+    (plain values, so the config serialises as TRL's does), whose defaults and checks are
+    ``oar.training.settings.OARSettings``'s."""
 
-    oar_method: str = field(default="grpo", metadata={"help": f"one of {METHODS}"})
-    oar_tau: float = field(default=0.4, metadata={"help": "fraction of reasoning tokens in the suppression band"})
-    oar_beta: float = field(default=2.0, metadata={"help": "boost strength"})
-    oar_floor: float = field(default=0.1, metadata={"help": "lowest weight before renormalisation"})
-    oar_probe: str = field(default="as_mean", metadata={"help": f"outcome probe, one of {PROBES}"})
-    oar_warmup_steps: int = field(default=0, metadata={"help": "steps that force the lt_logits probe"})
-    oar_noise_sigma: float = field(default=1e-3, metadata={"help": "OAR-G embedding noise (absolute)"})
-    oar_chunk_tokens: int = field(default=512, metadata={"help": "tokens per scoring forward (memory budget)"})
-    oar_fallback_last_number: bool = field(
-        default=True, metadata={"help": "use the last number as the answer span when there is no \\boxed{}"}
-    )
-    oar_answer_statement: bool = field(
-        default=True, metadata={"help": "without a \\boxed{}, the answer of a 'The answer is ...' statement"}
-    )
-    oar_own_conclusion: bool = field(
-        default=True, metadata={"help": "probes continue a response's own concluding statement (oar.method.probes)"}
-    )
-    oar_substitute: str = field(default="pad", metadata={"help": "OAR-P's substitute: 'pad' or a one-token text"})
-    oar_span_tokens: int = field(
-        default=1, metadata={"help": "OAR-P substitutes this many consecutive reasoning tokens at once (1: exact)"}
-    )
-    oar_window_tokens: int = field(
-        default=0, metadata={"help": "OAR-P recomputes only this many reasoning tokens after a substitution (0: exact)"}
-    )
+    oar_method: str = field(default=BASELINE, metadata={"help": f"one of {METHODS}"})
+    oar_tau: float = _from_settings("tau")
+    oar_beta: float = _from_settings("beta")
+    oar_floor: float = _from_settings("floor")
+    oar_probe: str = _from_settings("probe")
+    oar_warmup_steps: int = _from_settings("warmup_steps")
+    oar_noise_sigma: float = _from_settings("noise_sigma")
+    oar_chunk_tokens: int = _from_settings("chunk_tokens")
+    oar_fallback_last_number: bool = _from_settings("fallback_last_number")
+    oar_answer_statement: bool = _from_settings("answer_statement")
+    oar_own_conclusion: bool = _from_settings("own_conclusion")
+    oar_substitute: str = _from_settings("substitute")
+    oar_span_tokens: int = _from_settings("span_tokens")
+    oar_window_tokens: int = _from_settings("window_tokens")
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
-    oar_score_all: bool = field(
-        default=False,
-        metadata={"help": "also score responses with A = 0 (their loss terms are zero anyway): cost measurements"},
-    )
+    oar_score_all: bool = _from_settings("score_all")
 
     def __post_init__(self):
         super().__post_init__()
-        if self.oar_method not in METHODS:
-            raise ValueError(f"oar_method must be one of {METHODS}, got {self.oar_method!r}")
-        if self.oar_probe not in PROBES:
-            raise ValueError(f"oar_probe must be one of {PROBES}, got {self.oar_probe!r}")
-        if not 0.0 <= self.oar_tau <= 1.0:
-            raise ValueError(f"oar_tau must be in [0, 1], got {self.oar_tau}")
-        if self.oar_beta < 0:
-            raise ValueError(f"oar_beta must be >= 0, got {self.oar_beta}")
-        if self.oar_span_tokens < 1:
-            raise ValueError(f"oar_span_tokens must be >= 1, got {self.oar_span_tokens}")
-        if self.oar_window_tokens < 0:
-            raise ValueError(f"oar_window_tokens must be >= 0, got {self.oar_window_tokens}")
+        check_method(self.oar_method)
+        self.oar_settings()  # the oar block's checks
+
+    def oar_settings(self) -> OARSettings:
+        """The ``oar_*`` fields as the run's ``oar`` block."""
+        return OARSettings(**{name: getattr(self, f"oar_{name}") for name in _OAR_SETTINGS})
+
+    @staticmethod
+    def oar_fields(settings: OARSettings) -> dict[str, Any]:
+        """A run's ``oar`` block as OARConfig's ``oar_*`` arguments, each of its field's type."""
+        return {f"oar_{name}": value for name, value in asdict(settings.typed()).items()}
 
 
 def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:

@@ -11,7 +11,6 @@ log history so no step is duplicated or lost.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib.util
 import json
@@ -31,75 +30,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from oar.evaluation.generation import eos_token_ids
-from oar.method.names import METHODS
-from oar.method.probes import PROBES
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
 from oar.training.grpo_trainer import OARConfig, OARTrainer, correctness_reward
-
-# Defaults of one run's settings; a settings file may leave any of them out, and nothing else.
-DEFAULT_SETTINGS: dict[str, Any] = {
-    "run_id": None,
-    "method": "grpo",
-    "seed": 0,
-    "model": None,
-    "train_file": None,
-    "train_limit": None,
-    # Weights' dtype: float32 (master weights; bf16 then means autocast) or bfloat16 (halves memory on GPU).
-    "model_dtype": "float32",
-    "oar": {
-        "tau": 0.4,
-        "beta": 2.0,
-        "floor": 0.1,
-        "probe": "as_mean",
-        "warmup_steps": 0,
-        "noise_sigma": 1e-3,
-        "chunk_tokens": 512,
-        "fallback_last_number": True,
-        "answer_statement": True,
-        "own_conclusion": True,
-        "substitute": "pad",
-        "span_tokens": 1,
-        "window_tokens": 0,
-        "score_all": False,
-    },
-    # Passed to trl.GRPOConfig. The loss is the paper's: loss_type grpo, no KL, eps 0.2, group scaling.
-    "trainer": {
-        "max_steps": 4,
-        "num_generations": 4,
-        "per_device_train_batch_size": 8,
-        "gradient_accumulation_steps": 1,
-        "learning_rate": 1e-6,
-        "max_completion_length": 128,
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "save_steps": 2,
-        # Checkpoints kept per run (the newest complete ones; transformers deletes older ones only after a
-        # new checkpoint is fully written, so resume always has one). Each holds weights and optimiser state.
-        "save_total_limit": 2,
-        "logging_steps": 1,
-        "bf16": "auto",
-        "gradient_checkpointing": False,
-        "use_vllm": False,
-        "vllm_mode": "colocate",
-        "vllm_gpu_memory_utilization": 0.3,
-        # vLLM's context window (prompt + completion); None = the model's own, which can be far larger than
-        # needed (131,072 for Qwen2.5-7B) and then too large for a colocated engine's KV cache.
-        "vllm_max_model_length": None,
-        "vllm_enable_sleep_mode": False,
-        "loss_type": "grpo",
-        "beta": 0.0,
-        "epsilon": 0.2,
-        "scale_rewards": "group",
-        "optim": "adamw_torch",
-        "weight_decay": 0.0,
-        "max_grad_norm": 1.0,
-        "lr_scheduler_type": "constant",
-        "warmup_steps": 0,
-        # Experiment trackers of transformers' Trainer: "none", "tensorboard" (event files under
-        # checkpoints/runs/, offline), "wandb" (WANDB_MODE=offline works without network), or a list.
-        "report_to": "none",
-    },
-}
+from oar.training.settings import OARSettings, SettingsError, resolve_settings
 
 # TRL log keys -> metrics.jsonl keys (the contract the analysis rules read). Under several processes the
 # OAR statistics are over every rank's rows; times and memory are means over ranks, and the *_max keys
@@ -127,61 +60,6 @@ METRIC_KEYS = {
     "memory/score_peak_max_mb": "score_peak_memory_max_mb",
     "learning_rate": "learning_rate",
 }
-
-
-class SettingsError(ValueError):
-    """A run's settings are invalid; the message names the key."""
-
-
-def _check_number(key: str, default: Any, value: Any) -> None:
-    # YAML reads "2e-5" (no dot) as a string; say so here rather than deep inside the optimiser.
-    numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
-    if numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise SettingsError(f"settings key {key!r} must be a number, got {value!r}"
-                            + (" (YAML reads 2e-5 as text: write 2.0e-5)" if isinstance(value, str) else ""))
-
-
-def resolve_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Defaults filled in and every key checked; raises SettingsError naming the first bad key."""
-    resolved = copy.deepcopy(DEFAULT_SETTINGS)
-    for key, value in settings.items():
-        if key not in resolved:
-            raise SettingsError(f"unknown settings key {key!r}; known: {sorted(resolved)}")
-        if isinstance(resolved[key], dict):
-            if not isinstance(value, Mapping):
-                raise SettingsError(f"settings key {key!r} must be a mapping")
-            for sub, sub_value in value.items():
-                if sub not in resolved[key]:
-                    raise SettingsError(f"unknown settings key '{key}.{sub}'; known: {sorted(resolved[key])}")
-                _check_number(f"{key}.{sub}", resolved[key][sub], sub_value)
-                resolved[key][sub] = sub_value
-        else:
-            resolved[key] = value
-    for key in ("run_id", "model", "train_file"):
-        if not resolved[key]:
-            raise SettingsError(f"settings key {key!r} is required")
-    if resolved["model_dtype"] not in ("float32", "bfloat16"):
-        raise SettingsError(f"settings key 'model_dtype' must be float32 or bfloat16, got {resolved['model_dtype']!r}")
-    if resolved["method"] not in METHODS:
-        raise SettingsError(f"settings key 'method' must be one of {METHODS}, got {resolved['method']!r}")
-    if resolved["oar"]["probe"] not in PROBES:
-        raise SettingsError(f"settings key 'oar.probe' must be one of {PROBES}, got {resolved['oar']['probe']!r}")
-    if not 0.0 <= float(resolved["oar"]["tau"]) <= 1.0:
-        raise SettingsError(f"settings key 'oar.tau' must be in [0, 1], got {resolved['oar']['tau']}")
-    if float(resolved["oar"]["beta"]) < 0:
-        raise SettingsError(f"settings key 'oar.beta' must be >= 0, got {resolved['oar']['beta']}")
-    span = resolved["oar"]["span_tokens"]
-    if isinstance(span, bool) or not isinstance(span, int) or span < 1:
-        raise SettingsError(f"settings key 'oar.span_tokens' must be an integer >= 1, got {span!r}")
-    window = resolved["oar"]["window_tokens"]
-    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise SettingsError(f"settings key 'oar.window_tokens' must be an integer >= 0, got {window!r}")
-    trainer = resolved["trainer"]
-    if trainer["per_device_train_batch_size"] % trainer["num_generations"]:
-        raise SettingsError(
-            "settings key 'trainer.per_device_train_batch_size' must be a multiple of 'trainer.num_generations'"
-        )
-    return resolved
 
 
 def load_problems(path: str | os.PathLike, limit: int | None) -> list[dict[str, str]]:
@@ -280,7 +158,6 @@ def build_config(settings: Mapping[str, Any], checkpoint_dir: Path,
     trainer = dict(settings["trainer"])
     on_gpu = torch.cuda.is_available()
     bf16 = trainer.pop("bf16")
-    oar = settings["oar"]
     if trainer["use_vllm"] and stop_token_ids:
         # TRL passes generation_kwargs to vLLM's SamplingParams (colocate and server modes alike).
         trainer["generation_kwargs"] = {"stop_token_ids": list(stop_token_ids)}
@@ -297,20 +174,7 @@ def build_config(settings: Mapping[str, Any], checkpoint_dir: Path,
         log_completions=False,
         disable_tqdm=False,
         oar_method=settings["method"],
-        oar_tau=float(oar["tau"]),
-        oar_beta=float(oar["beta"]),
-        oar_floor=float(oar["floor"]),
-        oar_probe=oar["probe"],
-        oar_warmup_steps=int(oar["warmup_steps"]),
-        oar_noise_sigma=float(oar["noise_sigma"]),
-        oar_chunk_tokens=int(oar["chunk_tokens"]),
-        oar_fallback_last_number=bool(oar["fallback_last_number"]),
-        oar_answer_statement=bool(oar["answer_statement"]),
-        oar_own_conclusion=bool(oar["own_conclusion"]),
-        oar_substitute=str(oar["substitute"]),
-        oar_span_tokens=int(oar["span_tokens"]),
-        oar_window_tokens=int(oar["window_tokens"]),
-        oar_score_all=bool(oar["score_all"]),
+        **OARConfig.oar_fields(OARSettings(**settings["oar"])),
         **trainer,
     )
 

@@ -26,8 +26,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm import SamplingParams
 
 from oar.training.grpo_trainer import OARTrainer
-from oar.training.run import (MetricsFile, build_config, load_problems, resolve_settings, stop_at_end_of_turn,
-                          training_dataset)
+from oar.training.run import MetricsFile, build_config, load_problems, stop_at_end_of_turn, training_dataset
+from oar.training.settings import resolve_settings
 from oar.training.vllm_cpu import sync_weights_through_reload
 
 

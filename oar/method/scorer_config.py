@@ -1,0 +1,55 @@
+"""What every scorer takes besides the model and the probes: ``ScorerConfig``, its settings with their
+defaults and argument checks (torch-free, so a script's options can default to them before torch loads).
+
+A training run fills it from its ``oar`` settings (``oar.training.settings.OARSettings``, which checks
+them under their settings keys); the held-out scoring script from its options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oar.method.names import PROBES
+
+
+@dataclass(frozen=True)
+class ScorerConfig:
+    """Settings shared by every scorer.
+
+    probe: outcome probe (``lt_logits``, ``as_mean``, ``as_joint``); the trainer passes ``lt_logits``
+        during its warm-up steps.
+    noise_sigma: OAR-G's absolute Gaussian noise on reasoning embeddings (the KL gradient is zero at
+        the clean point).
+    chunk_tokens: memory budget of one forward, in tokens: OAR-P's substituted copies of all responses
+        of a call are stacked into forwards of at most this many new tokens (rows x longest row), and
+        every scorer groups probes up to this many tokens. Smaller chunks pad less but launch more
+        forwards: 512 was fastest on 2 CPU cores (bench/scoring_cost.py); on a GPU, where a forward's
+        fixed cost dominates, use several thousand.
+    seed: noise (OAR-G) and random-control seed; scores are reproducible for a fixed seed.
+    span_tokens: OAR-P substitutes this many consecutive reasoning tokens at once and gives the span's
+        divergence to each of its tokens; 1 is the exact one-token-at-a-time definition. A width w
+        runs about R / w substituted suffixes instead of R (cost ~R^2 / (2 w) token-forwards).
+    window_tokens: OAR-P with a local window (``oar.method.substitution.window_substitution_scores``): after each substitution
+        only this many reasoning tokens from the substituted one, and the conclusion and answer, are
+        recomputed; the later reasoning keeps its clean keys and values (cost ~R x (window + tail)
+        token-forwards). 0 recomputes the whole suffix, the exact definition.
+    """
+
+    probe: str = "as_mean"
+    noise_sigma: float = 1e-3
+    chunk_tokens: int = 512
+    seed: int = 0
+    span_tokens: int = 1
+    window_tokens: int = 0
+
+    def __post_init__(self):
+        if self.probe not in PROBES:
+            raise ValueError(f"probe must be one of {PROBES}, got {self.probe!r}")
+        if self.noise_sigma <= 0:
+            raise ValueError(f"noise_sigma must be > 0, got {self.noise_sigma}")
+        if self.chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+        if isinstance(self.span_tokens, bool) or not isinstance(self.span_tokens, int) or self.span_tokens < 1:
+            raise ValueError(f"span_tokens must be an integer >= 1, got {self.span_tokens!r}")
+        if isinstance(self.window_tokens, bool) or not isinstance(self.window_tokens, int) or self.window_tokens < 0:
+            raise ValueError(f"window_tokens must be an integer >= 0, got {self.window_tokens!r}")
