@@ -228,9 +228,10 @@ def check_shape(shape: str):
 def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
     """The row's process planned by oar.experiment.cost_plan for its settings: start-up, then each step; a
     step at a length the process has not generated yet is planned at the first step's decode rate."""
-    from oar.experiment import cost_plan
+    from oar.experiment.cost_model import Assumptions
+    from oar.experiment.cost_plan import step_plan
 
-    assume = cost_plan.Assumptions(prompt_tokens=PROMPT_TOKENS, completion_fill=1.0, scored_share=1.0)
+    assume = Assumptions(prompt_tokens=PROMPT_TOKENS, completion_fill=1.0, scored_share=1.0)
     total, seen = ROW_OVERHEAD_S, set()
     for i, tokens in enumerate(row.lengths):
         settings = {"run_id": "check", "method": row.method,
@@ -239,7 +240,7 @@ def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
                                 "gradient_accumulation_steps": 1, "num_generations": args.num_generations,
                                 "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
                                 "beta": 0.0}}
-        step = cost_plan.step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
+        step = step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
         if i == 0 and row.method != "grpo":
             total += (PROFILE_FACTOR - 1) * step.scoring + PROFILE_S
         total += step.step
@@ -498,7 +499,7 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
     with; ``complete`` is false until the last planned row has finished."""
     from transformers import AutoConfig
 
-    from oar.experiment.cost_plan import SCHEDULE
+    from oar.experiment.cost_model import SCHEDULE
 
     config = AutoConfig.from_pretrained(model)
     shape = {k: getattr(config, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
@@ -669,12 +670,14 @@ def main() -> None:
         oar, where = scorer_settings(args.config, args.shape, {k: getattr(args, k) for k in OAR_KEYS})
     except CheckError as error:
         parser.error(str(error))
-    from oar.experiment import cost_plan
+    from oar.experiment.calibration import calibrate
+    from oar.experiment.hardware import hardware
+    from oar.experiment.memory_plan import PlanError
 
     calibration = args.calibration or sorted(CALIBRATION.glob("*.json"))
     try:
-        hw = cost_plan.calibrate(calibration, cost_plan.hardware("h200"))
-    except cost_plan.PlanError as error:
+        hw = calibrate(calibration, hardware("h200"))
+    except PlanError as error:
         parser.error(str(error))
     args.calibration_label = (f"the rates of {hw.measured}" if args.calibration else
                               f"the rates of {CALIBRATION.relative_to(REPO)} ({hw.name})")

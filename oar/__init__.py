@@ -22,8 +22,9 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
   ``paired``, ``causal_recall``, ...) over shared readings (``run_outputs``, ``outcomes``), ``statistics``
   and table helpers; the oracle, figures, ``python -m oar.analysis.explain``
 - ``oar.experiment``: the run registry (``runs``) with its jobs' resources (``job_resources``) and
-  command-line options (``job_options``), the configuration docs, model shapes (``shapes``) and the
-  memory and cost plans
+  command-line options (``job_options``), the configuration docs, model shapes (``shapes``), the
+  memory plan and the cost plan (``cost_plan``, over the work model ``cost_model``, GPU figures
+  ``hardware`` and their ``calibration``)
 """
 
 # The CPU kernels' instruction set, when OAR_CPU_KERNELS pins it (oar.cpu_kernels): before torch runs anything.

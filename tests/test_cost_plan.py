@@ -1,5 +1,6 @@
-"""The cost plan (oar.experiment.cost_plan): its FLOP counts against torch's FLOP counter on small real
-models, its testbed prediction against `make run`'s measured step times, its errors and its CLI."""
+"""The cost plan (oar.experiment.cost_plan, with its work model cost_model, hardware and calibration): its
+FLOP counts against torch's FLOP counter on small real models, its testbed prediction against `make run`'s
+measured step times, its errors and its CLI."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from oar.experiment import calibration as cal
+from oar.experiment import cost_model as cm
 from oar.experiment import cost_plan as cp
-from oar.experiment.memory_plan import PlanError, _trainer_keys, load_config
+from oar.experiment import hardware as hw_kinds
+from oar.experiment.memory_plan import PlanError, _trainer_keys, load_config, oar_p_copies
 from oar.experiment.runs import Registry
 from oar.experiment.shapes import shape_of
 from oar.method.scorer_config import ScorerConfig
@@ -60,7 +64,7 @@ def test_forward_and_update_flops_match_torch_counter(kind):
     model.eval()
     with torch.no_grad():
         counted = _counted(lambda: model(input_ids=ids, logits_to_keep=4))
-    _agree(cp.forward_flops(shape, prompt + completion, keep=4), counted, "forward")
+    _agree(cm.forward_flops(shape, prompt + completion, keep=4), counted, "forward")
 
     for checkpointing in (False, True):
         model.train()
@@ -71,7 +75,7 @@ def test_forward_and_update_flops_match_torch_counter(kind):
             logits = model(input_ids=ids, logits_to_keep=completion + 1).logits
             logits.float().logsumexp(-1).sum().backward()
 
-        planned = cp.update_work(shape, prompt, completion, 1, checkpointing, extra_forwards=0).flops
+        planned = cm.update_work(shape, prompt, completion, 1, checkpointing, extra_forwards=0).flops
         _agree(planned, _counted(update), f"update, checkpointing {checkpointing}")
         model.gradient_checkpointing_disable()
         model.zero_grad(set_to_none=True)
@@ -87,7 +91,7 @@ def test_oar_p_flops_match_torch_counter(kind, probe_kind, chunk):
     counted = _counted(lambda: oar_p_scores(model, [PROBE], [probe_kind], ScorerConfig(probe=probe_kind,
                                                                                        chunk_tokens=chunk)))
     keep = 1 if probe_kind == "lt_logits" else len(PROBE.answer_ids) + 1
-    planned = cp.oar_p_work(shape, len(PROBE.prompt_ids), PROBE.reasoning_len, len(PROBE.ids(probe_kind)),
+    planned = cm.oar_p_work(shape, len(PROBE.prompt_ids), PROBE.reasoning_len, len(PROBE.ids(probe_kind)),
                             keep, chunk).flops
     _agree(planned, counted, f"OAR-P {probe_kind} chunk {chunk}")
 
@@ -116,7 +120,7 @@ def test_oar_g_flops_match_torch_counter(kind):
         logits = model(inputs_embeds=embeds, past_key_values=DynamicCache(layers), logits_to_keep=keep).logits
         logits.float().logsumexp(-1).sum().backward(inputs=[embeds])
 
-    planned = cp.oar_g_work(shape, prompt, ids.shape[1], keep, chunk_tokens=512).flops
+    planned = cm.oar_g_work(shape, prompt, ids.shape[1], keep, chunk_tokens=512).flops
     _agree(planned, _counted(oar_g), "OAR-G")
 
 
@@ -144,7 +148,7 @@ def _best_of(fn, repeats: int) -> float:
     return min(times)
 
 
-def cpu_hardware(model, shape) -> cp.Hardware:
+def cpu_hardware(model, shape) -> hw_kinds.Hardware:
     """This CPU's sustained figures, measured in about a second on one thread: FLOP/s of the testbed
     model's batched forward, the fixed cost of a one-token forward, the bandwidth of a 128 MB copy."""
     threads = torch.get_num_threads()
@@ -159,8 +163,8 @@ def cpu_hardware(model, shape) -> cp.Hardware:
         copy_s = _best_of(buffer.clone, 3)
     finally:
         torch.set_num_threads(threads)
-    flops = 64 * cp.forward_flops(shape, 128, keep=1) / forward_s
-    return cp.Hardware("this CPU, 1 thread", flops, 2 * buffer.numel() * 4 / copy_s, 4.0, mfu=1.0,
+    flops = 64 * cm.forward_flops(shape, 128, keep=1) / forward_s
+    return hw_kinds.Hardware("this CPU, 1 thread", flops, 2 * buffer.numel() * 4 / copy_s, 4.0, mfu=1.0,
                        bandwidth_util=1.0, layer_overhead_s=call_s / shape.layers)
 
 
@@ -177,7 +181,7 @@ def test_testbed_plan_predicts_make_run_step_times():
     shape = shape_of(config)
     workflow = load_config("config/config.yaml")
     registry = Registry(workflow, workflow["training"]["trainer"].keys() | _trainer_keys())
-    assume = cp.Assumptions(prompt_tokens=CHAIN_PROMPT_TOKENS, completion_fill=MAKE_RUN_COMPLETION_FILL,
+    assume = cm.Assumptions(prompt_tokens=CHAIN_PROMPT_TOKENS, completion_fill=MAKE_RUN_COMPLETION_FILL,
                             scored_share=MAKE_RUN_SCORED_SHARE)
     settings = registry.run_settings("chain_f1", "grpo", 0)
     trainer = settings["trainer"]
@@ -225,14 +229,14 @@ def test_testbed_plan_predicts_make_run_step_times():
 
 def test_unknown_hardware_names_the_flag():
     with pytest.raises(PlanError, match="--hardware: 'tpu'"):
-        cp.hardware("tpu")
+        hw_kinds.hardware("tpu")
 
 
 def test_run_longer_than_its_job_allows_names_the_key():
     config = load_config("config/paper.yaml")
     config["resources"]["train"]["runtime"] = 1  # one minute, no run fits
     config["models"]["qwen2.5-7b"]["resources"]["train"]["runtime"] = 60  # one hour: a 7B run does not fit
-    plan = cp.plan_config(config, cp.hardware("h100"), cp.Assumptions())
+    plan = cp.plan_config(config, hw_kinds.hardware("h100"), cm.Assumptions())
     with pytest.raises(PlanError, match=r"^resources\.train\.runtime: run qwen2\.5-math-1\.5b/"):
         plan.check()
     # the 7B model's own resources override the default ones: its runs name that key
@@ -243,7 +247,7 @@ def test_engine_without_room_for_one_sequence_names_the_key():
     config = load_config("config/paper.yaml")
     config["models"]["qwen2.5-7b"]["trainer"]["vllm_gpu_memory_utilization"] = 0.2  # 16 GB: the weights alone
     with pytest.raises(PlanError, match=r"^models\.qwen2\.5-7b\.trainer\.vllm_gpu_memory_utilization"):
-        cp.plan_config(config, cp.hardware("h100"), cp.Assumptions())
+        cp.plan_config(config, hw_kinds.hardware("h100"), cm.Assumptions())
 
 
 SHAPE_SPEC = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
@@ -254,11 +258,11 @@ def _synthetic_record(rate=1e12, update_fixed=0.05, decode_fixed=0.02, oar_p_cal
     """A calibration.json as bench/gpu_check.py writes it, its times made from known rates by the plan's
     own work: GRPO at two lengths and exact OAR-P at one, on the stacked schedule."""
     shape = shape_of(Qwen2Config(**SHAPE_SPEC))
-    hw = cp.Hardware("made", rate, 1e12, 80, mfu=1.0, bandwidth_util=1.0)
+    hw = hw_kinds.Hardware("made", rate, 1e12, 80, mfu=1.0, bandwidth_util=1.0)
     rows = []
     for length in (64, 256):
-        update = cp._scale(cp.update_work(shape, 32, length, 8, False, 0), 8).flops / rate + update_fixed
-        gen = cp.generation_work(shape, 8, 32, length, 8)
+        update = cm.scaled(cm.update_work(shape, 32, length, 8, False, 0), 8).flops / rate + update_fixed
+        gen = cm.generation_work(shape, 8, 32, length, 8)
         (step_flops, step_bytes, steps), = gen.decode
         roof = max(step_flops / rate, step_bytes / hw.bytes_per_s)
         generate = gen.flops / rate + steps * roof + (steps + 1) * decode_fixed
@@ -266,7 +270,7 @@ def _synthetic_record(rate=1e12, update_fixed=0.05, decode_fixed=0.02, oar_p_cal
                      "generation_backend": "transformers", "generate_s": generate, "score_s": 0.0,
                      "update_s": update, "step_s": generate + update, "frac_scored": 0.0})
     oar_p = {**rows[0], "method": "oar_p", "frac_scored": 1.0, "chunk_tokens": 128, "scorer_schedule": "stacked"}
-    work = cp._check_scoring_work(shape, oar_p)
+    work = cal._check_scoring_work(shape, oar_p)
     oar_p["score_s"] = work.flops / rate + work.calls * oar_p_call  # a CPU-like device: compute + calls
     rows.append(oar_p)
     return {"device": "CPU", "memory_gb": 80.0, "batch": 8, "shape": SHAPE_SPEC, "rows": rows}
@@ -275,7 +279,7 @@ def _synthetic_record(rate=1e12, update_fixed=0.05, decode_fixed=0.02, oar_p_cal
 def test_calibration_recovers_the_rates_its_times_were_made_from(tmp_path):
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(_synthetic_record()))
-    hw = cp.calibrate(path, cp.Hardware("base", 1e15, 1e12, 80, mfu=1.0, bandwidth_util=1.0))
+    hw = cal.calibrate(path, hw_kinds.Hardware("base", 1e15, 1e12, 80, mfu=1.0, bandwidth_util=1.0))
     assert hw.flops == pytest.approx(1e12, rel=1e-6)
     assert hw.update_fixed_s == pytest.approx(0.05, rel=1e-6)  # two lengths: the fixed cost is fitted
     assert hw.decode_step_s == pytest.approx(0.02, rel=1e-6) and hw.decode_backend == "transformers"
@@ -286,38 +290,38 @@ def test_calibration_recovers_the_rates_its_times_were_made_from(tmp_path):
     record = _synthetic_record()
     shape = shape_of(Qwen2Config(**SHAPE_SPEC))
     record["device"] = "a GPU"
-    record["rows"][-1]["score_s"] = cp._check_scoring_work(shape, record["rows"][-1]).calls * 0.03
+    record["rows"][-1]["score_s"] = cal._check_scoring_work(shape, record["rows"][-1]).calls * 0.03
     path.write_text(json.dumps(record))
-    gpu = cp.calibrate(path, cp.Hardware("base", 1e15, 1e12, 80, mfu=1.0, bandwidth_util=1.0))
+    gpu = cal.calibrate(path, hw_kinds.Hardware("base", 1e15, 1e12, 80, mfu=1.0, bandwidth_util=1.0))
     assert gpu.asynchronous and gpu.scorer_call("oar_p", "stacked") == pytest.approx(0.03, rel=1e-6)
 
 
 def test_calibration_of_another_shape_or_without_grpo_names_the_field(tmp_path):
     path = tmp_path / "calibration.json"
-    base = cp.hardware("h200")
+    base = hw_kinds.hardware("h200")
     record = _synthetic_record()
     path.write_text(json.dumps({**record, "rows": [r for r in record["rows"] if r["method"] != "grpo"]}))
     with pytest.raises(PlanError, match="no GRPO row"):
-        cp.calibrate(path, base)
+        cal.calibrate(path, base)
     path.write_text(json.dumps([record]))
     with pytest.raises(PlanError, match="not a JSON object"):
-        cp.calibrate(path, base)
+        cal.calibrate(path, base)
     path.write_text(json.dumps({k: v for k, v in record.items() if k != "batch"}))
     with pytest.raises(PlanError, match="no key 'batch'"):
-        cp.calibrate(path, base)
+        cal.calibrate(path, base)
     path.write_text(json.dumps({**record, "shape": {**SHAPE_SPEC, "hidden_size": "64"}}))
     with pytest.raises(PlanError, match=r"field 'shape\.hidden_size'"):
-        cp.calibrate(path, base)
+        cal.calibrate(path, base)
     broken = json.loads(json.dumps(record))
     del broken["rows"][0]["update_s"]
     path.write_text(json.dumps(broken))
     with pytest.raises(PlanError, match=r"field 'update_s' of the grpo row \(rows\[0\]\.update_s\)"):
-        cp.calibrate(path, base)
+        cal.calibrate(path, base)
     other = tmp_path / "other.json"
     path.write_text(json.dumps(record))
     other.write_text(json.dumps({**record, "shape": {**SHAPE_SPEC, "num_hidden_layers": 4}}))
     with pytest.raises(PlanError, match="field 'shape' differs"):
-        cp.calibrate([path, other], base)
+        cal.calibrate([path, other], base)
 
 
 # --- the H200 rows: the plan, calibrated with them, against each measured phase -------------------------
@@ -328,15 +332,15 @@ PHASES = (("generation", "generate_s"), ("scoring", "score_s"), ("update", "upda
 
 def _h200_rows():
     for path in H200:
-        data, rows = cp.calibration_rows(path)
+        data, rows = cal.calibration_rows(path)
         shape = shape_of(Qwen2Config(**data["shape"]))
         for row in rows:
             yield shape, row
 
 
 def _check_plan(shape, row, hw, schedule=None, first_step=False):
-    assume = cp.Assumptions(prompt_tokens=row["prompt_tokens"], completion_fill=1.0, scored_share=1.0)
-    return cp.step_plan(shape, cp.check_settings(row), hw, assume, schedule=schedule or row["scorer_schedule"],
+    assume = cm.Assumptions(prompt_tokens=row["prompt_tokens"], completion_fill=1.0, scored_share=1.0)
+    return cp.step_plan(shape, cal.check_settings(row), hw, assume, schedule=schedule or row["scorer_schedule"],
                         first_step=first_step)
 
 
@@ -347,7 +351,7 @@ def test_calibrated_plan_holds_each_measured_phase_of_the_h200_rows():
     per-call cost are fitted from these rows; generation's one fitted constant stands for four rows, and
     OAR-G's and OAR-P's steps add up what was fitted separately."""
     assert len(H200) == 2
-    hw = cp.calibrate(H200, cp.hardware("h200"))
+    hw = cal.calibrate(H200, hw_kinds.hardware("h200"))
     seen = set()
     for shape, row in _h200_rows():
         plan = _check_plan(shape, row, hw)
@@ -364,7 +368,7 @@ def test_one_length_places_generation_but_not_the_update_at_the_other():
     within 5%; the update, without its fixed cost (two lengths fit it), is off by 2x or more."""
     by_length = {int(json.loads(p.read_text())["rows"][0]["completion_length"]): p for p in H200}
     for source, target in ((1024, 256), (256, 1024)):
-        hw = cp.calibrate(by_length[source], cp.hardware("h200"))
+        hw = cal.calibrate(by_length[source], hw_kinds.hardware("h200"))
         (shape, row), = [(s, r) for s, r in _h200_rows() if r["method"] == "grpo" and r["completion_length"] == target]
         plan = _check_plan(shape, row, hw)
         assert plan.generation == pytest.approx(row["generate_s"], rel=0.05)
@@ -374,7 +378,7 @@ def test_one_length_places_generation_but_not_the_update_at_the_other():
 def test_decode_calibration_applies_to_its_own_backend_only():
     """The H200 rows generated with transformers' generate (about 23 ms a decode step, fixed cost): a
     plan of vLLM rollouts keeps its own roofline, whatever that latency."""
-    hw = cp.calibrate(H200, cp.hardware("h200"))
+    hw = cal.calibrate(H200, hw_kinds.hardware("h200"))
     assert hw.decode_backend == "transformers" and 0.015 < hw.decode_step_s < 0.03
     config = load_config("config/paper.yaml")
     registry = Registry(config, config["training"]["trainer"].keys() | _trainer_keys())
@@ -382,11 +386,11 @@ def test_decode_calibration_applies_to_its_own_backend_only():
     assert settings["trainer"]["use_vllm"]
     shape = shape_of(Qwen2Config(**cp_qwen15()))
     slow = dataclasses.replace(hw, decode_step_s=1.0)
-    vllm = cp.step_plan(shape, settings, hw, cp.Assumptions())
-    assert cp.step_plan(shape, settings, slow, cp.Assumptions()).generation == vllm.generation
+    vllm = cp.step_plan(shape, settings, hw, cm.Assumptions())
+    assert cp.step_plan(shape, settings, slow, cm.Assumptions()).generation == vllm.generation
     hf = {**settings, "trainer": {**settings["trainer"], "use_vllm": False}}
-    assert cp.step_plan(shape, hf, slow, cp.Assumptions()).generation > cp.step_plan(shape, hf, hw,
-                                                                                     cp.Assumptions()).generation
+    assert cp.step_plan(shape, hf, slow, cm.Assumptions()).generation > cp.step_plan(shape, hf, hw,
+                                                                                     cm.Assumptions()).generation
     # and the vLLM plan is far below what the transformers latency would make of 1,024 decode steps
     assert vllm.generation < 1024 * hw.decode_step_s
 
@@ -404,15 +408,15 @@ def test_stacked_schedule_after_the_scorer_change():
     ceil(clean tokens / chunk), 4x fewer than at 512 and fewer than the per-response schedule's. Its calls
     are timed by the measured eager forward call (no per-chunk synchronisation), not by the old code's
     per-call cost."""
-    hw = cp.calibrate(H200, cp.hardware("h200"))
+    hw = cal.calibrate(H200, hw_kinds.hardware("h200"))
     assert hw.scorer_call("oar_p", "stacked") is None and hw.scorer_call("oar_p", "per_response") > hw.call_s
     (shape, row), = [(s, r) for s, r in _h200_rows() if r["method"] == "oar_p"]
-    old = cp._check_scoring_work(shape, row, "per_response")
-    new = cp._check_scoring_work(shape, row, "stacked")
+    old = cal._check_scoring_work(shape, row, "per_response")
+    new = cal._check_scoring_work(shape, row, "stacked")
     assert new.flops == pytest.approx(old.flops, rel=0.05) and new.calls <= old.calls
     paper = {**row, "chunk_tokens": 2048}
-    new_paper, old_paper = (cp._check_scoring_work(shape, paper, s) for s in ("stacked", "per_response"))
-    reasoning, probe = cp.reasoning_probe(row["prompt_tokens"], row["completion_length"])
+    new_paper, old_paper = (cal._check_scoring_work(shape, paper, s) for s in ("stacked", "per_response"))
+    reasoning, probe = cm.reasoning_probe(row["prompt_tokens"], row["completion_length"])
     suffix_tokens = 8 * sum(probe - row["prompt_tokens"] - a for a in range(int(reasoning)))
     bound = math.ceil(suffix_tokens / 2048) + math.ceil(8 * probe / 2048)
     assert new_paper.calls <= 1.1 * bound and new_paper.calls < old_paper.calls and 4 * new_paper.calls < old.calls
@@ -425,18 +429,18 @@ def test_stacked_packing_matches_a_copy_by_copy_simulation():
     _, shape = _model("qwen2")
     for responses, chunk, span, window in ((3, 64, 1, 0), (5, 200, 2, 0), (4, 96, 1, 8), (2, 1, 1, 0)):
         prompt, reasoning, probe = 16, 40, 16 + 40 + 6
-        copies = sorted([c for _ in range(responses) for c in cp.oar_p_copies(prompt, reasoning, probe, span,
+        copies = sorted([c for _ in range(responses) for c in oar_p_copies(prompt, reasoning, probe, span,
                                                                                window)], key=lambda c: -c[0])
         forwards, flops, i = 0, 0.0, 0
         while i < len(copies):
             longest = copies[i][0]
             rows = max(1, chunk // longest)
-            flops += sum(cp.forward_flops(shape, longest, c, 3) for _, c in copies[i : i + rows])
+            flops += sum(cm.forward_flops(shape, longest, c, 3) for _, c in copies[i : i + rows])
             forwards, i = forwards + 1, i + rows
         clean = math.ceil(responses / max(1, chunk // probe))
-        work = cp.oar_p_work(shape, prompt, reasoning, probe, 3, chunk, span, window, responses=responses)
+        work = cm.oar_p_work(shape, prompt, reasoning, probe, 3, chunk, span, window, responses=responses)
         assert work.calls == forwards + clean and work.forwards == work.calls
-        assert work.flops == pytest.approx(flops + responses * cp.forward_flops(shape, probe, keep=3))
+        assert work.flops == pytest.approx(flops + responses * cm.forward_flops(shape, probe, keep=3))
 
 
 # --- the CLI -----------------------------------------------------------------------------------------
@@ -467,7 +471,7 @@ def test_windowed_oar_p_flops_match_torch_counter(kind, span, window, chunk):
     model.eval()
     config = ScorerConfig(probe="as_mean", chunk_tokens=chunk, span_tokens=span, window_tokens=window)
     counted = _counted(lambda: oar_p_scores(model, [PROBE], ["as_mean"], config))
-    planned = cp.oar_p_work(shape, len(PROBE.prompt_ids), PROBE.reasoning_len, len(PROBE.ids("as_mean")),
+    planned = cm.oar_p_work(shape, len(PROBE.prompt_ids), PROBE.reasoning_len, len(PROBE.ids("as_mean")),
                             len(PROBE.answer_ids) + 1, chunk, span, window).flops
     _agree(planned, counted, f"windowed OAR-P w {span} K {window} chunk {chunk}")
 
@@ -481,8 +485,8 @@ def test_a_window_makes_oar_p_about_linear_in_the_reasoning():
     tail = 24
 
     def suffix_flops(r, window):
-        clean = cp.forward_flops(shape, 256 + r + tail, keep=3)
-        return cp.oar_p_work(shape, 256, r, 256 + r + tail, 3, 1, window=window).flops - clean
+        clean = cm.forward_flops(shape, 256 + r + tail, keep=3)
+        return cm.oar_p_work(shape, 256, r, 256 + r + tail, 3, 1, window=window).flops - clean
 
     assert 1.9 < suffix_flops(1024, 64) / suffix_flops(512, 64) < 2.4
     assert 3.5 < suffix_flops(1024, 0) / suffix_flops(512, 0) < 4.1
@@ -505,7 +509,7 @@ def test_cli_plans_a_window_and_rejects_a_negative_one(capsys):
 def test_span_tokens_divides_oar_p_suffix_forwards():
     """oar.span_tokens w substitutes spans of w tokens: about w times fewer suffix forwards."""
     _, shape = _model("qwen2")
-    exact = cp.oar_p_work(shape, 16, 64, 104, 3, 1, span=1)
-    spans = cp.oar_p_work(shape, 16, 64, 104, 3, 1, span=4)
+    exact = cm.oar_p_work(shape, 16, 64, 104, 3, 1, span=1)
+    spans = cm.oar_p_work(shape, 16, 64, 104, 3, 1, span=4)
     assert exact.calls == 1 + 64 and spans.calls == 1 + 16
     assert 3.0 < exact.flops / spans.flops < 4.0  # the clean forward is paid once either way

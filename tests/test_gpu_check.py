@@ -132,9 +132,10 @@ def test_gpu_check_times_every_row_at_forced_length(tmp_path):
     # no checkpoint: transformers would save one at max_steps
     assert not [p for p in work.rglob("checkpoint-*")]
     # the record the cost plan calibrates from, and the plan reading it
-    from oar.experiment import cost_plan
+    from oar.experiment.calibration import calibrate
+    from oar.experiment.hardware import hardware
 
-    hw = cost_plan.calibrate(work / "calibration.json", cost_plan.hardware("h100"))
+    hw = calibrate(work / "calibration.json", hardware("h100"))
     assert hw.flops > 0 and hw.decode_backend == "transformers" and "calibrated" in hw.name
     assert {m for m, _, _ in hw.scorer_call_s} == {"oar_g", "oar_p"}
 

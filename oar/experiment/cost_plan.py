@@ -1,41 +1,10 @@
 """GPU-hours of a config's training runs, its targets and the whole DAG: planned from shapes, not measured.
 
-One training step has three phases; each is counted as work and turned into time by a hardware figure:
-
-- **generation**: a memory-bound decode. Every decode step reads the bf16 weights once for the whole
-  batch of sequences and the KV cache of every sequence; a step takes max(bytes / bandwidth, FLOPs /
-  FLOP rate) (the roofline: at a few hundred sequences the matmuls can outweigh the weight read). A
-  colocated vLLM engine holds as many sequences at once as its KV cache fits; the rest wait (waves).
-- **scoring** of the rows with advantage != 0 (only those are scored, unless ``oar.score_all``):
-  OAR-P one clean probe forward plus, for each substituted reasoning position j (every
-  ``oar.span_tokens``-th, 1 = exact), a forward of the suffix after j over the clean prefix's KV
-  cache: about R^2/2 token-forwards for R reasoning tokens (with ``oar.window_tokens`` K, only K
-  reasoning tokens and the conclusion: about R x (K + tail)); the copies of all responses of a scoring
-  call stacked, longest first, into forwards of ``oar.chunk_tokens`` (``SCHEDULE``). OAR-G a clean
-  no-grad forward, a forward with grad on the input embeddings and its backward (input gradients only:
-  about one forward's matmuls, two of its attention). grad_norm the same without the clean forward; entropy one no-grad
-  forward of prompt + reasoning keeping R + 1 logits; truth, position and random read no model.
-- **update**: forward + backward of prompt + completion (weight and input gradients: 3x the forward's
-  matmuls), one more forward with gradient checkpointing, plus TRL's no-grad forwards: the old
-  log-probabilities when vLLM's importance-sampling correction is on (TRL 1.16 ``_generate_and_score_completions``:
-  also when gradient_accumulation_steps is not a multiple of steps_per_generation x num_iterations,
-  which this project's settings never make) and the reference model's when ``beta`` != 0.
-
-FLOPs of a forward of ``n`` new tokens over ``c`` cached ones, keeping ``k`` logits::
-
-    2 * N_layers * n  +  4 * layers * n * (c + n) * heads * head_dim  +  2 * hidden * vocab * k
-
-N_layers = the decoder layers' parameters (no embedding, no LM head). The attention term counts the full
-n x (c + n) score and value products, as torch's FLOP counter and the math kernel do; a flash kernel
-skips the masked half of a causal square, so for long sequences the term is up to 2x high. A backward
-of the weights and inputs is 2x the forward's matmuls, attention's included (a flash kernel's backward
-also recomputes the scores: half a forward's attention more, not counted).
-
-Each model call also costs a fixed time (kernel launches, Python): what dominates small models, CPUs,
-and eager transformers forwards on a GPU. Work without host synchronisations overlaps its calls' fixed
-cost with its compute on a GPU. Times are work over a sustained rate: peak x utilisation and an assumed
-per-layer call cost, printed above the table, or the rates and fixed costs measured on a GPU by
-``bench/gpu_check.py`` (its ``calibration.json``; :func:`calibrate`), each applied to what it measured.
+One training step has three phases, generation, scoring and update; ``oar.experiment.cost_model``
+counts each one's work from the model's shape and turns it into time by a hardware figure
+(``oar.experiment.hardware``): peak x utilisation and an assumed per-layer call cost, printed above the
+table, or the rates and fixed costs measured on a GPU by ``bench/gpu_check.py`` (its
+``calibration.json``; ``oar.experiment.calibration``), each applied to what it measured.
 
     python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, Markdown
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware a100
@@ -47,271 +16,20 @@ per-layer call cost, printed above the table, or the rates and fixed costs measu
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import math
-import statistics
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from oar.experiment.memory_plan import (CONCLUDE_AND_ANSWER_TOKENS, PlanError, load_config, model_config, oar_p_copies,
-                                       stacked_forwards)
+from oar.experiment.calibration import calibrate
+from oar.experiment.cost_model import (SCHEDULE, SCHEDULES, Assumptions, generation_work, reasoning_probe, scaled,
+                                       scoring_work, update_work)
+from oar.experiment.hardware import HARDWARE, Hardware, hardware
+from oar.experiment.memory_plan import PlanError, load_config, model_config
+from oar.experiment.runs import GROUP_TABLES
 from oar.experiment.shapes import Shape, shape_of
-from oar.training.settings import OARSettings
 
 GB = 1e9
-
-
-# ------------------------------------------------------------------------------------ hardware
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """Peak figures (vendor data sheets, dense bf16) and the share of them assumed sustained, or the
-    sustained figures and fixed costs measured by ``bench/gpu_check.py`` (:func:`calibrate`)."""
-
-    name: str
-    peak_flops: float  # FLOP/s
-    bandwidth: float  # bytes/s of GPU memory
-    memory_gb: float
-    mfu: float = 0.4  # assumed: sustained share of peak FLOP/s in training matmuls
-    bandwidth_util: float = 0.65  # assumed: sustained share of bandwidth in a decode step
-    layer_overhead_s: float = 20e-6  # assumed: fixed time per layer per forward call (a dozen kernel launches)
-    measured: str = ""  # where the sustained figures come from when calibrated
-    # A GPU runs kernels while the host queues the next ones: work without host synchronisations takes the
-    # larger of its compute and its calls' fixed cost, not their sum. A CPU does both itself (False).
-    asynchronous: bool = False
-    # Measured fixed costs (None: layers x layer_overhead_s per call, nothing per update)
-    call_s: float | None = None  # one eager transformers forward call (the trainer's: prefill, scoring, update)
-    update_fixed_s: float | None = None  # per update micro-batch beyond its FLOPs (backward, clipping, AdamW, launches)
-    decode_backend: str = ""  # the generation backend the decode calibration was measured with
-    decode_step_s: float | None = None  # that backend's fixed cost per decode step
-    first_step_decode_s: float | None = None  # the same in a run's first step (allocator and kernel warm-up)
-    # fixed cost per model call of each scorer, measured from score_s, and the schedule it was measured on
-    scorer_call_s: tuple = ()  # ((method, schedule, seconds), ...)
-
-    @property
-    def flops(self) -> float:
-        return self.peak_flops * self.mfu
-
-    @property
-    def bytes_per_s(self) -> float:
-        return self.bandwidth * self.bandwidth_util
-
-    def fixed_call_s(self, layers: int) -> float:
-        """Fixed cost of one eager forward (or backward) call of a model of ``layers`` layers."""
-        return self.call_s if self.call_s is not None else layers * self.layer_overhead_s
-
-    def scorer_call(self, method: str, schedule: str) -> float | None:
-        """The measured fixed cost per model call of ``method``'s scorer run on ``schedule``, if any."""
-        for m, sched, seconds in self.scorer_call_s:
-            if m == method and sched == schedule:
-                return seconds
-        return None
-
-
-HARDWARE = {
-    "a100": Hardware("A100 80GB SXM", 312e12, 2.0e12, 80, asynchronous=True),
-    "h100": Hardware("H100 SXM", 989e12, 3.35e12, 80, asynchronous=True),
-    "h200": Hardware("H200", 989e12, 4.8e12, 141, asynchronous=True),
-}
-
-
-def hardware(name: str, **overrides) -> Hardware:
-    if name not in HARDWARE:
-        raise PlanError(f"--hardware: {name!r} is not one the plan knows ({', '.join(HARDWARE)})")
-    return dataclasses.replace(HARDWARE[name], **{k: v for k, v in overrides.items() if v is not None})
-
-
-# -------------------------------------------------------------------------------------- FLOPs
-
-
-def forward_flops(shape: Shape, new: float, cached: float = 0.0, keep: float | None = None) -> float:
-    """One sequence's forward of ``new`` tokens over ``cached`` ones, ``keep`` logits (None: all new)."""
-    keep = new if keep is None else keep
-    return (2 * shape.layer_params_total * new + 4 * shape.layers * new * (cached + new) * shape.attn_width
-            + 2 * shape.hidden * shape.vocab * keep)
-
-
-def backward_flops(shape: Shape, new: float, cached: float = 0.0, keep: float | None = None,
-                   weights: bool = True) -> float:
-    """The backward of :func:`forward_flops`: input gradients (1x the matmuls) and, with ``weights``,
-    weight gradients (1x more); attention's two products have two gradient products each (2x)."""
-    keep = new if keep is None else keep
-    per = 2 if weights else 1
-    return (per * (2 * shape.layer_params_total * new + 2 * shape.hidden * shape.vocab * keep)
-            + 2 * 4 * shape.layers * new * (cached + new) * shape.attn_width)
-
-
-# -------------------------------------------------------------------------------- assumptions
-
-
-@dataclass(frozen=True)
-class Assumptions:
-    prompt_tokens: int = 256  # mean prompt with the chat template (MATH: ~100-300 tokens; the data is not read)
-    completion_fill: float = 1.0  # mean completion / max_completion_length; 1.0 = every response at the limit
-    # Share of rows with advantage != 0, the only ones scored. A group's rows all have advantage 0 when
-    # its G rewards agree: a problem of pass rate p gives p^G + (1 - p)^G such groups, near 1 for the many
-    # MATH problems a 1.5B-7B model always or never solves, near 0 for the rest; 0.5 is a middle guess,
-    # not a measurement (each run logs its own as frac_scored in metrics.jsonl; the testbed's was 0.94).
-    scored_share: float = 0.5
-    answer_tokens: int = 3  # tokens of a final answer (as_mean / as_joint keep A + 1 logits)
-    vllm_overhead_gb: float = 1.0  # of the engine's share, neither weights nor KV cache (profiling forward, sampler)
-
-
-# --------------------------------------------------------------------------------------- work
-
-
-@dataclass
-class Work:
-    """Work of one phase: FLOPs, model calls (a fixed cost each), a fixed time, and decode steps, each
-    timed by the roofline: the larger of its FLOPs and its bytes over their rates."""
-
-    flops: float = 0.0
-    calls: float = 0.0  # forward (or backward) calls, each over every layer
-    decode: list = dataclasses.field(default_factory=list)  # [(flops, bytes, count)] decode steps
-    forwards: float = 0.0  # of the calls, the forward calls (what a forward hook counts)
-    fixed_s: float = 0.0  # seconds beyond FLOPs and calls (the update's measured fixed cost)
-    overlapped: bool = False  # no host synchronisation between the calls: on an asynchronous device the
-    # calls' fixed cost hides behind the compute (or the compute behind it)
-
-    def seconds(self, hw: Hardware, layers: int, call_s: float | None = None,
-                decode_step_s: float | None = None) -> float:
-        """``call_s``: fixed cost per call (default ``hw.fixed_call_s``); ``decode_step_s``: per decode
-        step (default the same)."""
-        call = hw.fixed_call_s(layers) if call_s is None else call_s
-        compute, fixed = self.flops / hw.flops, self.calls * call
-        t = (max(compute, fixed) if self.overlapped and hw.asynchronous else compute + fixed) + self.fixed_s
-        step = call if decode_step_s is None else decode_step_s
-        for flops, nbytes, count in self.decode:
-            t += count * (max(flops / hw.flops, nbytes / hw.bytes_per_s) + step)
-        return t
-
-
-def generation_work(shape: Shape, sequences: int, prompt: float, completion: int, concurrent: int) -> Work:
-    """Prefill (compute) and ``completion`` decode steps of ``sequences`` sequences, ``concurrent`` at a time.
-    Every decode step reads the bf16 weights once for all sequences in flight and each one's KV cache."""
-    concurrent = max(1, min(sequences, concurrent))
-    waves = math.ceil(sequences / concurrent)
-    work = Work(flops=sequences * forward_flops(shape, prompt, keep=1), calls=waves, forwards=waves)
-    # decode step t (0-based) of a wave: every sequence attends prompt + t cached tokens; the mean over t
-    # is exact for the linear terms, so one averaged entry per wave stands for its steps
-    mean_context = prompt + (completion - 1) / 2
-    step_flops = concurrent * forward_flops(shape, 1, mean_context, keep=1)
-    step_bytes = 2 * shape.params + concurrent * mean_context * shape.kv_bytes_per_token_bf16
-    work.decode.append((step_flops, step_bytes, waves * completion))
-    return work
-
-
-def reasoning_probe(prompt: float, completion: float) -> tuple[float, float]:
-    """(reasoning tokens R, probe length): the probe is prompt | reasoning | conclusion and answer."""
-    reasoning = max(1.0, completion)
-    return reasoning, prompt + reasoning + CONCLUDE_AND_ANSWER_TOKENS
-
-
-SCHEDULES = ("stacked", "per_response")
-# oar.method.substitution's schedule: "stacked" stacks the substituted copies of every scored response of a
-# scoring call into shared forwards and batches the clean passes, without host synchronisations inside its
-# loops; "per_response" is the earlier one (a response at a time, a synchronisation every chunk), which
-# the calibration files measured before the change were made with.
-SCHEDULE = "stacked"
-
-
-def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep: int, chunk_tokens: int,
-               span: int = 1, window: int = 0, responses: int = 1, schedule: str = SCHEDULE) -> Work:
-    """OAR-P of ``responses`` alike responses in one scoring call: a clean forward of each probe (its KV
-    cache kept) and one forward row per substituted span [a, a + w) (span w, 1 = exact) running the tokens
-    from reasoning position a to the probe's end over the clean prefix of prompt + a tokens; with a
-    window K (``oar.window_tokens``) a row runs min(max(w, K), R - a) reasoning tokens and the tail over
-    the cache of the whole prompt and reasoning.
-
-    ``stacked`` (``oar.method.substitution`` now): the copies of all responses sorted by length, longest
-    first, packed greedily into forwards of rows x longest <= ``chunk_tokens`` (at least one row, each
-    padded to the longest); the clean probes in micro-batches of rows x probe <= ``chunk_tokens``; no host
-    synchronisation inside the loops (``overlapped``).
-    ``per_response`` (before): one response at a time, its clean forward alone, then chunks of
-    ``chunk_tokens // suffix`` copies from the chunk's first position (``chunk_tokens // (K + tail)``
-    with a window), a host synchronisation every chunk."""
-    if schedule not in SCHEDULES:
-        raise PlanError(f"schedule {schedule!r} is not one of {SCHEDULES}")
-    reasoning, span, responses = int(round(reasoning)), max(1, int(span)), max(1, int(round(responses)))
-    if schedule == "per_response":
-        return _scale(_oar_p_per_response(shape, prompt, reasoning, probe, keep, chunk_tokens, span, window),
-                      responses)
-    clean_rows = max(1, int(chunk_tokens // probe))
-    clean_calls = math.ceil(responses / clean_rows)
-    work = Work(flops=responses * forward_flops(shape, probe, keep=keep), calls=clean_calls, forwards=clean_calls,
-                overlapped=True)
-    copies = oar_p_copies(prompt, reasoning, probe, span, window)
-    for longest, members in stacked_forwards(copies, responses, chunk_tokens):
-        work.calls += 1
-        work.forwards += 1
-        work.flops += sum(rows * forward_flops(shape, longest, cached, keep) for cached, rows in members)
-    return work
-
-
-def _oar_p_per_response(shape: Shape, prompt: float, reasoning: int, probe: float, keep: int, chunk_tokens: int,
-                        span: int, window: int) -> Work:
-    work = Work(flops=forward_flops(shape, probe, keep=keep), calls=1, forwards=1)
-    starts = list(range(0, reasoning, span))
-    if window:
-        tail = probe - prompt - reasoning
-        per_chunk = max(1, int(chunk_tokens // (window + tail)))
-        for i in range(0, len(starts), per_chunk):
-            chunk = starts[i : i + per_chunk]
-            n = max(min(max(span, window), reasoning - a) for a in chunk) + tail
-            work.flops += len(chunk) * forward_flops(shape, n, prompt + reasoning, keep)
-            work.calls += 1
-            work.forwards += 1
-        return work
-    i = 0
-    while i < len(starts):
-        suffix = probe - prompt - starts[i]
-        copies = max(1, min(len(starts) - i, int(chunk_tokens // suffix)))
-        # every copy of a chunk runs the whole suffix from the chunk's first position (one batch)
-        work.flops += copies * forward_flops(shape, suffix, prompt + starts[i], keep)
-        work.calls += 1
-        work.forwards += 1
-        i += copies
-    return work
-
-
-def oar_g_work(shape: Shape, prompt: float, probe: float, keep: int, chunk_tokens: int, clean: bool = True,
-               group: int = 1) -> Work:
-    """One response, as ``oar.method.gradient_scorers._embedding_gradients`` runs it: its prompt once without
-    gradient into a KV cache (shared by the ``group`` responses of a GRPO group), then on top of that cache
-    a no-grad clean forward (OAR-G; grad_norm has none), a forward with grad on the input embeddings and
-    its backward to the inputs only (``torch.autograd.grad(..., inputs)``: no weight gradients), of
-    ``reasoning | conclude | answer`` alone, in micro-batches of ``chunk_tokens // suffix`` probes."""
-    suffix = probe - prompt
-    per_batch = max(1, int(chunk_tokens // suffix))
-    fwd = forward_flops(shape, suffix, prompt, keep=keep)
-    work = Work(flops=forward_flops(shape, prompt, keep=1) / group + (2 if clean else 1) * fwd
-                + backward_flops(shape, suffix, prompt, keep=keep, weights=False))
-    prompt_passes = 1 / (group * max(1, int(chunk_tokens // max(prompt, 1))))
-    work.calls = (3 if clean else 2) / per_batch + prompt_passes
-    work.forwards = (2 if clean else 1) / per_batch + prompt_passes
-    return work
-
-
-def update_work(shape: Shape, prompt: float, completion: float, micro_batch: int, checkpointing: bool,
-                extra_forwards: int) -> Work:
-    """One completion's update: TRL's forward keeps the completion's logits (``logits_to_keep``)."""
-    tokens, keep = prompt + completion, completion + 1
-    fwd = forward_flops(shape, tokens, keep=keep)
-    # checkpointing reruns every layer's forward in the backward (torch's non-reentrant checkpoint stops
-    # once it has every saved tensor, so a layer's last matmul is not rerun: counted here, a few % high)
-    recompute = forward_flops(shape, tokens, keep=0) if checkpointing else 0.0
-    calls_per_batch = 2 + (1 if checkpointing else 0) + extra_forwards
-    return Work(flops=fwd + backward_flops(shape, tokens, keep=keep) + recompute + extra_forwards * fwd,
-                calls=calls_per_batch / micro_batch)
-
-
-def _scale(work: Work, n: float) -> Work:
-    return Work(work.flops * n, work.calls * n, [(f, b, c * n) for f, b, c in work.decode], work.forwards * n,
-                work.fixed_s * n, work.overlapped)
 
 
 # --------------------------------------------------------------------------------------- plan
@@ -329,9 +47,6 @@ class StepPlan:
     @property
     def step(self) -> float:
         return self.generation + self.scoring + self.update
-
-
-SCORERS_WITHOUT_MODEL = ("grpo", "truth", "truth_graded", "truth_final", "truth_early", "position", "random")
 
 
 def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions, processes: int = 1,
@@ -381,225 +96,19 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
     extra = int(bool(trainer.get("use_vllm")) and trainer.get("vllm_importance_sampling_correction", True))
     extra += int(float(trainer.get("beta", 0.0)) != 0.0)
     micro = trainer["per_device_train_batch_size"]
-    upd = _scale(update_work(shape, prompt, completion, micro, bool(trainer.get("gradient_checkpointing")), extra),
+    upd = scaled(update_work(shape, prompt, completion, micro, bool(trainer.get("gradient_checkpointing")), extra),
                  sequences)
     if hw.update_fixed_s is not None:  # measured: a fixed time per micro-batch stands for its calls' cost
         upd.calls, upd.fixed_s = 0.0, hw.update_fixed_s * sequences / micro
     return StepPlan(generation, scoring, upd.seconds(hw, shape.layers), processes)
 
 
-def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoning: float, probe: float, keep: int,
-                 scored: float, group: int, schedule: str = SCHEDULE) -> Work:
-    """The work of one scoring call over ``scored`` responses."""
-    chunk = oar["chunk_tokens"]
-    if method == "oar_p":
-        span, window = (oar.get(name, getattr(OARSettings, name)) for name in ("span_tokens", "window_tokens"))
-        return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, span, window, responses=scored, schedule=schedule)
-    if method in ("oar_g", "grad_norm"):
-        work = _scale(oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g", group=group), scored)
-        work.overlapped = schedule == "stacked"  # noise drawn on the device, results moved once per call
-        return work
-    if method == "entropy":
-        seq = prompt + reasoning
-        per = 1 / max(1, int(chunk // seq))
-        return _scale(Work(forward_flops(shape, seq, keep=reasoning + 1), per, forwards=per), scored)
-    if method in SCORERS_WITHOUT_MODEL:
-        return Work()
-    raise PlanError(f"runs: method {method!r} has no cost model")
-
-
-# ------------------------------------------------------------------------------- calibration
-
-CALIBRATION_ROW_FIELDS = ("method", "prompt_tokens", "completion_length", "batch", "generate_s", "score_s",
-                          "update_s", "step_s")
-CALIBRATED_METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy")
-
-
-def calibration_rows(path: str | Path) -> tuple[dict, list[dict]]:
-    """(header, rows) of a ``calibration.json``: the current format (``rows``: one per method and length)
-    or the earlier one (``methods`` at one ``response_tokens``), normalised to the current one. Stops with
-    a :class:`PlanError` naming the field that is missing or of the wrong type."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise PlanError(f"--calibration {path}: {error}") from error
-    where = f"--calibration {path}"
-    if not isinstance(data, dict):
-        raise PlanError(f"{where}: not a JSON object (written by bench/gpu_check.py)")
-    for key in ("shape", "batch") + (() if "rows" in data else ("prompt_tokens", "response_tokens", "methods")):
-        if key not in data:
-            raise PlanError(f"{where}: no key {key!r} (written by bench/gpu_check.py)")
-    if not isinstance(data["shape"], dict):
-        raise PlanError(f"{where}: field 'shape' is not a mapping of a Qwen2 config's sizes")
-    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "vocab_size"):
-        if not isinstance(data["shape"].get(key), int):
-            raise PlanError(f"{where}: field 'shape.{key}' is missing or not an integer")
-    if "rows" in data:
-        if not isinstance(data["rows"], list):
-            raise PlanError(f"{where}: field 'rows' is not a list")
-        rows = [dict(r) if isinstance(r, dict) else r for r in data["rows"]]
-    else:  # the earlier format: one length, per method; its scorers ran on the per-response schedule
-        if not isinstance(data["methods"], dict):
-            raise PlanError(f"{where}: field 'methods' is not a mapping of method to times")
-        rows = []
-        for method, r in data["methods"].items():
-            if not isinstance(r, dict):
-                raise PlanError(f"{where}: field 'methods.{method}' is not a mapping")
-            rows.append({"method": method, "prompt_tokens": data["prompt_tokens"],
-                         "completion_length": r.get("completion_length") or data["response_tokens"],
-                         "batch": data["batch"], "num_generations": data.get("num_generations", data["batch"]),
-                         "chunk_tokens": data.get("chunk_tokens", OARSettings.chunk_tokens), "span_tokens": 1,
-                         "window_tokens": data.get("oar_p_window_tokens", OARSettings.window_tokens), "probe": "as_mean",
-                         "scorer_schedule": "per_response", "generation_backend": "transformers",
-                         "gradient_checkpointing": data.get("gradient_checkpointing", False),
-                         "frac_scored": r.get("frac_scored", 0.0 if method == "grpo" else 1.0),
-                         **{k: r.get(k) for k in ("generate_s", "score_s", "update_s", "step_s")}})
-    for n, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise PlanError(f"{where}: field 'rows[{n}]' is not a mapping")
-        row.setdefault("batch", data["batch"])
-        if not isinstance(row.get("method"), str):
-            raise PlanError(f"{where}: field 'rows[{n}].method' is missing or not a string")
-        if row["method"] not in CALIBRATED_METHODS:
-            raise PlanError(f"{where}: field 'rows[{n}].method': {row['method']!r} is not one of {CALIBRATED_METHODS}")
-        for key in CALIBRATION_ROW_FIELDS[1:]:
-            value = row.get(key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise PlanError(f"{where}: field {key!r} of the {row['method']} row (rows[{n}].{key}) is missing "
-                                "or not a number >= 0")
-        schedule = row.setdefault("scorer_schedule", "per_response")
-        if schedule not in SCHEDULES:
-            raise PlanError(f"{where}: field 'rows[{n}].scorer_schedule': {schedule!r} is not one of {SCHEDULES}")
-    if not any(r["method"] == "grpo" for r in rows):
-        raise PlanError(f"{where}: no GRPO row (field 'method' = 'grpo' in no row): the update, generation and "
-                        "per-call costs are fitted from GRPO's step")
-    return data, rows
-
-
-def calibrate(paths, base: Hardware) -> Hardware:
-    """Sustained rates and fixed costs from one or more ``calibration.json`` files of
-    ``bench/gpu_check.py`` (one model shape; the rows of every file together):
-
-    - the update: FLOP rate R and a fixed time U per micro-batch, t = FLOPs / R + U, from GRPO's update
-      at two or more lengths (least squares; one length: U = 0, R = FLOPs / t);
-    - generation: the fixed cost of a decode step of the backend that generated (``generation_backend``):
-      what its time leaves beside the prefill and the decode's roofline; for transformers' eager
-      ``generate`` this is also taken as the fixed cost of one forward call of the trainer's model
-      (``call_s``); the first step's, where recorded (``first_generate_s``);
-    - each scorer: its fixed cost per model call on the schedule it ran on (``scorer_schedule``): what
-      its ``score_s`` leaves beside its FLOPs at R, over its model calls (the plan's count, scaled to the
-      counted forwards where the file records ``score_forwards``).
-
-    The FLOP rate replaces the peak (utilisation 1); the decode bandwidth stays the base's assumption (a
-    decode of a few sequences is bound by fixed costs and says nothing of bandwidth)."""
-    from transformers import Qwen2Config
-
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    if not paths:
-        raise PlanError("--calibration: no file given")
-    rows, header, shape_spec = [], None, None
-    for path in paths:
-        data, file_rows = calibration_rows(path)
-        spec = {k: v for k, v in sorted(data["shape"].items())}
-        if shape_spec is not None and spec != shape_spec:
-            raise PlanError(f"--calibration {path}: field 'shape' differs from {paths[0]}'s: the files of one "
-                            "calibration must time one model shape")
-        shape_spec, header = spec, header or data
-        rows += file_rows
-    shape = shape_of(Qwen2Config(**shape_spec))
-    grpo = [r for r in rows if r["method"] == "grpo"]
-    # a GPU queues kernels ahead of the host; a CPU runs them itself (the check records which it ran on)
-    base = dataclasses.replace(base, asynchronous=header.get("device", "CPU") != "CPU")
-
-    # the update: t = F / R + U over GRPO's lengths
-    points = sorted({(_scale(update_work(shape, r["prompt_tokens"], r["completion_length"], r["batch"],
-                                         bool(r.get("gradient_checkpointing")), 0), r["batch"]).flops, r["update_s"])
-                     for r in grpo if r["update_s"] > 0})
-    if not points:
-        raise PlanError(f"--calibration {paths[0]}: field 'update_s' of every GRPO row is 0")
-    rate, fixed = points[-1][0] / points[-1][1], 0.0
-    if len({f for f, _ in points}) >= 2:
-        mf = sum(f for f, _ in points) / len(points)
-        mt = sum(t for _, t in points) / len(points)
-        slope = sum((f - mf) * (t - mt) for f, t in points) / sum((f - mf) ** 2 for f, _ in points)
-        if slope > 0 and mt - slope * mf >= 0:
-            rate, fixed = 1 / slope, mt - slope * mf
-    # the check runs one micro-batch per update: its fixed time is taken per micro-batch (the larger reading)
-    measured = dataclasses.replace(base, peak_flops=rate, mfu=1.0, update_fixed_s=fixed)
-
-    # generation: the decode step's fixed cost, for the one backend that generated
-    backends = {r.get("generation_backend", "transformers") for r in grpo}
-    if len(backends) > 1:
-        raise PlanError(f"--calibration: field 'generation_backend' differs between the GRPO rows "
-                        f"({sorted(backends)}); calibrate with one backend's rows")
-    backend = backends.pop()
-
-    def decode_fixed(r, key):
-        gen = generation_work(shape, r["batch"], r["prompt_tokens"], int(round(r["completion_length"])), r["batch"])
-        (step_flops, step_bytes, count), = gen.decode
-        roof = max(step_flops / measured.flops, step_bytes / measured.bytes_per_s)
-        # the prefill is one more call, its fixed cost taken to be a decode step's
-        return max(0.0, (r[key] - gen.flops / measured.flops - count * roof) / (count + 1))
-
-    # a length generated for the first time in its process is not a steady generation
-    steady = [r for r in grpo if not r.get("generate_first_at_length")] or grpo
-    decode_s = statistics.median(decode_fixed(r, "generate_s") for r in steady)
-    firsts = [decode_fixed(r, "first_generate_s") for r in rows if r.get("first_generate_s")]
-    measured = dataclasses.replace(measured, decode_backend=backend, decode_step_s=decode_s,
-                                   first_step_decode_s=statistics.median(firsts) if firsts else None,
-                                   call_s=decode_s if backend == "transformers" else None)
-
-    # scorers: the fixed cost per model call, per method and schedule
-    per_call: dict[tuple[str, str], list[float]] = {}
-    for r in rows:
-        if r["method"] == "grpo" or not r.get("frac_scored"):
-            continue
-        work = _check_scoring_work(shape, r)
-        calls = work.calls
-        if r.get("score_forwards") and work.forwards:
-            calls *= r["score_forwards"] / work.forwards
-        compute = work.flops / measured.flops
-        left = r["score_s"] if work.overlapped and base.asynchronous else r["score_s"] - compute
-        key = ("oar_g" if r["method"] == "grad_norm" else r["method"], r["scorer_schedule"])
-        per_call.setdefault(key, []).append(max(0.0, left) / calls if calls else 0.0)
-    device = header.get("device", "unknown device")
-    return dataclasses.replace(measured, name=f"{device} (calibrated)",
-                               memory_gb=header.get("memory_gb") or base.memory_gb,
-                               measured=f"{', '.join(str(p) for p in paths)} ({device})",
-                               scorer_call_s=tuple((m, s, statistics.median(v))
-                                                   for (m, s), v in sorted(per_call.items())))
-
-
-def _check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) -> Work:
-    """The scoring work of one row of a calibration file (the check's settings), on its own schedule or
-    ``schedule``."""
-    reasoning, probe = reasoning_probe(row["prompt_tokens"], row["completion_length"])
-    keep = 1 if row.get("probe", OARSettings.probe) == "lt_logits" else Assumptions.answer_tokens + 1
-    oar = {name: row.get(name, getattr(OARSettings, name)) for name in ("chunk_tokens", "span_tokens", "window_tokens")}
-    return scoring_work(shape, row["method"], oar, row["prompt_tokens"], reasoning, probe, keep,
-                        row["batch"] * row.get("frac_scored", 1.0), row.get("num_generations", row["batch"]),
-                        schedule or row.get("scorer_schedule", "per_response"))
-
-
-def check_settings(row: Mapping, run_id: str = "check") -> dict:
-    """``Registry.run_settings``-like settings of one calibration row (the check's own), for
-    :func:`step_plan` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
-    return {"run_id": run_id, "method": row["method"],
-            "oar": {**{name: row.get(name, getattr(OARSettings, name))
-                       for name in ("chunk_tokens", "span_tokens", "window_tokens", "probe")}, "score_all": True},
-            "trainer": {"max_completion_length": row["completion_length"], "per_device_train_batch_size": row["batch"],
-                        "gradient_accumulation_steps": 1, "num_generations": row.get("num_generations", row["batch"]),
-                        "gradient_checkpointing": row.get("gradient_checkpointing", False), "use_vllm":
-                        row.get("generation_backend", "transformers") == "vllm", "beta": 0.0}}
-
-
 # ---------------------------------------------------------------------------------- the config
 
 
 EVAL_PROBLEMS = {"gsm8k_test": 1319, "math500": 500, "aime24": 30, "aime25": 30, "amc23": 40}
-TARGETS = {"main_table": "main", "ablation_gating": "gating", "ablation_grid": "grid", "ablation_probe": "probes",
-           "controls table": "controls"}
+# the registry's targets and their run groups, in its order; the controls' row reads "controls table"
+TARGETS = {("controls table" if target == "controls" else target): group for target, group in GROUP_TABLES.items()}
 
 
 def _processes(spec: Mapping) -> int:

@@ -18,5 +18,7 @@ PARSED_SCORERS = (*TRUTH_GATES, "truth_final", "truth_early")
 SCORER_NAMES = (*MODEL_SCORERS, *PARSED_SCORERS)  # every method whose weights come from the bi-level gate
 METHODS = (BASELINE, *SCORER_NAMES)
 USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # scorers whose scores read an outcome probe
+# scorers that run no forward of the model: the controls that need only the tokens and the parsed scorers
+MODEL_FREE_SCORERS = ("position", "random", *PARSED_SCORERS)
 
 PROBES = ("lt_logits", "as_mean", "as_joint")  # outcome probes (oar.method.probes reads each off the logits)

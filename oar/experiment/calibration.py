@@ -1,0 +1,206 @@
+"""A cost plan's hardware calibrated by measured step times: the ``calibration.json`` files of
+``bench/gpu_check.py`` read and checked (:func:`calibration_rows`), the sustained rates and fixed costs
+fitted from their rows (:func:`calibrate`), and the plan's settings of one row (:func:`check_settings`).
+
+    python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
+        --calibration bench/calibration/h200-2026-11/calibration_1024.json \\
+                      bench/calibration/h200-2026-11/calibration_256.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+
+from oar.experiment.cost_model import (SCHEDULES, Assumptions, Work, generation_work, reasoning_probe, scaled,
+                                       scoring_work, update_work)
+from oar.experiment.hardware import Hardware
+from oar.experiment.memory_plan import PlanError
+from oar.experiment.shapes import Shape, shape_of
+from oar.training.settings import OARSettings
+
+CALIBRATION_ROW_FIELDS = ("method", "prompt_tokens", "completion_length", "batch", "generate_s", "score_s",
+                          "update_s", "step_s")
+CALIBRATED_METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy")
+
+
+def calibration_rows(path: str | Path) -> tuple[dict, list[dict]]:
+    """(header, rows) of a ``calibration.json``: the current format (``rows``: one per method and length)
+    or the earlier one (``methods`` at one ``response_tokens``), normalised to the current one. Stops with
+    a :class:`PlanError` naming the field that is missing or of the wrong type."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise PlanError(f"--calibration {path}: {error}") from error
+    where = f"--calibration {path}"
+    if not isinstance(data, dict):
+        raise PlanError(f"{where}: not a JSON object (written by bench/gpu_check.py)")
+    for key in ("shape", "batch") + (() if "rows" in data else ("prompt_tokens", "response_tokens", "methods")):
+        if key not in data:
+            raise PlanError(f"{where}: no key {key!r} (written by bench/gpu_check.py)")
+    if not isinstance(data["shape"], dict):
+        raise PlanError(f"{where}: field 'shape' is not a mapping of a Qwen2 config's sizes")
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size"):
+        if not isinstance(data["shape"].get(key), int):
+            raise PlanError(f"{where}: field 'shape.{key}' is missing or not an integer")
+    if "rows" in data:
+        if not isinstance(data["rows"], list):
+            raise PlanError(f"{where}: field 'rows' is not a list")
+        rows = [dict(r) if isinstance(r, dict) else r for r in data["rows"]]
+    else:  # the earlier format: one length, per method; its scorers ran on the per-response schedule
+        if not isinstance(data["methods"], dict):
+            raise PlanError(f"{where}: field 'methods' is not a mapping of method to times")
+        rows = []
+        for method, r in data["methods"].items():
+            if not isinstance(r, dict):
+                raise PlanError(f"{where}: field 'methods.{method}' is not a mapping")
+            rows.append({"method": method, "prompt_tokens": data["prompt_tokens"],
+                         "completion_length": r.get("completion_length") or data["response_tokens"],
+                         "batch": data["batch"], "num_generations": data.get("num_generations", data["batch"]),
+                         "chunk_tokens": data.get("chunk_tokens", OARSettings.chunk_tokens), "span_tokens": 1,
+                         "window_tokens": data.get("oar_p_window_tokens", OARSettings.window_tokens), "probe": "as_mean",
+                         "scorer_schedule": "per_response", "generation_backend": "transformers",
+                         "gradient_checkpointing": data.get("gradient_checkpointing", False),
+                         "frac_scored": r.get("frac_scored", 0.0 if method == "grpo" else 1.0),
+                         **{k: r.get(k) for k in ("generate_s", "score_s", "update_s", "step_s")}})
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise PlanError(f"{where}: field 'rows[{n}]' is not a mapping")
+        row.setdefault("batch", data["batch"])
+        if not isinstance(row.get("method"), str):
+            raise PlanError(f"{where}: field 'rows[{n}].method' is missing or not a string")
+        if row["method"] not in CALIBRATED_METHODS:
+            raise PlanError(f"{where}: field 'rows[{n}].method': {row['method']!r} is not one of {CALIBRATED_METHODS}")
+        for key in CALIBRATION_ROW_FIELDS[1:]:
+            value = row.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise PlanError(f"{where}: field {key!r} of the {row['method']} row (rows[{n}].{key}) is missing "
+                                "or not a number >= 0")
+        schedule = row.setdefault("scorer_schedule", "per_response")
+        if schedule not in SCHEDULES:
+            raise PlanError(f"{where}: field 'rows[{n}].scorer_schedule': {schedule!r} is not one of {SCHEDULES}")
+    if not any(r["method"] == "grpo" for r in rows):
+        raise PlanError(f"{where}: no GRPO row (field 'method' = 'grpo' in no row): the update, generation and "
+                        "per-call costs are fitted from GRPO's step")
+    return data, rows
+
+
+def calibrate(paths, base: Hardware) -> Hardware:
+    """Sustained rates and fixed costs from one or more ``calibration.json`` files of
+    ``bench/gpu_check.py`` (one model shape; the rows of every file together):
+
+    - the update: FLOP rate R and a fixed time U per micro-batch, t = FLOPs / R + U, from GRPO's update
+      at two or more lengths (least squares; one length: U = 0, R = FLOPs / t);
+    - generation: the fixed cost of a decode step of the backend that generated (``generation_backend``):
+      what its time leaves beside the prefill and the decode's roofline; for transformers' eager
+      ``generate`` this is also taken as the fixed cost of one forward call of the trainer's model
+      (``call_s``); the first step's, where recorded (``first_generate_s``);
+    - each scorer: its fixed cost per model call on the schedule it ran on (``scorer_schedule``): what
+      its ``score_s`` leaves beside its FLOPs at R, over its model calls (the plan's count, scaled to the
+      counted forwards where the file records ``score_forwards``).
+
+    The FLOP rate replaces the peak (utilisation 1); the decode bandwidth stays the base's assumption (a
+    decode of a few sequences is bound by fixed costs and says nothing of bandwidth)."""
+    from transformers import Qwen2Config
+
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not paths:
+        raise PlanError("--calibration: no file given")
+    rows, header, shape_spec = [], None, None
+    for path in paths:
+        data, file_rows = calibration_rows(path)
+        spec = {k: v for k, v in sorted(data["shape"].items())}
+        if shape_spec is not None and spec != shape_spec:
+            raise PlanError(f"--calibration {path}: field 'shape' differs from {paths[0]}'s: the files of one "
+                            "calibration must time one model shape")
+        shape_spec, header = spec, header or data
+        rows += file_rows
+    shape = shape_of(Qwen2Config(**shape_spec))
+    grpo = [r for r in rows if r["method"] == "grpo"]
+    # a GPU queues kernels ahead of the host; a CPU runs them itself (the check records which it ran on)
+    base = dataclasses.replace(base, asynchronous=header.get("device", "CPU") != "CPU")
+
+    # the update: t = F / R + U over GRPO's lengths
+    points = sorted({(scaled(update_work(shape, r["prompt_tokens"], r["completion_length"], r["batch"],
+                                         bool(r.get("gradient_checkpointing")), 0), r["batch"]).flops, r["update_s"])
+                     for r in grpo if r["update_s"] > 0})
+    if not points:
+        raise PlanError(f"--calibration {paths[0]}: field 'update_s' of every GRPO row is 0")
+    rate, fixed = points[-1][0] / points[-1][1], 0.0
+    if len({f for f, _ in points}) >= 2:
+        mf = sum(f for f, _ in points) / len(points)
+        mt = sum(t for _, t in points) / len(points)
+        slope = sum((f - mf) * (t - mt) for f, t in points) / sum((f - mf) ** 2 for f, _ in points)
+        if slope > 0 and mt - slope * mf >= 0:
+            rate, fixed = 1 / slope, mt - slope * mf
+    # the check runs one micro-batch per update: its fixed time is taken per micro-batch (the larger reading)
+    measured = dataclasses.replace(base, peak_flops=rate, mfu=1.0, update_fixed_s=fixed)
+
+    # generation: the decode step's fixed cost, for the one backend that generated
+    backends = {r.get("generation_backend", "transformers") for r in grpo}
+    if len(backends) > 1:
+        raise PlanError(f"--calibration: field 'generation_backend' differs between the GRPO rows "
+                        f"({sorted(backends)}); calibrate with one backend's rows")
+    backend = backends.pop()
+
+    def decode_fixed(r, key):
+        gen = generation_work(shape, r["batch"], r["prompt_tokens"], int(round(r["completion_length"])), r["batch"])
+        (step_flops, step_bytes, count), = gen.decode
+        roof = max(step_flops / measured.flops, step_bytes / measured.bytes_per_s)
+        # the prefill is one more call, its fixed cost taken to be a decode step's
+        return max(0.0, (r[key] - gen.flops / measured.flops - count * roof) / (count + 1))
+
+    # a length generated for the first time in its process is not a steady generation
+    steady = [r for r in grpo if not r.get("generate_first_at_length")] or grpo
+    decode_s = statistics.median(decode_fixed(r, "generate_s") for r in steady)
+    firsts = [decode_fixed(r, "first_generate_s") for r in rows if r.get("first_generate_s")]
+    measured = dataclasses.replace(measured, decode_backend=backend, decode_step_s=decode_s,
+                                   first_step_decode_s=statistics.median(firsts) if firsts else None,
+                                   call_s=decode_s if backend == "transformers" else None)
+
+    # scorers: the fixed cost per model call, per method and schedule
+    per_call: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r["method"] == "grpo" or not r.get("frac_scored"):
+            continue
+        work = _check_scoring_work(shape, r)
+        calls = work.calls
+        if r.get("score_forwards") and work.forwards:
+            calls *= r["score_forwards"] / work.forwards
+        compute = work.flops / measured.flops
+        left = r["score_s"] if work.overlapped and base.asynchronous else r["score_s"] - compute
+        key = ("oar_g" if r["method"] == "grad_norm" else r["method"], r["scorer_schedule"])
+        per_call.setdefault(key, []).append(max(0.0, left) / calls if calls else 0.0)
+    device = header.get("device", "unknown device")
+    return dataclasses.replace(measured, name=f"{device} (calibrated)",
+                               memory_gb=header.get("memory_gb") or base.memory_gb,
+                               measured=f"{', '.join(str(p) for p in paths)} ({device})",
+                               scorer_call_s=tuple((m, s, statistics.median(v))
+                                                   for (m, s), v in sorted(per_call.items())))
+
+
+def _check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) -> Work:
+    """The scoring work of one row of a calibration file (the check's settings), on its own schedule or
+    ``schedule``."""
+    reasoning, probe = reasoning_probe(row["prompt_tokens"], row["completion_length"])
+    keep = 1 if row.get("probe", OARSettings.probe) == "lt_logits" else Assumptions.answer_tokens + 1
+    oar = {name: row.get(name, getattr(OARSettings, name)) for name in ("chunk_tokens", "span_tokens", "window_tokens")}
+    return scoring_work(shape, row["method"], oar, row["prompt_tokens"], reasoning, probe, keep,
+                        row["batch"] * row.get("frac_scored", 1.0), row.get("num_generations", row["batch"]),
+                        schedule or row.get("scorer_schedule", "per_response"))
+
+
+def check_settings(row: Mapping, run_id: str = "check") -> dict:
+    """``Registry.run_settings``-like settings of one calibration row (the check's own), for
+    ``oar.experiment.cost_plan.step_plan`` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
+    return {"run_id": run_id, "method": row["method"],
+            "oar": {**{name: row.get(name, getattr(OARSettings, name))
+                       for name in ("chunk_tokens", "span_tokens", "window_tokens", "probe")}, "score_all": True},
+            "trainer": {"max_completion_length": row["completion_length"], "per_device_train_batch_size": row["batch"],
+                        "gradient_accumulation_steps": 1, "num_generations": row.get("num_generations", row["batch"]),
+                        "gradient_checkpointing": row.get("gradient_checkpointing", False), "use_vllm":
+                        row.get("generation_backend", "transformers") == "vllm", "beta": 0.0}}
