@@ -27,7 +27,7 @@ from oar.data import synthetic
 from oar.data.datasets import load_dataset_records
 from oar.data.sources import iter_jsonl, packaged_path
 from oar.evaluation.generation import TransformersGenerator
-from oar.grading import grade
+from oar.grading.grader import grade
 from oar.prompting import build_prompts
 
 

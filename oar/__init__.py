@@ -5,7 +5,9 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
 
 - ``oar.cpu_kernels`` (the pinned instruction set of the CPU kernels, applied on ``import oar``), ``oar.files``
   (atomic writes, JSON Lines, file hashes)
-- ``oar.grading`` (the verifier: answer extraction and equivalence), ``oar.prompting`` (the prompt template)
+- ``oar.grading``: the verifier: answer extraction (``extraction``), equivalence (``equivalence``) with
+  math-verify in time-limited helper processes (``symbolic_helper``), a response's grade (``grader``);
+  ``oar.prompting`` (the prompt template)
 - ``oar.method``: the paper's algorithm, free of training and IO machinery: the names of methods and
   probes (``names``), outcome probes (``probes``), token scorers (``importance``: ``score()`` and the
   scorers by name; ``substitution``, ``gradient_scorers``, ``controls``, ``truth_scorers``, their settings

@@ -11,7 +11,7 @@ from oar.data import chains
 from oar.analysis.chain_truth import ground_truth_tokens, oracle_agreement
 from oar.data.catalogue import CHAIN_STEPS, chain_split
 from oar.data.datasets import load_dataset_records
-from oar.grading import grade
+from oar.grading.grader import grade
 
 
 def test_problems_are_deterministic_and_stay_in_range():

@@ -12,7 +12,7 @@ import torch
 from oar.data import chains
 from oar.data.catalogue import chain_split, chain_steps
 from oar.data.datasets import load_dataset_records
-from oar.grading import grade
+from oar.grading.grader import grade
 from oar.method.gate import gate
 from oar.method.importance import score
 from oar.method.probes import CONCLUDE_TEXT, build_probes, conclusion_start, substitute_token_id, token_char_spans

@@ -1,4 +1,4 @@
-"""Answer extraction, reference normalisation and equivalence (oar.grading)."""
+"""Answer extraction, reference normalisation and equivalence (oar.grading), its symbolic helper under load."""
 
 import json
 import multiprocessing
@@ -11,8 +11,10 @@ import time
 import pytest
 
 from oar.data.sources import shipped_path
-from oar.grading import (_POOL, _WALL_BACKSTOP_MIN_S, AnswerSpan, Grade, _normalise, _spacing_free, answers_match,
-                         extract_answer, extract_reference, grade, match_answers)
+from oar.grading.equivalence import _normalise, _spacing_free, answers_match, match_answers
+from oar.grading.extraction import AnswerSpan, extract_answer, extract_reference
+from oar.grading.grader import Grade, grade
+from oar.grading.symbolic_helper import _POOL, _WALL_BACKSTOP_MIN_S
 
 # sympy needs minutes to evaluate this power (about 90 s measured), so it exercises the timeout.
 SLOW_ANSWER = r"10^{10^{8}}"
@@ -338,7 +340,7 @@ def test_answers_match_rejects_bad_arguments():
 def test_pathological_answer_is_undecided_after_a_retry(caplog):
     match_answers(r"\csc x", r"\frac{1}{\sin x}")  # a helper ready, so only the checks are timed
     started = time.monotonic()
-    with caplog.at_level("WARNING", logger="oar.grading"):
+    with caplog.at_level("WARNING", logger="oar.grading.symbolic_helper"):
         assert match_answers(SLOW_ANSWER, "7", timeout_s=0.5) is None  # undecided, not wrong
     assert [r.getMessage().split("(")[1][:10] for r in caplog.records] == ["try 1 of 2", "try 2 of 2"]
     # sympy would take minutes; the limit counts CPU seconds, which the wall-clock backstop bounds

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from oar.grading import grade
+from oar.grading.grader import grade
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "grading_crosscheck" / "samples.jsonl"

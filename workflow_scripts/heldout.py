@@ -54,7 +54,7 @@ def main(argv=None):
 
     from oar.data.records import read_records
     from oar.evaluation.generation import eos_token_ids
-    from oar.grading import grade
+    from oar.grading.grader import grade
     from oar.method.probes import build_probes
     from oar.prompting import build_prompt, encode_prompts
 

@@ -16,7 +16,7 @@ import time
 import torch
 
 from oar.data.datasets import load_dataset_records
-from oar.grading import grade
+from oar.grading.grader import grade
 from oar.method.gate import gate
 from oar.method.importance import SCORERS, score
 from oar.method.scorer_config import ScorerConfig

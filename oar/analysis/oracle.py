@@ -2,8 +2,8 @@
 
 For one response with reasoning tokens u_1..u_R (its probe from :func:`oar.method.probes.build_probes`),
 position j is *causal* when the sequence ``prompt | u_1..u_{j-1} | pad``, continued by greedy decoding,
-ends with a final answer (``oar.grading.extract_answer``, the same extraction as the rewards) that is
-not equivalent (``oar.grading.answers_match``) to the reference answer. Two references:
+ends with a final answer (``oar.grading.extraction.extract_answer``, the same extraction as the rewards)
+that is not equivalent (``oar.grading.equivalence.answers_match``) to the reference answer. Two references:
 
 - ``"response"``: the response's own answer. Exact when the response is itself a greedy decode (then
   the clean prefix re-decodes to the same response), which is how the workflow samples its held-out set.
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from oar.grading import answers_match, extract_answer
+from oar.grading.equivalence import answers_match
+from oar.grading.extraction import extract_answer
 from oar.method.probes import Probe
 
 REFERENCES = ("response", "clean")

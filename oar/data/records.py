@@ -7,8 +7,8 @@ Record (one JSON object per line in ``results/data/<name>.jsonl``)::
 
 - ``id``: ``<dataset>/<original id>`` where the source has an id field, else ``<dataset>/<row index>``
   (0-based, in file order); stable across runs.
-- ``answer``: a string, normalised with :func:`oar.grading.extract_reference` (GSM8K ``#### 72`` -> ``72``,
-  a MATH solution -> its last ``\\boxed{}``, AMC's float ``27.0`` -> ``27``).
+- ``answer``: a string, normalised with :func:`oar.grading.extraction.extract_reference` (GSM8K ``#### 72``
+  -> ``72``, a MATH solution -> its last ``\\boxed{}``, AMC's float ``27.0`` -> ``27``).
 - ``source``: the dataset the row came from (for ``math12k``: ``math_train`` or ``math_test``).
 - ``level``: MATH difficulty 1-5 where the source has one (``"Level 3"`` and ``3`` both give 3), else null.
 
@@ -56,7 +56,7 @@ def _is_missing(value: Any) -> bool:
 
 
 def normalise_answer(raw: Any, fmt: str, where: str, field_name: str) -> str:
-    from oar.grading import extract_reference
+    from oar.grading.extraction import extract_reference
 
     if _is_missing(raw):
         raise DataError(f"{where}: empty answer in field {field_name!r}")

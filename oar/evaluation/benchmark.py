@@ -131,7 +131,7 @@ def read_samples(path: Path, n: int, repair: bool = True) -> dict[str, list[dict
 
 def grade_outputs(problem: Mapping[str, Any], outputs: Sequence[GenerationOutput], wall_s: float,
                   settings: EvalSettings) -> list[dict[str, Any]]:
-    from oar.grading import grade
+    from oar.grading.grader import grade
 
     lines = []
     for j, out in enumerate(outputs):

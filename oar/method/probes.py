@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch.nn.functional as F
 from torch import Tensor
 
-from oar.grading import extract_answer
+from oar.grading.extraction import extract_answer
 from oar.method.names import PROBES
 
 CONCLUDE_TEXT = "\n\nTherefore, the final answer is \\boxed{"
@@ -140,9 +140,9 @@ def build_probe(
     """Locate reasoning and answer tokens in one response's own ids.
 
     Trailing special tokens (eos, pad) are neither reasoning nor answer. The answer span comes from
-    ``oar.grading.extract_answer`` on the decoded response, mapped back to token positions through each
-    token's character span: reasoning = tokens that end before the answer marker (``\\boxed{`` or the
-    number), answer = tokens that overlap the answer text.
+    ``oar.grading.extraction.extract_answer`` on the decoded response, mapped back to token positions
+    through each token's character span: reasoning = tokens that end before the answer marker
+    (``\\boxed{`` or the number), answer = tokens that overlap the answer text.
 
     ``own_conclusion``: when a boxed answer follows a concluding statement of the response's own
     (:func:`conclusion_start`), the reasoning ends before that statement and the probe continues with

@@ -23,7 +23,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from oar.data import chains
-from oar.grading import grade
+from oar.grading.grader import grade
 from oar.method.gate import gate
 from oar.method.importance import score
 from oar.method.metrics import ess_ratio, top_mass
@@ -97,8 +97,8 @@ def with_decisive_tokens(tokenizer, probe: Probe) -> Probe:
 def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0, answer_statement: bool = True):
     """Reward 1 when the graded final answer equals the dataset's ``answer`` column, else 0.
 
-    A grade the symbolic check left undecided (it timed out twice, ``oar.grading.Grade.undecided``) is
-    rewarded 0 and counted in the function's ``undecided`` attribute, which `OARTrainer` logs as
+    A grade the symbolic check left undecided (it timed out twice, ``oar.grading.grader.Grade.undecided``)
+    is rewarded 0 and counted in the function's ``undecided`` attribute, which `OARTrainer` logs as
     ``grading/undecided`` and resets every generation batch."""
 
     def correctness(completions, answer, **kwargs) -> list[float]:

@@ -157,7 +157,7 @@ def sampled_pass_rate(model, tokenizer, problems, group: int, temperature: float
     """Sample ``group`` completions per problem at ``temperature`` (top-p 1, no top-k: the RL sampling)
     and grade them: pass rate, share of mixed groups (some right, some wrong), mean completion length,
     and where the policy's gradient lies in them (:func:`gradient_share`)."""
-    from oar.grading import grade
+    from oar.grading.grader import grade
 
     torch.manual_seed(seed)
     correct, mixed, lengths = [], 0, []
