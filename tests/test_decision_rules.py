@@ -458,6 +458,41 @@ def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
                                  design, seeds)
 
 
+def test_the_mediator_table_reads_each_arms_logged_step_credit_from_its_curves():
+    """Step-credit shares logged per training step reach the per-seed outcomes as each run's mean over
+    its steps, and the mechanism table reports them per arm over the declared seeds; runs that did not
+    log them leave both without them."""
+    from oar.analysis import mechanism
+    from oar.analysis.outcomes import per_seed_outcomes
+
+    design = _config("mechanism.yaml")["analysis"]["mechanism"]
+    seeds = [200, 201, 202]
+    final_share = {"grpo": 0.10, "truth_final": 0.30, "truth_early": 0.05, "truth": 0.20}
+    curves, acc = [], []
+    for method, share in final_share.items():
+        for seed in seeds:
+            run = f"chain_d8/{method}-seed{seed}"
+            acc.append({"run": run, "benchmark": "chain_test", "pass@1": 0.5})
+            for step in (1, 2):
+                curves.append({"run": run, "model": "chain_d8", "method": method, "seed": seed, "step": step,
+                               "reward": 0.5, "final_step_weight_share": share + (0.02 if step == 2 else 0.0),
+                               "early_steps_weight_share": 0.2, "final_step_token_share": 0.1,
+                               "early_steps_token_share": 0.2})
+    outcomes = per_seed_outcomes(pd.DataFrame(acc), pd.DataFrame(curves), "chain_test", threshold=0.9)
+    assert outcomes.set_index("run").loc["chain_d8/truth_final-seed201", "final_step_weight_share"] == pytest.approx(0.31)
+    weights = mechanism.mediator(outcomes, design, seeds).set_index("method")
+    assert weights.loc["truth_final", "final_step_weight_share"] == pytest.approx(0.31)
+    assert weights.loc["grpo", "n_seeds"] == 3
+    frame = mechanism.read_contrasts(outcomes, design, seeds)
+    _, md = mechanism.mechanism_table(frame, design, weights=mechanism.mediator(outcomes, design, seeds))
+    assert "the mediator" in md and "| truth_final | 3 | 31.0 [31.0, 31.0] | 10.0 |" in md
+
+    plain = per_seed_outcomes(pd.DataFrame(acc), pd.DataFrame(curves).drop(columns=[
+        "final_step_weight_share", "early_steps_weight_share", "final_step_token_share", "early_steps_token_share"]),
+        "chain_test", threshold=0.9)
+    assert "final_step_weight_share" not in plain and mechanism.mediator(plain, design, seeds).empty
+
+
 def _mechanism_config(contrasts=None, **over):
     from oar.experiment.runs import deep_merge
 
@@ -525,3 +560,17 @@ def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_
     # the design is declared by a commit of config/upper-bound.yaml, or the note says why not
     assert "`analysis.upper_bound` in `upper-bound.yaml`" in note
     assert "declared in commit" in note or "no commit declares it" in note
+
+
+def test_training_curves_carry_the_step_credit_only_where_a_run_logged_it(tmp_path):
+    import json
+
+    from oar.analysis.run_outputs import training_curves
+
+    meta = {"model": "chain_d8", "method": "grpo", "seed": 0}
+    plain, logged = tmp_path / "plain.jsonl", tmp_path / "logged.jsonl"
+    plain.write_text(json.dumps({"step": 1, "reward": 0.5}) + "\n")
+    logged.write_text(json.dumps({"step": 1, "reward": 0.5, "final_step_weight_share": 0.3}) + "\n")
+    assert "final_step_weight_share" not in training_curves({"a": meta}, {"a": plain})
+    both = training_curves({"a": meta, "b": meta}, {"a": plain, "b": logged}).set_index("run")
+    assert both.loc["b", "final_step_weight_share"] == 0.3 and np.isnan(both.loc["a", "final_step_weight_share"])

@@ -5,6 +5,7 @@ substitute token, and the config checks that tie them to the chain task."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -307,3 +308,27 @@ def test_the_earlier_steps_truth_gate_is_the_truth_gate_without_the_last_step(to
     assert torch.equal(result.scores + final, truth) and not (result.scores * final).any()
     # training attaches the parsed positions for it, and the trainer accepts it as a method
     assert "truth_early" in PARSED_SCORERS and "truth_early" in METHODS
+
+
+def test_step_credit_shares_say_where_each_gate_puts_the_weight(tokenizer):
+    """The mechanism's mediator: uniform weights (GRPO's) put on each step's decisive tokens exactly their
+    share of the tokens; the final-step truth gate puts more than that on the last step and less on the
+    earlier ones, the truth gate more on both; a response without parsed positions has none."""
+    from oar.method.metrics import STEP_CREDIT, step_credit_shares
+
+    text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}."
+    probe, final, _ = _ground_truth_scored(tokenizer, text, "truth_final", "needs the last step's decisive positions")
+    truth = score("truth", torch.nn.Linear(1, 1), [probe])
+    r = probe.reasoning_len
+    final_tokens, early_tokens = len(set(probe.final_step)), len(set(probe.decisive) - set(probe.final_step))
+    assert final_tokens > 0 and early_tokens > 0
+
+    uniform = step_credit_shares(torch.ones(1, r), [probe])[0]
+    assert uniform.tolist() == pytest.approx([final_tokens / r, early_tokens / r] * 2)
+    by_final = step_credit_shares(gate(final.scores, final.reasoning_mask, 0.4, 2.0), [probe])[0]
+    assert by_final[0] > by_final[2] and by_final[1] < by_final[3]
+    by_truth = step_credit_shares(gate(truth.scores, truth.reasoning_mask, 0.4, 2.0), [probe])[0]
+    assert by_truth[0] > by_truth[2] and by_truth[1] > by_truth[3]
+    unparsed = replace(probe, decisive=None, final_step=None)
+    assert torch.isnan(step_credit_shares(torch.ones(1, r), [unparsed])).all()
+    assert len(STEP_CREDIT) == uniform.numel()

@@ -361,10 +361,11 @@ class Registry(JobResources, JobOptions):
         if method in USES_PROBE and probe is not None:
             oar["probe"] = probe
         oar.update(self.grading())  # rewards and probes grade as evaluation does
-        if not oar.get("window_tokens"):
-            # exact OAR-P, run.py's default: left out so that runs made before the setting existed keep
-            # their settings, and Snakemake does not retrain them
-            oar.pop("window_tokens", None)
+        for added_later in ("window_tokens", "log_step_credit"):
+            if not oar.get(added_later):
+                # at its default (exact OAR-P; no step-credit log): left out so that runs made before the
+                # setting existed keep their settings, and Snakemake does not retrain them
+                oar.pop(added_later, None)
         return {
             "run_id": self.run_id(model, method, seed, tau, beta, probe),
             "method": method,

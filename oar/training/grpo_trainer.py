@@ -26,7 +26,7 @@ from oar.data import chains
 from oar.grading import grade
 from oar.method.gate import gate
 from oar.method.importance import score
-from oar.method.metrics import ess_ratio, top_mass
+from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
 from oar.method.names import BASELINE, METHODS, PARSED_SCORERS
 from oar.method.probes import Probe, probes_from_padded, token_char_spans
 from oar.method.scorer_config import ScorerConfig
@@ -68,6 +68,7 @@ class OARConfig(GRPOConfig):
     oar_window_tokens: int = _from_settings("window_tokens")
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
     oar_score_all: bool = _from_settings("score_all")
+    oar_log_step_credit: bool = _from_settings("log_step_credit")
 
     def __post_init__(self):
         super().__post_init__()
@@ -193,6 +194,9 @@ class OARTrainer(GRPOTrainer):
         metrics["grading/undecided"].append(sums["undecided"])
         metrics["oar/ess_ratio"].append(ratio(sums["ess_sum"], sums["ess_rows"]))
         metrics["oar/top_mass"].append(ratio(sums["top_mass_sum"], sums["top_mass_rows"]))
+        for name in STEP_CREDIT:
+            if f"{name}_rows" in sums:  # oar.log_step_credit
+                metrics[f"oar/{name}"].append(ratio(sums[f"{name}_sum"], sums[f"{name}_rows"]))
         metrics["peak_memory_mb"].append(sums["peak_mb"] / ranks)
         metrics["peak_memory_max_mb"].append(maxima["peak_mb"])
         metrics["memory/score_peak_mb"].append(sums["score_peak_mb"] / ranks)
@@ -207,10 +211,8 @@ class OARTrainer(GRPOTrainer):
         active = advantages != 0
         counts = {"rows": float(len(advantages)), "active": active.sum().item()}
 
-        if args.oar_method == "grpo":
-            weights = completion_mask.float()
-            counts |= {"scored": 0.0, "no_answer": 0.0, "nonfinite": 0.0}
-        else:
+        probes = None
+        if args.oar_method != "grpo" or args.oar_log_step_credit:
             probes = probes_from_padded(
                 self.processing_class,
                 output["prompt_ids"],
@@ -222,8 +224,12 @@ class OARTrainer(GRPOTrainer):
                 substitute=args.oar_substitute,
                 answer_statement=args.oar_answer_statement,
             )
-            if args.oar_method in PARSED_SCORERS:
+            if args.oar_method in PARSED_SCORERS or args.oar_log_step_credit:
                 probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
+        if args.oar_method == "grpo":
+            weights = completion_mask.float()
+            counts |= {"scored": 0.0, "no_answer": 0.0, "nonfinite": 0.0}
+        else:
             step = self.state.global_step
             config = ScorerConfig(
                 probe="lt_logits" if step < args.oar_warmup_steps else args.oar_probe,
@@ -258,4 +264,10 @@ class OARTrainer(GRPOTrainer):
             kept = values[active]
             kept = kept[~torch.isnan(kept)]
             counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
+        if args.oar_log_step_credit:
+            # the mechanism's mediator, over the responses with A != 0 (the ones the update moves)
+            shares = step_credit_shares(weights, probes)[active.cpu()]
+            for column, name in enumerate(STEP_CREDIT):
+                kept = shares[:, column][~torch.isnan(shares[:, column])]
+                counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
         return (None if args.oar_method == "grpo" else weights), counts
