@@ -436,19 +436,22 @@ def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
 
     design = _config("mechanism.yaml")["analysis"]["mechanism"]
     seeds = list(range(200, 210))
-    # the mechanism as hypothesised: last step only -10 points, earlier only 0, both 0
-    outcomes = _arms({"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0}, seeds)
+    # the mechanism as hypothesised: last step only -10 points, earlier only 0, both 0; OAR-G -8, rescued 0
+    mechanism_holds = {"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0, "oar_g": -0.08,
+                       "oar_g_rescue": 0.0}
+    outcomes = _arms(mechanism_holds, seeds)
     frame = mechanism.read_contrasts(outcomes, design, seeds)
     assert list(frame["p_holm"]) == pytest.approx(statistics.holm(list(frame["p"])))
     by = frame.set_index("name")
     assert by.loc["last step only costs", "decided"] and by.loc["earlier credit recovers", "decided"]
     assert by.loc["earlier steps only is harmless", "decided"]  # TOST within 3 points at SD 1.4 points
     assert by.loc["interaction", "mean"] == pytest.approx(0.10, abs=0.02)
+    assert by.loc["rescue recovers", "decided"] and by.loc["rescued scorer is harmless", "decided"]
+    assert len(frame) == 6
     _, md = mechanism.mechanism_table(frame, design)
     assert "decided: equivalent within ±3.0" in md
     # noisy seeds: the same means, but no equivalence can be shown, and the table claims none
-    noisy = mechanism.read_contrasts(_arms({"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0},
-                                           seeds, sd=0.06), design, seeds)
+    noisy = mechanism.read_contrasts(_arms(mechanism_holds, seeds, sd=0.06), design, seeds)
     _, md = mechanism.mechanism_table(noisy, design)
     assert not noisy.set_index("name").loc["earlier steps only is harmless", "decided"]
     assert "not shown equivalent" in md and "decided: equivalent" not in md
@@ -467,7 +470,8 @@ def test_the_mediator_table_reads_each_arms_logged_step_credit_from_its_curves()
 
     design = _config("mechanism.yaml")["analysis"]["mechanism"]
     seeds = [200, 201, 202]
-    final_share = {"grpo": 0.10, "truth_final": 0.30, "truth_early": 0.05, "truth": 0.20}
+    final_share = {"grpo": 0.10, "truth_final": 0.30, "truth_early": 0.05, "truth": 0.20, "oar_g": 0.25,
+                   "oar_g_rescue": 0.08}
     curves, acc = [], []
     for method, share in final_share.items():
         for seed in seeds:
@@ -506,12 +510,16 @@ def test_the_mechanism_config_plans_the_2x2_and_bad_contrasts_name_their_key():
     from oar.experiment.config_error import ConfigError
 
     reg = _registry(_mechanism_config())
-    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth_final", "truth_early", "truth"}
-    assert "mechanism" in reg.tables and len(reg.groups["main"]) == 40
+    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth_final", "truth_early", "truth",
+                                                                   "oar_g", "oar_g_rescue"}
+    assert "mechanism" in reg.tables and len(reg.groups["main"]) == 60
+    # every arm logs the mediator; the plain and rescued OAR-G are different runs
+    assert all(reg.runs[r]["oar"]["log_step_credit"] for r in reg.groups["main"])
+    assert len({r for r in reg.groups["main"] if "oar_g" in r}) == 20
     bad = {
         "analysis.mechanism.contrasts[0].margin": [{"name": "a", "plus": ["truth"], "minus": ["grpo"],
                                                     "test": "equivalent"}],
-        "analysis.mechanism.contrasts[0].plus": [{"name": "a", "plus": ["oar_g"], "minus": ["grpo"], "test": "less"}],
+        "analysis.mechanism.contrasts[0].plus": [{"name": "a", "plus": ["oar_p"], "minus": ["grpo"], "test": "less"}],
         "analysis.mechanism.contrasts[0].minus": [{"name": "a", "plus": ["truth", "grpo"], "minus": ["grpo"],
                                                    "test": "less"}],
     }

@@ -27,7 +27,8 @@ from oar.grading import grade
 from oar.method.gate import gate
 from oar.method.importance import score
 from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
-from oar.method.names import BASELINE, METHODS, PARSED_SCORERS
+from oar.method.interventions import hold_to_rest
+from oar.method.names import BASELINE, METHODS, READS_PARSED_STEPS, RESCUES, scorer_of
 from oar.method.probes import Probe, probes_from_padded, token_char_spans
 from oar.method.scorer_config import ScorerConfig
 from oar.training.collective import gathered_for_scoring
@@ -224,7 +225,7 @@ class OARTrainer(GRPOTrainer):
                 substitute=args.oar_substitute,
                 answer_statement=args.oar_answer_statement,
             )
-            if args.oar_method in PARSED_SCORERS or args.oar_log_step_credit:
+            if args.oar_method in READS_PARSED_STEPS or args.oar_log_step_credit:
                 probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
         if args.oar_method == "grpo":
             weights = completion_mask.float()
@@ -245,9 +246,11 @@ class OARTrainer(GRPOTrainer):
             needs_scores = torch.ones_like(active) if args.oar_score_all else active
             # Under FSDP2 the ranks run different numbers of scoring passes: see oar.training.collective.
             with gathered_for_scoring(model):
-                scores = score(args.oar_method, model, probes, config, active=needs_scores.cpu(),
+                scores = score(scorer_of(args.oar_method), model, probes, config, active=needs_scores.cpu(),
                                width=completion_mask.shape[1])
             weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
+            if args.oar_method in RESCUES:  # the mechanism's rescue: the last step's decisive tokens held
+                weights = hold_to_rest(weights, scores.reasoning_mask, [p.final_step for p in probes])
             weights = weights.to(advantages.device) * completion_mask  # padding weight 0
             counts |= {
                 "scored": scores.scored.sum().item(),
