@@ -436,19 +436,22 @@ def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
 
     design = _config("mechanism.yaml")["analysis"]["mechanism"]
     seeds = list(range(200, 210))
-    # the mechanism as hypothesised: last step only -10 points, earlier only 0, both 0
-    outcomes = _arms({"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0}, seeds)
+    # the mechanism as hypothesised: last step only -10 points, earlier only 0, both 0; OAR-G -8, rescued 0
+    mechanism_holds = {"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0, "oar_g": -0.08,
+                       "oar_g_rescue": 0.0}
+    outcomes = _arms(mechanism_holds, seeds)
     frame = mechanism.read_contrasts(outcomes, design, seeds)
     assert list(frame["p_holm"]) == pytest.approx(statistics.holm(list(frame["p"])))
     by = frame.set_index("name")
     assert by.loc["last step only costs", "decided"] and by.loc["earlier credit recovers", "decided"]
     assert by.loc["earlier steps only is harmless", "decided"]  # TOST within 3 points at SD 1.4 points
     assert by.loc["interaction", "mean"] == pytest.approx(0.10, abs=0.02)
+    assert by.loc["rescue recovers", "decided"] and by.loc["rescued scorer is harmless", "decided"]
+    assert len(frame) == 6
     _, md = mechanism.mechanism_table(frame, design)
     assert "decided: equivalent within ±3.0" in md
     # noisy seeds: the same means, but no equivalence can be shown, and the table claims none
-    noisy = mechanism.read_contrasts(_arms({"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0},
-                                           seeds, sd=0.06), design, seeds)
+    noisy = mechanism.read_contrasts(_arms(mechanism_holds, seeds, sd=0.06), design, seeds)
     _, md = mechanism.mechanism_table(noisy, design)
     assert not noisy.set_index("name").loc["earlier steps only is harmless", "decided"]
     assert "not shown equivalent" in md and "decided: equivalent" not in md
@@ -456,6 +459,42 @@ def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
     with pytest.raises(ValueError, match="chain_d8/truth_early seed 204"):
         mechanism.read_contrasts(outcomes[~((outcomes["method"] == "truth_early") & (outcomes["seed"] == 204))],
                                  design, seeds)
+
+
+def test_the_mediator_table_reads_each_arms_logged_step_credit_from_its_curves():
+    """Step-credit shares logged per training step reach the per-seed outcomes as each run's mean over
+    its steps, and the mechanism table reports them per arm over the declared seeds; runs that did not
+    log them leave both without them."""
+    from oar.analysis import mechanism
+    from oar.analysis.outcomes import per_seed_outcomes
+
+    design = _config("mechanism.yaml")["analysis"]["mechanism"]
+    seeds = [200, 201, 202]
+    final_share = {"grpo": 0.10, "truth_final": 0.30, "truth_early": 0.05, "truth": 0.20, "oar_g": 0.25,
+                   "oar_g_rescue": 0.08}
+    curves, acc = [], []
+    for method, share in final_share.items():
+        for seed in seeds:
+            run = f"chain_d8/{method}-seed{seed}"
+            acc.append({"run": run, "benchmark": "chain_test", "pass@1": 0.5})
+            for step in (1, 2):
+                curves.append({"run": run, "model": "chain_d8", "method": method, "seed": seed, "step": step,
+                               "reward": 0.5, "final_step_weight_share": share + (0.02 if step == 2 else 0.0),
+                               "early_steps_weight_share": 0.2, "final_step_token_share": 0.1,
+                               "early_steps_token_share": 0.2})
+    outcomes = per_seed_outcomes(pd.DataFrame(acc), pd.DataFrame(curves), "chain_test", threshold=0.9)
+    assert outcomes.set_index("run").loc["chain_d8/truth_final-seed201", "final_step_weight_share"] == pytest.approx(0.31)
+    weights = mechanism.mediator(outcomes, design, seeds).set_index("method")
+    assert weights.loc["truth_final", "final_step_weight_share"] == pytest.approx(0.31)
+    assert weights.loc["grpo", "n_seeds"] == 3
+    frame = mechanism.read_contrasts(outcomes, design, seeds)
+    _, md = mechanism.mechanism_table(frame, design, weights=mechanism.mediator(outcomes, design, seeds))
+    assert "the mediator" in md and "| truth_final | 3 | 31.0 [31.0, 31.0] | 10.0 |" in md
+
+    plain = per_seed_outcomes(pd.DataFrame(acc), pd.DataFrame(curves).drop(columns=[
+        "final_step_weight_share", "early_steps_weight_share", "final_step_token_share", "early_steps_token_share"]),
+        "chain_test", threshold=0.9)
+    assert "final_step_weight_share" not in plain and mechanism.mediator(plain, design, seeds).empty
 
 
 def _mechanism_config(contrasts=None, **over):
@@ -471,12 +510,16 @@ def test_the_mechanism_config_plans_the_2x2_and_bad_contrasts_name_their_key():
     from oar.experiment.config_error import ConfigError
 
     reg = _registry(_mechanism_config())
-    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth_final", "truth_early", "truth"}
-    assert "mechanism" in reg.tables and len(reg.groups["main"]) == 40
+    assert {reg.runs[r]["method"] for r in reg.groups["main"]} == {"grpo", "truth_final", "truth_early", "truth",
+                                                                   "oar_g", "oar_g_rescue"}
+    assert "mechanism" in reg.tables and len(reg.groups["main"]) == 60
+    # every arm logs the mediator; the plain and rescued OAR-G are different runs
+    assert all(reg.runs[r]["oar"]["log_step_credit"] for r in reg.groups["main"])
+    assert len({r for r in reg.groups["main"] if "oar_g" in r}) == 20
     bad = {
         "analysis.mechanism.contrasts[0].margin": [{"name": "a", "plus": ["truth"], "minus": ["grpo"],
                                                     "test": "equivalent"}],
-        "analysis.mechanism.contrasts[0].plus": [{"name": "a", "plus": ["oar_g"], "minus": ["grpo"], "test": "less"}],
+        "analysis.mechanism.contrasts[0].plus": [{"name": "a", "plus": ["oar_p"], "minus": ["grpo"], "test": "less"}],
         "analysis.mechanism.contrasts[0].minus": [{"name": "a", "plus": ["truth", "grpo"], "minus": ["grpo"],
                                                    "test": "less"}],
     }
@@ -525,3 +568,17 @@ def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_
     # the design is declared by a commit of config/upper-bound.yaml, or the note says why not
     assert "`analysis.upper_bound` in `upper-bound.yaml`" in note
     assert "declared in commit" in note or "no commit declares it" in note
+
+
+def test_training_curves_carry_the_step_credit_only_where_a_run_logged_it(tmp_path):
+    import json
+
+    from oar.analysis.run_outputs import training_curves
+
+    meta = {"model": "chain_d8", "method": "grpo", "seed": 0}
+    plain, logged = tmp_path / "plain.jsonl", tmp_path / "logged.jsonl"
+    plain.write_text(json.dumps({"step": 1, "reward": 0.5}) + "\n")
+    logged.write_text(json.dumps({"step": 1, "reward": 0.5, "final_step_weight_share": 0.3}) + "\n")
+    assert "final_step_weight_share" not in training_curves({"a": meta}, {"a": plain})
+    both = training_curves({"a": meta, "b": meta}, {"a": plain, "b": logged}).set_index("run")
+    assert both.loc["b", "final_step_weight_share"] == 0.3 and np.isnan(both.loc["a", "final_step_weight_share"])

@@ -5,6 +5,7 @@ substitute token, and the config checks that tie them to the chain task."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -307,3 +308,70 @@ def test_the_earlier_steps_truth_gate_is_the_truth_gate_without_the_last_step(to
     assert torch.equal(result.scores + final, truth) and not (result.scores * final).any()
     # training attaches the parsed positions for it, and the trainer accepts it as a method
     assert "truth_early" in PARSED_SCORERS and "truth_early" in METHODS
+
+
+def test_step_credit_shares_say_where_each_gate_puts_the_weight(tokenizer):
+    """The mechanism's mediator: uniform weights (GRPO's) put on each step's decisive tokens exactly their
+    share of the tokens; the final-step truth gate puts more than that on the last step and less on the
+    earlier ones, the truth gate more on both; a response without parsed positions has none."""
+    from oar.method.metrics import STEP_CREDIT, step_credit_shares
+
+    text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}."
+    probe, final, _ = _ground_truth_scored(tokenizer, text, "truth_final", "needs the last step's decisive positions")
+    truth = score("truth", torch.nn.Linear(1, 1), [probe])
+    r = probe.reasoning_len
+    final_tokens, early_tokens = len(set(probe.final_step)), len(set(probe.decisive) - set(probe.final_step))
+    assert final_tokens > 0 and early_tokens > 0
+
+    uniform = step_credit_shares(torch.ones(1, r), [probe])[0]
+    assert uniform.tolist() == pytest.approx([final_tokens / r, early_tokens / r] * 2)
+    by_final = step_credit_shares(gate(final.scores, final.reasoning_mask, 0.4, 2.0), [probe])[0]
+    assert by_final[0] > by_final[2] and by_final[1] < by_final[3]
+    by_truth = step_credit_shares(gate(truth.scores, truth.reasoning_mask, 0.4, 2.0), [probe])[0]
+    assert by_truth[0] > by_truth[2] and by_truth[1] > by_truth[3]
+    unparsed = replace(probe, decisive=None, final_step=None)
+    assert torch.isnan(step_credit_shares(torch.ones(1, r), [unparsed])).all()
+    assert len(STEP_CREDIT) == uniform.numel()
+
+
+def test_the_rescue_holds_oar_gs_credit_on_the_last_step_to_the_rest_in_the_trainer(tokenizer, tmp_path):
+    """Method oar_g_rescue: the trainer scores with OAR-G, attaches the parsed positions and gives the
+    last step's decisive tokens the mean weight of the rest; every other token keeps OAR-G's weight up to
+    the one factor that restores the mass."""
+    from types import SimpleNamespace
+
+    from oar.method.probes import probes_from_padded
+    from oar.training.grpo_trainer import OARConfig, OARTrainer, with_decisive_tokens
+
+    torch.manual_seed(0)
+    model = build_model(PretrainSettings(layers=1, hidden=32), tokenizer).eval()
+    texts = ["3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}.",
+             "3 + 1 = 4. 4 * 2 = 8. Note: teal. 8 - 4 = 4. Therefore, the final answer is \\boxed{4}."]
+    prompt = tokenizer("Start with 3. Add 1. What is the result?", add_special_tokens=False)["input_ids"]
+    responses = [tokenizer(t + tokenizer.eos_token, add_special_tokens=False)["input_ids"] for t in texts]
+    width = max(map(len, responses))
+    output = {"prompt_ids": torch.tensor([prompt] * 2), "prompt_mask": torch.ones(2, len(prompt), dtype=torch.long),
+              "completion_ids": torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in responses]),
+              "completion_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in responses]),
+              "advantages": torch.tensor([1.0, -1.0])}
+
+    def weights(method):
+        args = OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", oar_method=method,
+                         per_device_train_batch_size=2, num_generations=2, oar_substitute=".", seed=1)
+        trainer = SimpleNamespace(args=args, processing_class=tokenizer, model=model, state=SimpleNamespace(global_step=0),
+                                  accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+        return OARTrainer._token_weights(trainer, output)[0]
+
+    plain, rescued = weights("oar_g"), weights("oar_g_rescue")
+    probes = [with_decisive_tokens(tokenizer, p) for p in probes_from_padded(
+        tokenizer, output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],
+        substitute=".", own_conclusion=True)]  # as the trainer builds them (OARConfig's defaults)
+    for i, p in enumerate(probes):
+        r, held = p.reasoning_len, sorted(set(p.final_step))
+        assert held and not torch.equal(plain[i, held], rescued[i, held])
+        rest = [t for t in range(r) if t not in held]
+        factor = rescued[i, rest] / plain[i, rest]
+        assert torch.allclose(factor, factor[0].expand_as(factor))  # the rest keeps OAR-G's shape
+        assert torch.allclose(rescued[i, held], (plain[i, rest].mean() * factor[0]).expand(len(held)))
+        assert rescued[i, :r].sum().item() == pytest.approx(plain[i, :r].sum().item(), rel=1e-5)
+        assert torch.equal(rescued[i, r:], plain[i, r:])

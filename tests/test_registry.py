@@ -337,6 +337,19 @@ def test_exact_oar_p_leaves_window_tokens_out_of_run_settings():
     assert registry(cfg).run_settings("smollm2", "oar_p", 0)["oar"]["window_tokens"] == 32
 
 
+def test_the_step_credit_log_is_in_run_settings_only_when_asked():
+    """Off (the default) it adds no key, so runs made before the setting existed are not retrained; on,
+    every method's run carries it, GRPO's too (the mediator is compared across arms)."""
+    from oar.training.settings import resolve_settings
+
+    settings = registry().run_settings("smollm2", "grpo", 0)
+    assert "log_step_credit" not in settings["oar"]
+    assert resolve_settings(settings)["oar"]["log_step_credit"] is False
+    cfg = load(FIXTURE)
+    cfg["training"]["oar"]["log_step_credit"] = True
+    assert all(registry(cfg).run_settings("smollm2", m, 0)["oar"]["log_step_credit"] for m in ("grpo", "oar_g"))
+
+
 def test_grading_reaches_rewards_probes_and_evaluation():
     reg = registry()
     oar = reg.run_settings("smollm2", "oar_g", 0)["oar"]

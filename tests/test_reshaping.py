@@ -158,3 +158,24 @@ def test_float64_scores_are_gated_in_float64():
     half = gate(torch.tensor([[0.0, 1.0, 3.0, 7.0]], dtype=torch.bfloat16), mask[:, :4], tau=0.5, beta=2.0)
     assert half.dtype == torch.bfloat16
     assert half[0].float().tolist() == pytest.approx(reference_gate([0.0, 1.0, 3.0, 7.0], 0.5, 2.0), abs=2e-2)
+
+
+# ------------------------------------------------------------------------------ the mechanism's rescue
+
+
+def test_hold_to_rest_gives_the_held_tokens_the_rests_mean_and_keeps_the_mass():
+    from oar.method.interventions import hold_to_rest
+
+    weights = torch.tensor([[0.2, 3.0, 2.6, 0.6, 0.6, 1.0, 1.0],
+                            [0.5, 1.5, 1.0, 1.0, 1.0, 1.0, 1.0],
+                            [2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    reasoning = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    out = hold_to_rest(weights, reasoning, [(1, 2), None, (0, 1)])
+    # row 0: the held tokens take the mean of the rest (0.2, 0.6, 0.6 -> 1.4 / 3), then the reasoning is
+    # rescaled to its former sum 7.0 (x 3); the answer tokens keep their 1.0
+    assert torch.allclose(out[0, :5], torch.tensor([0.6, 1.4, 1.4, 1.8, 1.8], dtype=torch.float64))
+    assert out[0, :5].sum().item() == pytest.approx(7.0) and torch.equal(out[0, 5:], weights[0, 5:])
+    assert torch.equal(out[1], weights[1])  # nothing held
+    assert torch.equal(out[2], weights[2])  # all of the reasoning held: no rest to hold it to
+    with pytest.raises(ValueError, match="row 0: positions \\[5\\] are not all reasoning positions"):
+        hold_to_rest(weights, reasoning, [(5,), None, None])

@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from oar.method.probes import probes_from_padded
-from oar.method.names import SCORER_NAMES
+from oar.method.names import GATED
 from oar.training.grpo_trainer import OARConfig, OARTrainer
 from oar.training.settings import SettingsError, resolve_settings
 
@@ -139,7 +139,7 @@ def test_oar_token_advantages_preserve_mass_and_skip_zero_advantage_rows(tiny_mo
     assert trainer._metrics["train"]["oar/ess_ratio"][-1] < 1.0
 
 
-@pytest.mark.parametrize("method", SCORER_NAMES)
+@pytest.mark.parametrize("method", GATED)
 def test_every_method_trains_a_step(tiny_model_dir, tmp_path, method):
     trainer = make_trainer(tiny_model_dir, tmp_path, oar_method=method)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
@@ -431,3 +431,27 @@ def test_trainer_logs_undecided_grades_per_generation_batch(tiny_model_dir, tmp_
     assert trainer._metrics["train"]["grading/undecided"] == [3.0] and reward.undecided == 0
     trainer._generate_and_score_completions(generation_batch(trainer))
     assert trainer._metrics["train"]["grading/undecided"] == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("method", ["grpo", "truth_final"])
+def test_step_credit_is_logged_for_every_method_when_asked(tiny_model_dir, tmp_path, method):
+    """oar.log_step_credit logs the mediator for GRPO too (its uniform weights give each step's decisive
+    tokens their share of the tokens), and metrics.jsonl carries the keys only for runs that log them."""
+    from oar.method.metrics import STEP_CREDIT
+    from oar.training.run import metrics_line
+
+    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method=method, oar_log_step_credit=True)
+    trainer.model.train()
+    trainer._generate_and_score_completions(generation_batch(trainer))
+    logged = {name: trainer._metrics["train"][f"oar/{name}"][-1] for name in STEP_CREDIT}
+    if method == "grpo":
+        assert logged["final_step_weight_share"] == pytest.approx(logged["final_step_token_share"])
+        assert logged["early_steps_weight_share"] == pytest.approx(logged["early_steps_token_share"])
+    line = metrics_line({"reward": 0.5, **{f"oar/{k}": v for k, v in logged.items()}}, step=1)
+    assert all(name in line for name in STEP_CREDIT)
+    assert not any(name in metrics_line({"reward": 0.5}, step=1) for name in STEP_CREDIT)
+
+    quiet = make_trainer(tiny_model_dir, tmp_path / "quiet", oar_method=method)
+    quiet.model.train()
+    quiet._generate_and_score_completions(generation_batch(quiet))
+    assert not any(f"oar/{name}" in quiet._metrics["train"] for name in STEP_CREDIT)

@@ -79,8 +79,9 @@ def build(smk):
     if name == "mechanism":
         from oar.analysis import mechanism
         design = p.mechanism
-        return mechanism.mechanism_table(mechanism.read_contrasts(pd.read_csv(smk.input.outcomes), design,
-                                                                  design["seeds"]), design)
+        outcomes = pd.read_csv(smk.input.outcomes)
+        return mechanism.mechanism_table(mechanism.read_contrasts(outcomes, design, design["seeds"]), design,
+                                         weights=mechanism.mediator(outcomes, design, design["seeds"]))
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]

@@ -16,6 +16,7 @@ METHOD_NAMES = {
     "truth_early": "earlier-steps truth gate",
     "oar_p": "OAR-P",
     "oar_g": "OAR-G",
+    "oar_g_rescue": "OAR-G, last step held",
     "grad_norm": "grad-norm",
     "entropy": "entropy",
     "position": "position",

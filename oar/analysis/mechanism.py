@@ -23,7 +23,8 @@ from typing import Any
 import pandas as pd
 
 from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, markdown_table
-from oar.analysis.statistics import holm, one_sided_t, paired_t, tost
+from oar.analysis.statistics import holm, one_sided_t, paired_t, seed_interval, tost
+from oar.method.metrics import STEP_CREDIT
 
 KEY = "analysis.mechanism"
 TESTS = ("greater", "less", "two-sided", "equivalent")
@@ -106,6 +107,24 @@ def read_contrasts(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Seq
     return frame
 
 
+def mediator(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Sequence[int]) -> pd.DataFrame:
+    """Where each arm of the declared contrasts put the gate's weight during training (the mediator,
+    logged with ``oar.log_step_credit``): per arm, each step-credit share (its run's mean over training
+    steps) as the mean over the declared seeds with its 95% interval. Empty when the runs did not log it."""
+    if not all(k in outcomes for k in STEP_CREDIT):
+        return pd.DataFrame()
+    o = outcomes[(outcomes["model"] == design["model"]) & outcomes["seed"].isin([int(s) for s in seeds])]
+    arms = list(dict.fromkeys(m for c in design["contrasts"] for m in [*c["plus"], *c["minus"]]))
+    rows = []
+    for arm in arms:
+        runs = o[o["method"] == arm]
+        row = {"method": arm, "n_seeds": len(runs)}
+        for k in STEP_CREDIT:
+            row[k], row[f"{k}_low"], row[f"{k}_high"] = seed_interval(list(runs[k]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 # ------------------------------------------------------------------------------------ the table
 
 
@@ -113,10 +132,12 @@ CONTRAST_CLAIMS = {"greater": "above", "less": "below", "two-sided": "different 
                    "equivalent": "equivalent within the margin"}
 
 
-def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared: str = "") -> tuple[pd.DataFrame, str]:
+def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared: str = "",
+                    weights: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
     """The declared contrasts (:func:`read_contrasts`): each with its mean and 95%
     interval (points), the declared test, its p and Holm p over the family, and what is decided. An
-    equivalence is claimed only where its TOST decides it."""
+    equivalence is claimed only where its TOST decides it. With ``weights`` (:func:`mediator`), a second
+    table: where each arm put the weight during training."""
     rows = []
     for r in contrasts.to_dict("records"):
         margin = r.get("margin")
@@ -145,4 +166,23 @@ def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared
             f"inside the margins), the only test by which a table claims equivalence. Holm p: over the "
             f"{len(contrasts)} declared contrasts at alpha {design.get('alpha', 0.05)}; a contrast that is not "
             f"decided says only that this design did not detect it (MDE 80%: two-sided 5%).\n" + declared)
+    if weights is not None and len(weights):
+        md += "\n" + _mediator_section(weights)
     return contrasts, md
+
+
+def _mediator_section(weights: pd.DataFrame) -> str:
+    def share(r, k):
+        return fmt_cell(r[k], r[f"{k}_low"], r[f"{k}_high"])
+
+    rows = [[r["method"], int(r["n_seeds"]), share(r, "final_step_weight_share"),
+             fmt_num(r["final_step_token_share"], 1, 100.0), share(r, "early_steps_weight_share"),
+             fmt_num(r["early_steps_token_share"], 1, 100.0)] for r in weights.to_dict("records")]
+    return ("## Where each arm put the weight during training (the mediator)\n\n"
+            + markdown_table(["arm", "seeds", "last step's decisive tokens: weight, % [95%]", "their tokens, %",
+                              "earlier steps' decisive tokens: weight, % [95%]", "their tokens, %"], rows,
+                             align="lrrrrr")
+            + "\nThe share of the reasoning's token weight (the gate's; GRPO's uniform 1s) on the decisive tokens of the "
+              "last step (the restatement the answer is copied from) and of the earlier steps, on the training "
+              "rollouts with a nonzero advantage, averaged over each run's steps, then over seeds. \"their tokens\" is "
+              "those tokens' share of the reasoning, what uniform weights give.\n")

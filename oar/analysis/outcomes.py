@@ -14,6 +14,7 @@ import pandas as pd
 
 from oar.analysis.formatting import is_missing
 from oar.analysis.statistics import kaplan_meier
+from oar.method.metrics import STEP_CREDIT
 
 PAIRED_METRICS = {
     "final_accuracy": "held-out accuracy after training",
@@ -61,9 +62,10 @@ def threshold_rule(reward_threshold: float | None, reward_gain: float | None) ->
 def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, threshold: float | None,
                       window: int = 5, gain: float | None = None) -> pd.DataFrame:
     """One row per run of a group: model, method, seed, the model's reward threshold
-    (:func:`reward_thresholds`) and each of :data:`PAIRED_METRICS`. A run that never reaches the
-    threshold is right-censored: ``reached`` False and ``steps_to_threshold`` nan (it is known only to
-    need more than its ``steps``)."""
+    (:func:`reward_thresholds`) and each of :data:`PAIRED_METRICS`; where the curves carry them, each
+    step-credit share (``oar.method.metrics.STEP_CREDIT``) averaged over the run's steps. A run that
+    never reaches the threshold is right-censored: ``reached`` False and ``steps_to_threshold`` nan (it
+    is known only to need more than its ``steps``)."""
     rows = []
     acc = acc[acc["benchmark"] == benchmark]
     final = {r: v for r, v in zip(acc["run"], acc["pass@1"])}
@@ -78,8 +80,15 @@ def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, t
         rows.append({"run": run, "model": model, "method": g["method"].iloc[0],
                      "seed": int(g["seed"].iloc[0]), "threshold": thresholds[model], "final_accuracy": final[run],
                      "reward_auc": float(np.nanmean(rewards)), "steps_to_threshold": reached,
-                     "reached": not math.isnan(reached), "steps": len(rewards)})
+                     "reached": not math.isnan(reached), "steps": len(rewards),
+                     **{k: _mean_over_steps(g[k]) for k in STEP_CREDIT if k in g}})
     return pd.DataFrame(rows)
+
+
+def _mean_over_steps(values: pd.Series) -> float:
+    """A run's mean of a per-step metric over the steps that logged it (nan if none did)."""
+    kept = values.dropna()
+    return float(kept.mean()) if len(kept) else math.nan
 
 
 # ------------------------------------------------------------------------------------ censored steps

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from oar.analysis.formatting import is_missing
+from oar.method.metrics import STEP_CREDIT
 
 META_COLUMNS = ("run", "model", "method", "tau", "beta", "probe", "seed")
 # what identifies a method variant across seeds
@@ -113,16 +114,19 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def training_curves(runs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, str | Path]) -> pd.DataFrame:
-    """Long frame: one row per (run, logged step) with the run metadata and every known metric."""
-    rows = []
+    """Long frame: one row per (run, logged step) with the run metadata and every known metric; the
+    step-credit shares (``oar.method.metrics.STEP_CREDIT``) only where some run logged them."""
+    rows, logged = [], False
     for run, path in metrics.items():
         for m in read_metrics(path):
             if "step" not in m:
                 raise ValueError(f"{path}: a metrics line has no 'step'")
             rows.append({**_meta_row(run, runs[run]), "step": int(m["step"]),
-                         **{k: m.get(k) for k in CURVE_METRICS}})
-    frame = pd.DataFrame(rows, columns=[*META_COLUMNS, "step", *CURVE_METRICS])
-    for k in CURVE_METRICS:
+                         **{k: m.get(k) for k in (*CURVE_METRICS, *STEP_CREDIT)}})
+            logged = logged or any(k in m for k in STEP_CREDIT)
+    columns = [*CURVE_METRICS, *(STEP_CREDIT if logged else ())]
+    frame = pd.DataFrame(rows, columns=[*META_COLUMNS, "step", *columns])
+    for k in columns:
         frame[k] = pd.to_numeric(frame[k], errors="coerce")
     return frame
 

@@ -28,6 +28,7 @@ from oar.experiment.hardware import HARDWARE, Hardware, hardware
 from oar.experiment.memory_plan import PlanError, load_config, model_config
 from oar.experiment.runs import GROUP_TABLES
 from oar.experiment.shapes import Shape, shape_of
+from oar.method.names import scorer_of
 
 GB = 1e9
 
@@ -88,9 +89,10 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
     scored = sequences * (1.0 if oar.get("score_all") else assume.scored_share)
     reasoning, probe = reasoning_probe(prompt, completion)
     keep = 1 if oar.get("probe") == "lt_logits" else assume.answer_tokens + 1
-    score = scoring_work(shape, method, oar, prompt, reasoning, probe, keep, scored, trainer["num_generations"],
+    scorer = scorer_of(method) or method  # a rescue costs its scorer's scoring; GRPO none
+    score = scoring_work(shape, scorer, oar, prompt, reasoning, probe, keep, scored, trainer["num_generations"],
                          schedule)
-    calibrated = "oar_g" if method == "grad_norm" else method
+    calibrated = "oar_g" if scorer == "grad_norm" else scorer
     scoring = score.seconds(hw, shape.layers, call_s=hw.scorer_call(calibrated, schedule))
 
     extra = int(bool(trainer.get("use_vllm")) and trainer.get("vllm_importance_sampling_correction", True))

@@ -25,7 +25,7 @@ from oar.experiment.config_error import ConfigError
 from oar.experiment.job_options import JobOptions
 from oar.experiment.job_resources import JobResources
 from oar.files import atomic_write_text
-from oar.method.names import PARSED_SCORERS, SCORER_NAMES, TRUTH_GATES, USES_PROBE
+from oar.method.names import GATED, PARSED_SCORERS, TRUTH_GATES, USES_PROBE
 
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
 GROUPS = ("main", "gating", "grid", "probes", "controls")
@@ -342,7 +342,7 @@ class Registry(JobResources, JobOptions):
     def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> str:
         oar = self.oar_settings(model)
         parts = [method]
-        if method in SCORER_NAMES:
+        if method in GATED:
             tau = oar["tau"] if tau is None else tau
             beta = oar["beta"] if beta is None else beta
             parts.append(f"tau{fmt_float(tau)}-beta{fmt_float(beta)}")
@@ -355,16 +355,17 @@ class Registry(JobResources, JobOptions):
         """Fully resolved settings of one run (what workflow_scripts/train.py reads)."""
         config = self.config
         oar = self.oar_settings(model)
-        if method in SCORER_NAMES:
+        if method in GATED:
             oar["tau"] = float(oar["tau"] if tau is None else tau)
             oar["beta"] = float(oar["beta"] if beta is None else beta)
         if method in USES_PROBE and probe is not None:
             oar["probe"] = probe
         oar.update(self.grading())  # rewards and probes grade as evaluation does
-        if not oar.get("window_tokens"):
-            # exact OAR-P, run.py's default: left out so that runs made before the setting existed keep
-            # their settings, and Snakemake does not retrain them
-            oar.pop("window_tokens", None)
+        for added_later in ("window_tokens", "log_step_credit"):
+            if not oar.get(added_later):
+                # at its default (exact OAR-P; no step-credit log): left out so that runs made before the
+                # setting existed keep their settings, and Snakemake does not retrain them
+                oar.pop(added_later, None)
         return {
             "run_id": self.run_id(model, method, seed, tau, beta, probe),
             "method": method,
@@ -442,8 +443,8 @@ class Registry(JobResources, JobOptions):
             meta[run] = {
                 "model": model_of(run),
                 "method": s["method"],
-                "tau": s["oar"]["tau"] if s["method"] in SCORER_NAMES else None,
-                "beta": s["oar"]["beta"] if s["method"] in SCORER_NAMES else None,
+                "tau": s["oar"]["tau"] if s["method"] in GATED else None,
+                "beta": s["oar"]["beta"] if s["method"] in GATED else None,
                 "probe": s["oar"]["probe"] if s["method"] in USES_PROBE else None,
                 "seed": s["seed"],
             }

@@ -20,6 +20,8 @@ import torch
 from scipy.stats import rankdata
 from torch import Tensor
 
+from oar.method.probes import Probe
+
 # ---------------------------------------------------------------------------------------------------
 # Validation helpers
 # ---------------------------------------------------------------------------------------------------
@@ -127,6 +129,50 @@ def top_mass(advantages: Tensor, mask: Tensor, fraction: float = 0.1) -> Tensor:
     total = magnitude.sum(dim=-1)
     share = torch.where(in_top, ordered, 0.0).sum(dim=-1) / total
     return torch.where(total > 0, share, torch.nan)
+
+
+STEP_CREDIT = ("final_step_weight_share", "early_steps_weight_share", "final_step_token_share",
+               "early_steps_token_share")
+
+
+def step_credit_shares(weights: Tensor, probes: Sequence[Probe]) -> Tensor:
+    """Where each response's credit sits among the steps the chain task's grammar parses: [B, 4] with the
+    columns of ``STEP_CREDIT``.
+
+    For response i with R reasoning tokens and weights w (the gate's, or GRPO's uniform 1s)::
+
+        final_step_weight_share = sum of w over the last step's decisive tokens / sum_t w_t
+        early_steps_weight_share = sum of w over the other decisive tokens   / sum_t w_t
+
+    and the token shares are those tokens' counts over R: what uniform weights give, so a weight share
+    above its token share is credit concentrated there. The mediator of the mechanism test: how much of
+    the gate's weight a method puts on the restatement the answer is copied from. nan for a response
+    without parsed positions (``Probe.decisive``/``final_step`` None), without reasoning, or whose
+    reasoning weight is 0.
+
+    Args:
+        weights: [B, T] token weights on response positions (reasoning first, as ``Probe`` has it).
+        probes: the B responses' probes, with the parsed positions attached.
+    Returns:
+        [B, 4] float64 tensor on the CPU.
+    """
+    if weights.dim() != 2 or weights.shape[0] != len(probes):
+        raise ValueError(f"weights {tuple(weights.shape)} must be [B, T] for the {len(probes)} probes")
+    host = weights.detach().to("cpu", torch.float64)
+    shares = torch.full((len(probes), len(STEP_CREDIT)), torch.nan, dtype=torch.float64)
+    for i, p in enumerate(probes):
+        if p.decisive is None or p.final_step is None or p.reasoning_len == 0:
+            continue
+        row = host[i, : p.reasoning_len]
+        total = row.sum()
+        if total <= 0:
+            continue
+        final = sorted(set(p.final_step))
+        early = sorted(set(p.decisive) - set(p.final_step))
+        shares[i] = torch.stack([row[final].sum() / total, row[early].sum() / total,
+                                 torch.tensor(len(final) / p.reasoning_len, dtype=torch.float64),
+                                 torch.tensor(len(early) / p.reasoning_len, dtype=torch.float64)])
+    return shares
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,10 +15,24 @@ MODEL_SCORERS = ("oar_p", "oar_g", "grad_norm", "entropy", "position", "random")
 TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: every parsed decisive token
 PARSED_SCORERS = (*TRUTH_GATES, "truth_final", "truth_early")
 
-SCORER_NAMES = (*MODEL_SCORERS, *PARSED_SCORERS)  # every method whose weights come from the bi-level gate
-METHODS = (BASELINE, *SCORER_NAMES)
-USES_PROBE = ("oar_p", "oar_g", "grad_norm")  # scorers whose scores read an outcome probe
+SCORER_NAMES = (*MODEL_SCORERS, *PARSED_SCORERS)  # the scorers' registry: one scorer per name
 # scorers that run no forward of the model: the controls that need only the tokens and the parsed scorers
 MODEL_FREE_SCORERS = ("position", "random", *PARSED_SCORERS)
+
+# Mechanism rescues: a scorer's gated weights with the last step's parsed decisive tokens held to the mean
+# weight of the rest of the reasoning (oar.method.interventions); method -> the scorer it rescues.
+RESCUES = {"oar_g_rescue": "oar_g"}
+
+GATED = (*SCORER_NAMES, *RESCUES)  # every method whose weights come from the bi-level gate
+METHODS = (BASELINE, *GATED)
+USES_PROBE = ("oar_p", "oar_g", "grad_norm", "oar_g_rescue")  # methods whose scores read an outcome probe
+READS_PARSED_STEPS = (*PARSED_SCORERS, *RESCUES)  # methods for which training attaches the parsed positions
+
+
+def scorer_of(method: str) -> str | None:
+    """The scorer whose scores a method gates (None for GRPO)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    return None if method == BASELINE else RESCUES.get(method, method)
 
 PROBES = ("lt_logits", "as_mean", "as_joint")  # outcome probes (oar.method.probes reads each off the logits)

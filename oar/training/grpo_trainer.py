@@ -26,8 +26,9 @@ from oar.data import chains
 from oar.grading.grader import grade
 from oar.method.gate import gate
 from oar.method.importance import score
-from oar.method.metrics import ess_ratio, top_mass
-from oar.method.names import BASELINE, METHODS, PARSED_SCORERS
+from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
+from oar.method.interventions import hold_to_rest
+from oar.method.names import BASELINE, METHODS, READS_PARSED_STEPS, RESCUES, scorer_of
 from oar.method.probes import Probe, probes_from_padded, token_char_spans
 from oar.method.scorer_config import ScorerConfig
 from oar.training.collective import gathered_for_scoring
@@ -68,6 +69,7 @@ class OARConfig(GRPOConfig):
     oar_window_tokens: int = _from_settings("window_tokens")
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
     oar_score_all: bool = _from_settings("score_all")
+    oar_log_step_credit: bool = _from_settings("log_step_credit")
 
     def __post_init__(self):
         super().__post_init__()
@@ -193,6 +195,9 @@ class OARTrainer(GRPOTrainer):
         metrics["grading/undecided"].append(sums["undecided"])
         metrics["oar/ess_ratio"].append(ratio(sums["ess_sum"], sums["ess_rows"]))
         metrics["oar/top_mass"].append(ratio(sums["top_mass_sum"], sums["top_mass_rows"]))
+        for name in STEP_CREDIT:
+            if f"{name}_rows" in sums:  # oar.log_step_credit
+                metrics[f"oar/{name}"].append(ratio(sums[f"{name}_sum"], sums[f"{name}_rows"]))
         metrics["peak_memory_mb"].append(sums["peak_mb"] / ranks)
         metrics["peak_memory_max_mb"].append(maxima["peak_mb"])
         metrics["memory/score_peak_mb"].append(sums["score_peak_mb"] / ranks)
@@ -207,10 +212,8 @@ class OARTrainer(GRPOTrainer):
         active = advantages != 0
         counts = {"rows": float(len(advantages)), "active": active.sum().item()}
 
-        if args.oar_method == "grpo":
-            weights = completion_mask.float()
-            counts |= {"scored": 0.0, "no_answer": 0.0, "nonfinite": 0.0}
-        else:
+        probes = None
+        if args.oar_method != "grpo" or args.oar_log_step_credit:
             probes = probes_from_padded(
                 self.processing_class,
                 output["prompt_ids"],
@@ -222,8 +225,12 @@ class OARTrainer(GRPOTrainer):
                 substitute=args.oar_substitute,
                 answer_statement=args.oar_answer_statement,
             )
-            if args.oar_method in PARSED_SCORERS:
+            if args.oar_method in READS_PARSED_STEPS or args.oar_log_step_credit:
                 probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
+        if args.oar_method == "grpo":
+            weights = completion_mask.float()
+            counts |= {"scored": 0.0, "no_answer": 0.0, "nonfinite": 0.0}
+        else:
             step = self.state.global_step
             config = ScorerConfig(
                 probe="lt_logits" if step < args.oar_warmup_steps else args.oar_probe,
@@ -239,9 +246,11 @@ class OARTrainer(GRPOTrainer):
             needs_scores = torch.ones_like(active) if args.oar_score_all else active
             # Under FSDP2 the ranks run different numbers of scoring passes: see oar.training.collective.
             with gathered_for_scoring(model):
-                scores = score(args.oar_method, model, probes, config, active=needs_scores.cpu(),
+                scores = score(scorer_of(args.oar_method), model, probes, config, active=needs_scores.cpu(),
                                width=completion_mask.shape[1])
             weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
+            if args.oar_method in RESCUES:  # the mechanism's rescue: the last step's decisive tokens held
+                weights = hold_to_rest(weights, scores.reasoning_mask, [p.final_step for p in probes])
             weights = weights.to(advantages.device) * completion_mask  # padding weight 0
             counts |= {
                 "scored": scores.scored.sum().item(),
@@ -258,4 +267,10 @@ class OARTrainer(GRPOTrainer):
             kept = values[active]
             kept = kept[~torch.isnan(kept)]
             counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
+        if args.oar_log_step_credit:
+            # the mechanism's mediator, over the responses with A != 0 (the ones the update moves)
+            shares = step_credit_shares(weights, probes)[active.cpu()]
+            for column, name in enumerate(STEP_CREDIT):
+                kept = shares[:, column][~torch.isnan(shares[:, column])]
+                counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
         return (None if args.oar_method == "grpo" else weights), counts

@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from oar.evaluation.generation import eos_token_ids
+from oar.method.metrics import STEP_CREDIT
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
 from oar.training.grpo_trainer import OARConfig, OARTrainer, correctness_reward
 from oar.training.settings import OARSettings, SettingsError, resolve_settings
@@ -60,6 +61,9 @@ METRIC_KEYS = {
     "memory/score_peak_max_mb": "score_peak_memory_max_mb",
     "learning_rate": "learning_rate",
 }
+# Written only by runs that log them (oar.log_step_credit): where the step's credit sits among the chain
+# task's parsed steps (oar.method.metrics.step_credit_shares).
+STEP_CREDIT_KEYS = {f"oar/{name}": name for name in STEP_CREDIT}
 
 
 def load_problems(path: str | os.PathLike, limit: int | None) -> list[dict[str, str]]:
@@ -184,7 +188,8 @@ def metrics_line(log: Mapping[str, Any], step: int) -> dict[str, Any] | None:
     if "reward" not in log:
         return None
     line: dict[str, Any] = {"step": step}
-    for source, target in METRIC_KEYS.items():
+    logged = {**METRIC_KEYS, **{source: target for source, target in STEP_CREDIT_KEYS.items() if source in log}}
+    for source, target in logged.items():
         value = log.get(source)
         line[target] = None if value is None or (isinstance(value, float) and value != value) else value
     parts = [line.get(k) for k in ("step_time_s", "time_generate_s", "time_score_s")]

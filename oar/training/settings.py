@@ -65,6 +65,8 @@ class OARSettings:
     window_tokens: int = _setting(0, "OAR-P recomputes only this many reasoning tokens after a substitution (0: exact)")
     score_all: bool = _setting(False, "also score responses with A = 0 (their loss terms are zero anyway): cost "
                                       "measurements")
+    log_step_credit: bool = _setting(False, "log each step's share of the weight on the chain task's decisive tokens, "
+                                            "last step and earlier steps (oar.method.metrics.step_credit_shares)")
 
     def __post_init__(self):
         for setting in fields(self):
