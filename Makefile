@@ -164,7 +164,7 @@ Try it
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
 
 Test
-  test             the pytest suite (CPU, ~15 min on 2 quiet cores, ~30 with other work on them)
+  test             the pytest suite (CPU, ~15 min on 2 quiet cores, 35-45 with other work on them)
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
