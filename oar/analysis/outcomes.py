@@ -81,14 +81,8 @@ def per_seed_outcomes(acc: pd.DataFrame, curves: pd.DataFrame, benchmark: str, t
                      "seed": int(g["seed"].iloc[0]), "threshold": thresholds[model], "final_accuracy": final[run],
                      "reward_auc": float(np.nanmean(rewards)), "steps_to_threshold": reached,
                      "reached": not math.isnan(reached), "steps": len(rewards),
-                     **{k: _mean_over_steps(g[k]) for k in STEP_CREDIT if k in g}})
+                     **{k: float(g[k].mean()) for k in STEP_CREDIT if k in g}})  # over logged steps; nan if none
     return pd.DataFrame(rows)
-
-
-def _mean_over_steps(values: pd.Series) -> float:
-    """A run's mean of a per-step metric over the steps that logged it (nan if none did)."""
-    kept = values.dropna()
-    return float(kept.mean()) if len(kept) else math.nan
 
 
 # ------------------------------------------------------------------------------------ censored steps

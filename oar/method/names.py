@@ -25,7 +25,8 @@ RESCUES = {"oar_g_rescue": "oar_g"}
 
 GATED = (*SCORER_NAMES, *RESCUES)  # every method whose weights come from the bi-level gate
 METHODS = (BASELINE, *GATED)
-USES_PROBE = ("oar_p", "oar_g", "grad_norm", "oar_g_rescue")  # methods whose scores read an outcome probe
+PROBE_SCORERS = ("oar_p", "oar_g", "grad_norm")  # scorers that read an outcome probe
+USES_PROBE = (*PROBE_SCORERS, *(m for m, s in RESCUES.items() if s in PROBE_SCORERS))  # methods that do
 READS_PARSED_STEPS = (*PARSED_SCORERS, *RESCUES)  # methods for which training attaches the parsed positions
 
 
