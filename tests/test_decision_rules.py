@@ -450,6 +450,7 @@ def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
     assert len(frame) == 6
     _, md = mechanism.mechanism_table(frame, design)
     assert "decided: equivalent within ±3.0" in md
+    assert "decided: below 0.0" in md and "decided: above 0.0" in md  # a margin left out is 0, not a frame's nan
     # noisy seeds: the same means, but no equivalence can be shown, and the table claims none
     noisy = mechanism.read_contrasts(_arms(mechanism_holds, seeds, sd=0.06), design, seeds)
     _, md = mechanism.mechanism_table(noisy, design)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, markdown_table
+from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, is_missing, markdown_table
 from oar.analysis.statistics import holm, one_sided_t, paired_t, seed_interval, tost
 from oar.method.metrics import STEP_CREDIT
 
@@ -140,7 +140,7 @@ def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared
     table: where each arm put the weight during training."""
     rows = []
     for r in contrasts.to_dict("records"):
-        margin = r.get("margin")
+        margin = None if is_missing(r.get("margin")) else r["margin"]  # a margin left out reads nan from the frame
         what = CONTRAST_CLAIMS[r["test"]]
         if r["test"] in ("greater", "less"):
             what += f" {fmt_num(margin or 0.0, 1, 100.0)}"
