@@ -282,14 +282,21 @@ class Registry(JobResources, JobOptions):
 
     def _check_mechanism(self) -> None:
         """The declared contrasts (analysis.mechanism): arms run in runs.main, balanced, tests and margins in
-        range; one family per config (analysis.primary null)."""
+        range, and its step-error tests read on a chain task; one family per config (analysis.primary null)."""
         design = self.config["analysis"].get("mechanism")
         if not design:
             return
+        from oar.analysis import step_errors
         from oar.analysis.mechanism import check_design
+        from oar.data.catalogue import chain_steps
 
         main = self.config["runs"]["main"]
         problems = check_design(design, list(main["methods"]), self._group_models(main))
+        # the step errors are read where the contrasts' accuracies are: the paired benchmark
+        benchmark = (self.config["analysis"]["paired"]["benchmark"]
+                     or (main.get("benchmarks") or self.config["evaluation"]["benchmarks"])[0])
+        problems += step_errors.check_design(design.get("step_errors"), list(main["methods"]), chain_steps(benchmark),
+                                             benchmark)
         if problems:
             raise ConfigError(*problems[0])
         if self.config["analysis"].get("primary") or self.config["analysis"].get("upper_bound"):
