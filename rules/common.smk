@@ -137,13 +137,27 @@ def table_inputs(wildcards):
             "outcomes": rules.paired_analysis.output.outcomes,
             "accuracy": rules.paired_analysis.input.accuracy,
         },
-        "mechanism": {"outcomes": rules.paired_analysis.output.outcomes},
+        "mechanism": {
+            "outcomes": rules.paired_analysis.output.outcomes,
+            "summaries": step_error_summaries(),
+        },
         "upper_bound": {
             "outcomes": rules.paired_analysis.output.outcomes,
             "accuracy": rules.paired_analysis.input.accuracy,
             "curves": rules.paired_analysis.input.curves,
         },
     }[name]
+
+
+def step_error_summaries():
+    """The evaluation summaries whose samples the mechanism's step-error tests read: its policy's main runs
+    on the paired benchmark. samples.jsonl is no declared output, but an evaluation that reruns rewrites
+    its summary last, so the table reruns with it."""
+    design = REG.mechanism
+    if not design or not design.get("step_errors"):
+        return []
+    runs = [r for r in GROUPS["main"] if model_of(r) == design["model"]]
+    return summaries(runs, [REG.paired["benchmark"]])
 
 
 def decision_rules():

@@ -297,3 +297,44 @@ def test_the_declared_design_loads_and_what_the_schema_cannot_say_is_checked():
     repeated = _with()
     repeated["tests"] = repeated["tests"][:1] * 2
     assert step_errors.check_design(repeated, methods, 5, "chain5_test")[0][0] == "analysis.mechanism.step_errors.tests"
+
+
+# ------------------------------------------------------------------------------------ the workflow's table job
+
+
+def test_the_mechanism_table_job_writes_the_step_error_section_from_a_results_tree(tmp_path):
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("tables_job", root / "workflow_scripts" / "tables.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    reg = _registry(_mechanism_config(_with()))
+    design = reg.mechanism
+    problems = chains.split("test", 20, 5)
+    rng = np.random.default_rng(0)
+    outcomes, summaries = [], []
+    for run in reg.groups["main"]:
+        method, seed = reg.runs[run]["method"], reg.runs[run]["seed"]
+        outcomes.append({"run": run, "model": "chain_d8", "method": method, "seed": seed,
+                         "final_accuracy": 0.5 + rng.normal(0, 0.02)})
+        # the final-step gate errs at step 2 in 4 responses of 20 and at step 5 in 6; every other arm in 1 and 1
+        errs = (4, 6) if method == "truth_final" else (1, 1)
+        responses = [_response(p, wrong=tuple(k for k, n in ((2, errs[0]), (5, errs[1])) if i < n))
+                     for i, p in enumerate(problems)]
+        summaries.append(_write_eval(tmp_path, run, responses))
+    pd.DataFrame(outcomes).to_csv(tmp_path / "outcomes.csv", index=False)
+    smk = SimpleNamespace(
+        wildcards=SimpleNamespace(name="mechanism"),
+        input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", summaries=[str(s) for s in summaries]),
+        params=SimpleNamespace(mechanism=design, paired_benchmark="chain5_test"))
+    frame, md = job.build(smk)
+    assert "## Declared contrasts on chain_d8" in md and "## Where the arms write wrong arithmetic" in md
+    errors = frame[frame["family"] == "step errors"].set_index("name")
+    assert len(errors) == 7 and (frame["family"] == "accuracy").sum() == 6
+    # steps 1-4: (4/20 at step 2) / 4 steps = 5% against GRPO's 1.25%, on every seed alike
+    assert errors.loc["final-step gate errs before the last step", "mean"] == pytest.approx(0.05 - 0.0125)
+    assert errors.loc["final-step gate's excess at the last step", "mean"] == pytest.approx(0.25 - 0.0375)
+    assert "| truth_final | 10 | 0.0 [0.0, 0.0] | 20.0 [20.0, 20.0] |" in md

@@ -32,6 +32,19 @@ def _credit(smk):
     return pd.read_csv(smk.input.credit) if "credit" in smk.input.keys() else None
 
 
+def _with_step_errors(frame, md, outcomes, design, smk):
+    """The mechanism table with its step-error tests: their rows (family "step errors" beside the
+    contrasts' "accuracy") and their section."""
+    from oar.analysis import step_errors
+    from oar.data.catalogue import chain_steps
+
+    steps = chain_steps(smk.params.paired_benchmark)
+    meta = outcomes.set_index("run")[["model", "method", "seed"]].to_dict("index")
+    errors = step_errors.step_error_frame(step_errors.samples_by_run(smk.input.summaries), meta, steps)
+    tests, section = step_errors.step_error_report(errors, design, design["seeds"], steps)
+    return pd.concat([frame.assign(family="accuracy"), tests.assign(family="step errors")]), md + "\n" + section
+
+
 def build(smk):
     name = smk.wildcards.name
     p = smk.params
@@ -80,8 +93,11 @@ def build(smk):
         from oar.analysis import mechanism
         design = p.mechanism
         outcomes = pd.read_csv(smk.input.outcomes)
-        return mechanism.mechanism_table(mechanism.read_contrasts(outcomes, design, design["seeds"]), design,
-                                         weights=mechanism.mediator(outcomes, design, design["seeds"]))
+        frame, md = mechanism.mechanism_table(mechanism.read_contrasts(outcomes, design, design["seeds"]), design,
+                                              weights=mechanism.mediator(outcomes, design, design["seeds"]))
+        if design.get("step_errors"):
+            frame, md = _with_step_errors(frame, md, outcomes, design, smk)
+        return frame, md
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]
