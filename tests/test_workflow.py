@@ -101,12 +101,13 @@ def test_schema_matches_library():
 
     from oar.data.catalogue import DATASETS
     from oar.method.importance import SCORERS
-    from oar.method.names import METHODS, MODEL_SCORERS, PROBES, SCORER_NAMES
+    from oar.method.names import DOSES, METHODS, MODEL_SCORERS, PROBES, SCORER_NAMES
     from oar.training.settings import TRAINER_DEFAULTS, OARSettings
 
     schema = load(SCHEMA)
     defs = schema["$defs"]
     assert set(defs["method"]["enum"]) == set(METHODS)
+    assert set(defs["dose_method"]["enum"]) == set(DOSES)
     assert set(SCORERS) == set(SCORER_NAMES)  # every named scorer registered, nothing registered unnamed
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
     assert set(defs["scorer"]["enum"]) == set(MODEL_SCORERS)
