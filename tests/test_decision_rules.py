@@ -669,3 +669,72 @@ def test_the_dose_reading_stops_naming_a_missing_run_and_its_section_says_what_w
     _, md = dose_response.dose_response_section(
         dose_response.read_dose_response(_dose_accuracy(design, flat), design, "chain5_test"), design)
     assert "| slope of accuracy on log2 r" in md and "not decided" in md and "weight, %" not in md
+
+
+def test_the_mechanism_config_plans_the_dose_runs_and_bad_designs_name_their_key():
+    from oar.experiment.config_error import ConfigError
+    from oar.experiment.runs import deep_merge
+
+    reg = _registry(_mechanism_config())
+    design = reg.dose_response
+    assert design["ratios"] == [0.5, 1.0, 2.0, 4.0, 8.0] and design["seeds"] == list(range(200, 210))
+    assert design["alternative"] == "less" and len(design["runs"]) == 50
+    dose = reg.groups["dose"]
+    assert len(dose) == 50 and len(set(dose) - set(reg.groups["main"])) == 40  # ratio 1: the truth arm's runs
+    assert {r["run"] for r in design["runs"] if r["ratio"] == 1.0} == {
+        r for r in reg.groups["main"] if reg.runs[r]["method"] == "truth"}
+    assert {reg.runs[r]["oar"].get("final_step_ratio") for r in dose} == {0.5, None, 2.0, 4.0, 8.0}
+    assert all(reg.runs[r]["oar"]["log_step_credit"] for r in dose)  # the manipulation check is logged
+    assert "mechanism" in reg.tables
+
+    def error(over):
+        with pytest.raises(ConfigError) as e:
+            _registry(deep_merge(_mechanism_config(), over))
+        return e.value.key
+
+    assert error({"analysis": {"dose_response": {"model": "chain_d0"}}}) == "analysis.dose_response.model"
+    assert error({"analysis": {"dose_response": {"alpha": 0.5}}}) == "analysis.dose_response.alpha"
+    assert error({"runs": {"dose": {"ratios": [1, 2]}}}) == "runs.dose.ratios"  # no trend on two levels
+    assert error({"runs": {"dose": {"seeds": [200]}}}) == "runs.dose.seeds"
+    assert error({"runs": {"dose": {"benchmarks": ["chain_test"]}}, "data": {"chain_test": {}},
+                  "evaluation": {"benchmarks": ["chain5_test", "chain_test"]}}) == "runs.dose.benchmarks"
+    assert error({"analysis": {"mechanism": None}}) == "analysis.dose_response"
+    without_runs = _mechanism_config()
+    del without_runs["runs"]["dose"]
+    with pytest.raises(ConfigError) as e:
+        _registry(without_runs)
+    assert e.value.key == "runs.dose"
+
+
+def test_the_table_job_writes_the_dose_response_into_the_mechanism_table(tmp_path):
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("tables_job", root / "workflow_scripts" / "tables.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    reg = _registry(_mechanism_config())
+    seeds = reg.mechanism["seeds"]
+    effects = {"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0, "oar_g": -0.08,
+               "oar_g_rescue": 0.0}
+    _arms(effects, seeds).to_csv(tmp_path / "outcomes.csv", index=False)
+    rng = np.random.default_rng(4)
+    pd.DataFrame([{"run": r["run"], "benchmark": "chain5_test",
+                   "pass@1": 0.5 - 0.02 * math.log2(r["ratio"]) + rng.normal(0, 0.01)}
+                  for r in reg.dose_response["runs"]]).to_csv(tmp_path / "dose_accuracy.csv", index=False)
+    pd.DataFrame([{"run": r["run"], "step": 1, "final_step_weight_share": 0.05 * r["ratio"],
+                   "final_step_token_share": 0.04} for r in reg.dose_response["runs"]]).to_csv(
+        tmp_path / "dose_curves.csv", index=False)
+    smk = SimpleNamespace(
+        wildcards=SimpleNamespace(name="mechanism"),
+        input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", dose_accuracy=tmp_path / "dose_accuracy.csv",
+                              dose_curves=tmp_path / "dose_curves.csv"),
+        params=SimpleNamespace(mechanism=reg.mechanism, dose_response=reg.dose_response, paired_benchmark="chain5_test",
+                               baseline="grpo"))
+    frame, md = job.build(smk)
+    assert md.index("## Declared contrasts") < md.index("## Dose-response: the last step's weight on chain_d8")
+    assert "decided: accuracy falls as the last step's weight grows" in md and "| GRPO (same seeds) |" in md
+    assert list(frame["kind"].value_counts().sort_index().items()) == [("contrast", 6), ("level", 5), ("page", 1),
+                                                                      ("slope", 1)]

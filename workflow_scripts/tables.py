@@ -80,8 +80,9 @@ def build(smk):
         from oar.analysis import mechanism
         design = p.mechanism
         outcomes = pd.read_csv(smk.input.outcomes)
-        return mechanism.mechanism_table(mechanism.read_contrasts(outcomes, design, design["seeds"]), design,
-                                         weights=mechanism.mediator(outcomes, design, design["seeds"]))
+        frame, md = mechanism.mechanism_table(mechanism.read_contrasts(outcomes, design, design["seeds"]), design,
+                                              weights=mechanism.mediator(outcomes, design, design["seeds"]))
+        return _with_dose_response(smk, frame, md, outcomes) if p.dose_response else (frame, md)
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]
@@ -96,6 +97,20 @@ def build(smk):
     if name == "cost":
         return cost_table(pd.read_csv(smk.input.cost), p.train_threads)
     raise ValueError(f"unknown table {name!r}")
+
+
+def _with_dose_response(smk, frame, md, outcomes):
+    """The mechanism table with the declared dose-response as its last section (rows of kind level,
+    slope and page after the contrasts'), GRPO on the same seeds shown for scale."""
+    from oar.analysis import dose_response
+
+    p = smk.params
+    design = p.dose_response
+    reading = dose_response.read_dose_response(pd.read_csv(smk.input.dose_accuracy), design, p.paired_benchmark,
+                                               pd.read_csv(smk.input.dose_curves))
+    reference = dose_response.reference_arm(outcomes, design, p.baseline)
+    rows, section = dose_response.dose_response_section(reading, design, reference)
+    return pd.concat([frame.assign(kind="contrast"), rows], ignore_index=True), md + "\n" + section
 
 
 DECIDED = ("paired_differences", "decisive", "upper_bound", "mechanism")  # tables that apply declared decision rules

@@ -68,8 +68,9 @@ class OARSettings:
                                       "measurements")
     log_step_credit: bool = _setting(False, "log each step's share of the weight on the chain task's decisive tokens, "
                                             "last step and earlier steps (oar.method.metrics.step_credit_shares)")
-    final_step_ratio: float = _setting(1.0, "the dose methods (oar.method.names.DOSES): the last step's decisive tokens' "
-                                            "weight over the earlier steps' decisive tokens' mean weight, mass kept")
+    final_step_ratio: float = _setting(1.0, "the dose methods (oar.method.names.DOSES): the last step's decisive "
+                                            "tokens' weight over the earlier steps' decisive tokens' mean weight, "
+                                            "mass kept")
 
     def __post_init__(self):
         for setting in fields(self):
