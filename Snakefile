@@ -73,7 +73,7 @@ wildcard_constraints:
     dataset="|".join(map(re.escape, config["data"])),
     run="|".join(map(re.escape, list(RUNS) + [f"{m}/base" for m in config["models"]])),
     bench="|".join(map(re.escape, config["evaluation"]["benchmarks"])),
-    group="main|gating|grid|probes|controls",
+    group="main|gating|grid|probes|controls|dose",
     scorer="oar_p|oar_g|grad_norm|entropy|position|random",
     probe="lt_logits|as_mean|as_joint",
     name="[a-z_]+",

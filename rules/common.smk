@@ -140,6 +140,15 @@ def table_inputs(wildcards):
         "mechanism": {
             "outcomes": rules.paired_analysis.output.outcomes,
             "summaries": step_error_summaries(),
+            # the declared dose-response, a section of the mechanism table: its runs' accuracy and curves
+            **(
+                {
+                    "dose_accuracy": f"{R}/analysis/accuracy/dose.csv",
+                    "dose_curves": f"{R}/analysis/credit/dose.csv",
+                }
+                if REG.dose_response
+                else {}
+            ),
         },
         "upper_bound": {
             "outcomes": rules.paired_analysis.output.outcomes,
@@ -169,6 +178,8 @@ def decision_rules():
         "analysis.primary": config["analysis"].get("primary"),
         "analysis.upper_bound": design,
         "analysis.mechanism": config["analysis"].get("mechanism"),
+        "runs.dose": config["runs"].get("dose") or None,
+        "analysis.dose_response": config["analysis"].get("dose_response"),
     }
 
 

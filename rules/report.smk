@@ -44,6 +44,7 @@ rule table:
         # the upper-bound test's design (with every declared seed), and where each decision rule was declared
         upper_bound=REG.upper_bound,
         mechanism=REG.mechanism,
+        dose_response=REG.dose_response,
         configfiles=[os.path.abspath(f) for f in workflow.configfiles],
         decision_rules=decision_rules(),
     script:

@@ -583,3 +583,159 @@ def test_training_curves_carry_the_step_credit_only_where_a_run_logged_it(tmp_pa
     assert "final_step_weight_share" not in training_curves({"a": meta}, {"a": plain})
     both = training_curves({"a": meta, "b": meta}, {"a": plain, "b": logged}).set_index("run")
     assert both.loc["b", "final_step_weight_share"] == 0.3 and np.isnan(both.loc["a", "final_step_weight_share"])
+
+
+# ------------------------------------------------------------------------------ the dose-response (mechanism)
+
+
+def _dose_design(ratios=(0.5, 1.0, 2.0, 4.0), seeds=(200, 201, 202), alternative="less"):
+    runs = [{"ratio": r, "seed": s, "run": f"chain_d8/truth_dose-ratio{r}-seed{s}"} for r in ratios for s in seeds]
+    return {"model": "chain_d8", "method": "truth_dose", "alternative": alternative, "alpha": 0.05,
+            "ratios": list(ratios), "seeds": list(seeds), "runs": runs, "hypothesis": "more on the last step costs"}
+
+
+def _dose_accuracy(design, values):
+    """values: seed -> accuracies in the order of the design's ratios."""
+    return pd.DataFrame([{"run": r["run"], "benchmark": "chain5_test",
+                          "pass@1": values[r["seed"]][design["ratios"].index(r["ratio"])]} for r in design["runs"]])
+
+
+def test_the_dose_slopes_t_test_and_page_trend_match_a_hand_computation_and_scipy():
+    from oar.analysis import dose_response
+
+    design = _dose_design()
+    values = {200: [0.52, 0.50, 0.48, 0.46],   # exactly -0.02 a doubling
+              201: [0.50, 0.51, 0.45, 0.44],
+              202: [0.47, 0.48, 0.47, 0.41]}
+    reading = dose_response.read_dose_response(_dose_accuracy(design, values), design, "chain5_test")
+    # by hand: x = log2 r = -1, 0, 1, 2, centred -1.5, -0.5, 0.5, 1.5 (sum of squares 5)
+    by_hand = {s: sum(c * y for c, y in zip((-1.5, -0.5, 0.5, 1.5), v)) / 5.0 for s, v in values.items()}
+    assert by_hand[200] == pytest.approx(-0.02)
+    slopes = reading["slopes"]
+    for s, v in values.items():
+        assert slopes[s] == pytest.approx(by_hand[s], rel=1e-12)
+        assert slopes[s] == pytest.approx(stats.linregress([-1, 0, 1, 2], v).slope, rel=1e-12)
+    test = reading["slope"]
+    ref = stats.ttest_1samp(list(by_hand.values()), 0.0, alternative="less")
+    assert (test["t"], test["p"]) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-10)
+    ci = stats.ttest_1samp(list(by_hand.values()), 0.0).confidence_interval(0.95)
+    assert (test["ci_low"], test["ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-10)
+    assert test["mean"] == pytest.approx(np.mean(list(by_hand.values()))) and test["n"] == 3
+    # Page's L for a falling order: ranks within each seed (ties averaged), weighted 4, 3, 2, 1 from r = 0.5
+    ranks = [[4, 3, 2, 1], [3, 4, 2, 1], [2.5, 4, 2.5, 1]]
+    rank_sums = np.sum(ranks, axis=0)
+    assert reading["page"]["L"] == pytest.approx(float(np.dot([4, 3, 2, 1], rank_sums)))
+    page = stats.page_trend_test(np.array([values[s] for s in (200, 201, 202)])[:, ::-1])
+    assert reading["page"]["p"] == pytest.approx(page.pvalue) and reading["page"]["method"] == page.method
+    # the levels: mean accuracy over seeds at each ratio, with its t-interval
+    level = reading["levels"].set_index("ratio").loc[4.0]
+    assert level["mean"] == pytest.approx(np.mean([0.46, 0.44, 0.41])) and level["n_seeds"] == 3
+    # a rising dose read against its own declared direction
+    rising = dose_response.read_dose_response(
+        _dose_accuracy(design, {s: v[::-1] for s, v in values.items()}), {**design, "alternative": "greater"},
+        "chain5_test")
+    assert rising["slope"]["p"] == pytest.approx(test["p"]) and rising["page"]["p"] == pytest.approx(page.pvalue)
+    two = dose_response.read_dose_response(_dose_accuracy(design, values), {**design, "alternative": "two-sided"},
+                                           "chain5_test")
+    assert two["slope"]["p"] == pytest.approx(stats.ttest_1samp(list(by_hand.values()), 0.0).pvalue)
+
+
+def test_the_dose_reading_stops_naming_a_missing_run_and_its_section_says_what_was_decided():
+    from oar.analysis import dose_response
+
+    design = _dose_design(ratios=(0.5, 1.0, 2.0, 4.0, 8.0), seeds=tuple(range(200, 210)))
+    rng = np.random.default_rng(3)
+    x = np.log2(design["ratios"])
+    values = {s: list(0.52 - 0.02 * x + rng.normal(0, 0.01, len(x))) for s in design["seeds"]}
+    accuracy = _dose_accuracy(design, values)
+    with pytest.raises(ValueError, match=r"chain_d8/truth_dose-ratio4.0-seed203 \(ratio 4, seed 203\)"):
+        dose_response.read_dose_response(accuracy[accuracy["run"] != "chain_d8/truth_dose-ratio4.0-seed203"], design,
+                                         "chain5_test")
+    curves = pd.DataFrame([{"run": r["run"], "step": step, "final_step_weight_share": 0.05 * r["ratio"] + 0.01 * step,
+                            "final_step_token_share": 0.04} for r in design["runs"] for step in (1, 2)])
+    reading = dose_response.read_dose_response(accuracy, design, "chain5_test", curves)
+    assert reading["levels"].set_index("ratio").loc[2.0, "final_step_weight_share"] == pytest.approx(0.115)
+    reference = dose_response.reference_arm(
+        pd.DataFrame([{"model": "chain_d8", "method": "grpo", "seed": s, "final_accuracy": 0.55}
+                      for s in design["seeds"]]), design, "grpo")
+    frame, md = dose_response.dose_response_section(reading, design, reference)
+    assert "decided: accuracy falls as the last step's weight grows" in md
+    assert "| 2 | 1 | 10 | 50.2 [49.8, 50.6] | 11.5 [11.5, 11.5] | 4.0 |" in md  # with the manipulation check
+    assert "| GRPO (same seeds) |  | 10 | 55.0 [55.0, 55.0] |" in md and "shown for scale, not tested" in md
+    assert "Hypothesis (declared): more on the last step costs" in md
+    assert list(frame["kind"]) == ["level"] * 5 + ["slope", "page"]
+    assert frame.set_index("kind").loc["slope", "mean"] == pytest.approx(-0.02, abs=0.005)
+    # a flat dose: nothing decided, no weight logged, no reference
+    flat = {s: list(0.5 + rng.normal(0, 0.01, len(x))) for s in design["seeds"]}
+    _, md = dose_response.dose_response_section(
+        dose_response.read_dose_response(_dose_accuracy(design, flat), design, "chain5_test"), design)
+    assert "| slope of accuracy on log2 r" in md and "not decided" in md and "weight, %" not in md
+
+
+def test_the_mechanism_config_plans_the_dose_runs_and_bad_designs_name_their_key():
+    from oar.experiment.config_error import ConfigError
+    from oar.experiment.runs import deep_merge
+
+    reg = _registry(_mechanism_config())
+    design = reg.dose_response
+    assert design["ratios"] == [0.5, 1.0, 2.0, 4.0, 8.0] and design["seeds"] == list(range(200, 210))
+    assert design["alternative"] == "less" and len(design["runs"]) == 50
+    dose = reg.groups["dose"]
+    assert len(dose) == 50 and len(set(dose) - set(reg.groups["main"])) == 40  # ratio 1: the truth arm's runs
+    assert {r["run"] for r in design["runs"] if r["ratio"] == 1.0} == {
+        r for r in reg.groups["main"] if reg.runs[r]["method"] == "truth"}
+    assert {reg.runs[r]["oar"].get("final_step_ratio") for r in dose} == {0.5, None, 2.0, 4.0, 8.0}
+    assert all(reg.runs[r]["oar"]["log_step_credit"] for r in dose)  # the manipulation check is logged
+    assert "mechanism" in reg.tables
+
+    def error(over):
+        with pytest.raises(ConfigError) as e:
+            _registry(deep_merge(_mechanism_config(), over))
+        return e.value.key
+
+    assert error({"analysis": {"dose_response": {"model": "chain_d0"}}}) == "analysis.dose_response.model"
+    assert error({"analysis": {"dose_response": {"alpha": 0.5}}}) == "analysis.dose_response.alpha"
+    assert error({"runs": {"dose": {"ratios": [1, 2]}}}) == "runs.dose.ratios"  # no trend on two levels
+    assert error({"runs": {"dose": {"seeds": [200]}}}) == "runs.dose.seeds"
+    assert error({"runs": {"dose": {"benchmarks": ["chain_test"]}}, "data": {"chain_test": {}},
+                  "evaluation": {"benchmarks": ["chain5_test", "chain_test"]}}) == "runs.dose.benchmarks"
+    assert error({"analysis": {"mechanism": None}}) == "analysis.dose_response"
+    without_runs = _mechanism_config()
+    del without_runs["runs"]["dose"]
+    with pytest.raises(ConfigError) as e:
+        _registry(without_runs)
+    assert e.value.key == "runs.dose"
+
+
+def test_the_table_job_writes_the_dose_response_into_the_mechanism_table(tmp_path):
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("tables_job", root / "workflow_scripts" / "tables.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    reg = _registry(_mechanism_config())
+    seeds = reg.mechanism["seeds"]
+    effects = {"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0, "oar_g": -0.08,
+               "oar_g_rescue": 0.0}
+    _arms(effects, seeds).to_csv(tmp_path / "outcomes.csv", index=False)
+    rng = np.random.default_rng(4)
+    pd.DataFrame([{"run": r["run"], "benchmark": "chain5_test",
+                   "pass@1": 0.5 - 0.02 * math.log2(r["ratio"]) + rng.normal(0, 0.01)}
+                  for r in reg.dose_response["runs"]]).to_csv(tmp_path / "dose_accuracy.csv", index=False)
+    pd.DataFrame([{"run": r["run"], "step": 1, "final_step_weight_share": 0.05 * r["ratio"],
+                   "final_step_token_share": 0.04} for r in reg.dose_response["runs"]]).to_csv(
+        tmp_path / "dose_curves.csv", index=False)
+    smk = SimpleNamespace(
+        wildcards=SimpleNamespace(name="mechanism"),
+        input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", dose_accuracy=tmp_path / "dose_accuracy.csv",
+                              dose_curves=tmp_path / "dose_curves.csv"),
+        params=SimpleNamespace(mechanism=reg.mechanism, dose_response=reg.dose_response, paired_benchmark="chain5_test",
+                               baseline="grpo"))
+    frame, md = job.build(smk)
+    assert md.index("## Declared contrasts") < md.index("## Dose-response: the last step's weight on chain_d8")
+    assert "decided: accuracy falls as the last step's weight grows" in md and "| GRPO (same seeds) |" in md
+    assert list(frame["kind"].value_counts().sort_index().items()) == [("contrast", 6), ("level", 5), ("page", 1),
+                                                                      ("slope", 1)]

@@ -375,3 +375,48 @@ def test_the_rescue_holds_oar_gs_credit_on_the_last_step_to_the_rest_in_the_trai
         assert torch.allclose(rescued[i, held], (plain[i, rest].mean() * factor[0]).expand(len(held)))
         assert rescued[i, :r].sum().item() == pytest.approx(plain[i, :r].sum().item(), rel=1e-5)
         assert torch.equal(rescued[i, r:], plain[i, r:])
+
+
+def test_the_dose_sets_the_last_steps_weight_to_r_times_the_earlier_steps_in_the_trainer(tokenizer, tmp_path):
+    """Method truth_dose: the trainer scores with the truth gate, attaches the parsed positions and sets
+    the last step's decisive tokens to oar.final_step_ratio times the earlier steps' decisive tokens'
+    weight, the mass kept; at ratio 1 its weights are the truth gate's, bit for bit."""
+    from types import SimpleNamespace
+
+    from oar.method.probes import probes_from_padded
+    from oar.training.grpo_trainer import OARConfig, OARTrainer, with_decisive_tokens
+
+    model = build_model(PretrainSettings(layers=1, hidden=32), tokenizer).eval()
+    texts = ["3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}.",
+             "3 + 1 = 4. 4 * 2 = 8. Note: teal. 8 - 4 = 4. Therefore, the final answer is \\boxed{4}."]
+    prompt = tokenizer("Start with 3. Add 1. What is the result?", add_special_tokens=False)["input_ids"]
+    responses = [tokenizer(t + tokenizer.eos_token, add_special_tokens=False)["input_ids"] for t in texts]
+    width = max(map(len, responses))
+    output = {"prompt_ids": torch.tensor([prompt] * 2), "prompt_mask": torch.ones(2, len(prompt), dtype=torch.long),
+              "completion_ids": torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in responses]),
+              "completion_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in responses]),
+              "advantages": torch.tensor([1.0, -1.0])}
+
+    def weights(method, ratio=1.0):
+        args = OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", oar_method=method,
+                         per_device_train_batch_size=2, num_generations=2, oar_substitute=".", seed=1,
+                         oar_final_step_ratio=ratio)
+        trainer = SimpleNamespace(args=args, processing_class=tokenizer, model=model, state=SimpleNamespace(global_step=0),
+                                  accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+        return OARTrainer._token_weights(trainer, output)[0]
+
+    truth = weights("truth")
+    assert torch.equal(weights("truth_dose", 1.0), truth)
+    dosed = weights("truth_dose", 4.0)
+    probes = [with_decisive_tokens(tokenizer, p) for p in probes_from_padded(
+        tokenizer, output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],
+        substitute=".", own_conclusion=True)]
+    for i, p in enumerate(probes):
+        r, final = p.reasoning_len, sorted(set(p.final_step))
+        earlier = sorted(set(p.decisive) - set(p.final_step))
+        assert final and earlier
+        assert (dosed[i, final] / dosed[i, earlier].mean()).tolist() == pytest.approx([4.0] * len(final), rel=1e-5)
+        assert dosed[i, :r].sum().item() == pytest.approx(truth[i, :r].sum().item(), rel=1e-5)
+        assert torch.equal(dosed[i, r:], truth[i, r:])
+    with pytest.raises(ValueError, match="'oar.final_step_ratio' must be a finite number above 0"):
+        weights("truth_dose", 0.0)

@@ -391,3 +391,107 @@ def test_schema_default_span_is_exact_oar_p():
 def test_schema_rejects_a_bad_window_naming_the_key(value):
     cfg = _set(load(FIXTURE), "training.oar.window_tokens", value)
     assert _schema_error_path(cfg) == "training.oar.window_tokens"
+
+
+# ------------------------------------------------------------------------------ the dose-response's runs
+
+
+def _dose_config(**dose) -> dict:
+    """The decisive run's config with a dose group on chain_d8 (and the overrides given)."""
+    cfg = load("decisive.yaml")
+    cfg["runs"]["dose"] = {"models": ["chain_d8"], "methods": ["truth_dose"], "ratios": [0.5, 1, 4], "seeds": [3, 4],
+                           **dose}
+    return cfg
+
+
+def test_a_dose_run_has_its_ratio_in_its_id_and_settings_and_ratio_1_is_the_truth_gates_run():
+    reg = registry(_dose_config())
+    assert reg.groups["dose"] == ["chain_d8/truth_dose-tau0.4-beta2.0-ratio0.5-seed3",
+                                  "chain_d8/truth-tau0.4-beta2.0-seed3",
+                                  "chain_d8/truth_dose-tau0.4-beta2.0-ratio4.0-seed3",
+                                  "chain_d8/truth_dose-tau0.4-beta2.0-ratio0.5-seed4",
+                                  "chain_d8/truth-tau0.4-beta2.0-seed4",
+                                  "chain_d8/truth_dose-tau0.4-beta2.0-ratio4.0-seed4"]
+    dosed = reg.runs["chain_d8/truth_dose-tau0.4-beta2.0-ratio4.0-seed3"]
+    assert dosed["method"] == "truth_dose" and dosed["oar"]["final_step_ratio"] == 4.0
+    # ratio 1 is the truth gate's run, the one runs.main trains (same id, same settings)
+    assert reg.runs["chain_d8/truth-tau0.4-beta2.0-seed3"] == reg.run_settings("chain_d8", "truth", 3)
+    assert reg.run_id("chain_d8", "truth_dose", 3, ratio=1) == "chain_d8/truth-tau0.4-beta2.0-seed3"
+    # only a dose reads the ratio: every other run leaves it out, its settings as before the key existed
+    assert all("final_step_ratio" not in s["oar"] for r, s in reg.runs.items() if s["method"] != "truth_dose")
+    # a dose in runs.main takes training.oar.final_step_ratio
+    cfg = _dose_config()
+    cfg["runs"]["main"]["methods"] = [*cfg["runs"]["main"]["methods"], "truth_dose"]
+    cfg["training"]["oar"]["final_step_ratio"] = 2
+    main = registry(cfg).groups["main"]
+    assert "chain_d8/truth_dose-tau0.4-beta2.0-ratio2.0-seed0" in main
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "decisive.yaml", "upper-bound.yaml", "smollm2.yaml",
+                                  "mechanism.yaml"])
+def test_no_run_but_a_dose_has_a_ratio_in_its_id_or_settings(name):
+    """The ratio is a dimension of the dose runs only: every shipped config's other runs keep their ids and
+    settings (oar.final_step_ratio, a key of every resolved config, is left out of them)."""
+    cfg = load(name) if name in ("config.yaml", "paper.yaml", "decisive.yaml", "smollm2.yaml") \
+        else deep_merge(load("decisive.yaml"), load(name))
+    reg = registry(cfg)
+    assert reg.config["training"]["oar"]["final_step_ratio"] == 1.0
+    for run, settings in reg.runs.items():
+        dose = settings["method"] == "truth_dose"
+        assert ("-ratio" in run) == dose and ("final_step_ratio" in settings["oar"]) == dose, run
+    assert bool(reg.groups["dose"]) == (name == "mechanism.yaml")
+
+
+@pytest.mark.parametrize("dose, key", [
+    ({"ratios": []}, "runs.dose.ratios"),
+    ({"ratios": [0]}, "runs.dose.ratios.0"),
+    ({"ratios": [2, -1]}, "runs.dose.ratios.1"),
+    ({"ratios": ["2"]}, "runs.dose.ratios.0"),
+    ({"ratios": [2, 2.0]}, "runs.dose.ratios"),
+    ({"methods": ["truth"]}, "runs.dose.methods.0"),
+])
+def test_schema_rejects_bad_dose_levels_naming_the_key(dose, key):
+    assert _schema_error_path(_dose_config(**dose)) == key
+
+
+def test_bad_dose_levels_stop_the_registry_naming_the_key():
+    """What the schema cannot say, or a config that skipped it: the registry's own checks."""
+    cfg = _dose_config()
+    del cfg["runs"]["dose"]["ratios"]
+    with pytest.raises(ConfigError, match=r"^config error at runs.dose.ratios: None: runs.dose needs its ratios"):
+        registry(cfg)
+    for ratios, shown in (([0.5, 0], "0"), (["4"], "'4'"), ([float("inf")], "inf"), ([True], "True"), ([], "\\[\\]")):
+        cfg = resolved(_dose_config())
+        cfg["runs"]["dose"]["ratios"] = ratios
+        with pytest.raises(ConfigError, match=rf"^config error at runs.dose.ratios: {shown}"):
+            Registry(cfg, TRAINER_KEYS)
+    cfg = resolved(_dose_config())
+    cfg["runs"]["dose"]["ratios"] = [2, 2.0]
+    with pytest.raises(ConfigError, match=r"^config error at runs.dose.ratios: \[2, 2.0\] repeats a ratio"):
+        Registry(cfg, TRAINER_KEYS)
+    # the dose reads the chain task's parsed steps, as the rescue does
+    cfg = load(FIXTURE)
+    cfg["runs"]["dose"] = {"methods": ["truth_dose"], "ratios": [2]}
+    with pytest.raises(ConfigError, match=r"^config error at runs.dose.methods: method 'truth_dose' reads"):
+        registry(cfg)
+    cfg["runs"]["dose"] = {}
+    cfg["runs"]["main"]["methods"] = ["grpo", "oar_g_rescue"]
+    with pytest.raises(ConfigError, match=r"^config error at runs.main.methods: method 'oar_g_rescue' reads"):
+        registry(cfg)
+
+
+@pytest.mark.parametrize("value", [0, -0.5, "4"])
+def test_schema_rejects_a_bad_final_step_ratio_naming_the_key(value):
+    cfg = _set(load(FIXTURE), "training.oar.final_step_ratio", value)
+    assert _schema_error_path(cfg) == "training.oar.final_step_ratio"
+
+
+@pytest.mark.parametrize("value, message", [(0.0, "must be a finite number above 0"),
+                                            (float("nan"), "must be a finite number above 0"), ("4", "must be a number")])
+def test_run_settings_reject_a_bad_final_step_ratio_naming_the_key(value, message):
+    from oar.training.settings import SettingsError, resolve_settings
+
+    settings = registry(_dose_config()).runs["chain_d8/truth_dose-tau0.4-beta2.0-ratio4.0-seed3"]
+    settings = {**settings, "oar": {**settings["oar"], "final_step_ratio": value}}
+    with pytest.raises(SettingsError, match=f"'oar.final_step_ratio' {message}"):
+        resolve_settings(settings)

@@ -179,3 +179,70 @@ def test_hold_to_rest_gives_the_held_tokens_the_rests_mean_and_keeps_the_mass():
     assert torch.equal(out[2], weights[2])  # all of the reasoning held: no rest to hold it to
     with pytest.raises(ValueError, match="row 0: positions \\[5\\] are not all reasoning positions"):
         hold_to_rest(weights, reasoning, [(5,), None, None])
+
+
+# ------------------------------------------------------------------------------ the mechanism's dose
+
+
+def test_set_to_ratio_sets_the_targets_to_r_times_the_references_mean_and_keeps_the_mass():
+    from oar.method.interventions import set_to_ratio
+
+    weights = torch.tensor([[0.5, 3.0, 3.0, 2.0, 1.0, 1.0, 1.0],
+                            [0.5, 1.5, 1.0, 1.0, 1.0, 1.0, 1.0],
+                            [2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    reasoning = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    out = set_to_ratio(weights, reasoning, [(3,), (1,), None], [(1, 2), None, (0,)], 4.0)
+    # row 0: token 3 set to 4 x mean(3.0, 3.0) = 12, then the reasoning (now 0.5 + 3 + 3 + 12 + 1 = 19.5)
+    # rescaled to its former sum 9.5; the answer tokens keep their 1.0
+    scale = 9.5 / 19.5
+    assert torch.allclose(out[0, :5], torch.tensor([0.5, 3.0, 3.0, 12.0, 1.0], dtype=torch.float64) * scale)
+    assert out[0, 3] / out[0, 1:3].mean() == pytest.approx(4.0, rel=1e-12)  # the ratio, exactly
+    assert out[0, :5].sum().item() == pytest.approx(9.5, rel=1e-12) and torch.equal(out[0, 5:], weights[0, 5:])
+    # only the targets move against the rest: every other reasoning token keeps its weight up to the one factor
+    others = [0, 1, 2, 4]
+    assert torch.allclose(out[0, others] / weights[0, others], torch.full((4,), scale, dtype=torch.float64))
+    assert torch.equal(out[1], weights[1])  # no references: nothing to set the targets against
+    assert torch.equal(out[2], weights[2])  # no targets
+    with pytest.raises(ValueError, match="row 0: targets \\[5\\] are not all reasoning positions"):
+        set_to_ratio(weights, reasoning, [(5,), None, None], [None, None, None], 2.0)
+    with pytest.raises(ValueError, match="rows \\[0\\]: targets and references share positions"):
+        set_to_ratio(weights, reasoning, [(1, 3), None, None], [(1, 2), None, None], 2.0)
+    for bad in (0.0, -1.0, float("inf"), float("nan"), "2", True):
+        with pytest.raises(ValueError, match="ratio must be a finite number above 0"):
+            set_to_ratio(weights, reasoning, [(3,), None, None], [(1,), None, None], bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([0.5, 2.0, 4.0, 8.0]))
+def test_the_dose_of_the_truth_gate_is_the_truth_gate_at_ratio_1_and_its_ratio_elsewhere(seed, ratio):
+    """The truth gate's binary scores give every decisive token one weight, so its dose at r = 1 returns
+    the gate's weights bit for bit (the dose-response reuses the truth gate's runs for that level); at any
+    other r the last step's decisive tokens weigh r times the earlier steps', the reasoning's mass kept,
+    and the other tokens keep their relative weights."""
+    from oar.method.interventions import set_to_ratio
+
+    g = torch.Generator().manual_seed(seed)
+    rows, width = 6, int(torch.randint(12, 300, (1,), generator=g))
+    reasoning = torch.zeros(rows, width, dtype=torch.bool)
+    decisive, final, earlier = [], [], []
+    for i in range(rows):
+        length = int(torch.randint(8, width + 1, (1,), generator=g))
+        reasoning[i, :length] = True
+        marked = sorted(torch.randperm(length, generator=g)[: max(2, length // 5)].tolist())
+        cut = max(1, len(marked) // 5)  # the last step's decisive tokens come last
+        decisive.append(marked)
+        final.append(marked[-cut:])
+        earlier.append(marked[:-cut])
+    scores = torch.zeros(rows, width)
+    for i, row in enumerate(decisive):
+        scores[i, row] = 1.0
+    weights = gate(scores, reasoning, 0.4, 2.0)
+    assert torch.equal(set_to_ratio(weights, reasoning, final, earlier, 1.0), weights)
+    out = set_to_ratio(weights, reasoning, final, earlier, ratio)
+    for i in range(rows):
+        assert (out[i, final[i]] / out[i, earlier[i]].mean()).tolist() == pytest.approx([ratio] * len(final[i]), rel=1e-5)
+        assert out[i, reasoning[i]].sum().item() == pytest.approx(weights[i, reasoning[i]].sum().item(), rel=1e-5)
+        assert torch.equal(out[i, ~reasoning[i]], weights[i, ~reasoning[i]])
+        rest = [t for t in range(int(reasoning[i].sum())) if t not in final[i]]
+        factor = out[i, rest] / weights[i, rest]
+        assert torch.allclose(factor, factor[0].expand_as(factor))

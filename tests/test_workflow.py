@@ -101,12 +101,13 @@ def test_schema_matches_library():
 
     from oar.data.catalogue import DATASETS
     from oar.method.importance import SCORERS
-    from oar.method.names import METHODS, MODEL_SCORERS, PROBES, SCORER_NAMES
+    from oar.method.names import DOSES, METHODS, MODEL_SCORERS, PROBES, SCORER_NAMES
     from oar.training.settings import TRAINER_DEFAULTS, OARSettings
 
     schema = load(SCHEMA)
     defs = schema["$defs"]
     assert set(defs["method"]["enum"]) == set(METHODS)
+    assert set(defs["dose_method"]["enum"]) == set(DOSES)
     assert set(SCORERS) == set(SCORER_NAMES)  # every named scorer registered, nothing registered unnamed
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
     assert set(defs["scorer"]["enum"]) == set(MODEL_SCORERS)
@@ -305,3 +306,19 @@ def test_invalid_config_is_rejected_naming_the_key(tmp_path, path, value, messag
     out = proc.stdout + proc.stderr
     assert "config error at" in out and message in out, out[-2000:]
     assert "rule train" not in out  # stopped before planning any job
+
+
+MECHANISM = (ROOT / "config" / "decisive.yaml", ROOT / "config" / "mechanism.yaml")  # `make run-mechanism`
+
+
+def test_the_mechanism_target_plans_the_dose_runs_beside_the_arms(tmp_path):
+    """The declared dose-response trains the truth gate at the four ratios other than 1 on the mechanism's
+    ten seeds (ratio 1 is the truth arm's runs), evaluates them, and reads them into the mechanism table."""
+    counts, jobs = dry_run("mechanism", tmp_path, MECHANISM)
+    runs = trained(jobs)
+    dose = {r for r in runs if "/truth_dose-" in r}
+    assert len(runs) == 100 and len(dose) == 40
+    assert {re.search(r"-ratio([0-9.]+)-", r).group(1) for r in dose} == {"0.5", "2.0", "4.0", "8.0"}
+    assert {int(r.rsplit("seed", 1)[1]) for r in dose} == set(range(200, 210))
+    assert {w["group"] for rule, w in jobs if rule in ("accuracy", "credit")} == {"main", "dose"}
+    assert tables(jobs) == {"mechanism", "paired_differences"} and counts["evaluate"] == 101

@@ -97,7 +97,7 @@ def build(smk):
                                               weights=mechanism.mediator(outcomes, design, design["seeds"]))
         if design.get("step_errors"):
             frame, md = _with_step_errors(frame, md, outcomes, design, smk)
-        return frame, md
+        return _with_dose_response(smk, frame, md, outcomes) if p.dose_response else (frame, md)
     if name == "length_sweep":
         acc = pd.read_csv(smk.input.accuracy)
         base = acc[(acc["method"] == "base") & (acc["benchmark"] == p.paired_benchmark)]
@@ -112,6 +112,20 @@ def build(smk):
     if name == "cost":
         return cost_table(pd.read_csv(smk.input.cost), p.train_threads)
     raise ValueError(f"unknown table {name!r}")
+
+
+def _with_dose_response(smk, frame, md, outcomes):
+    """The mechanism table with the declared dose-response as its last section (rows of kind level,
+    slope and page after the contrasts'), GRPO on the same seeds shown for scale."""
+    from oar.analysis import dose_response
+
+    p = smk.params
+    design = p.dose_response
+    reading = dose_response.read_dose_response(pd.read_csv(smk.input.dose_accuracy), design, p.paired_benchmark,
+                                               pd.read_csv(smk.input.dose_curves))
+    reference = dose_response.reference_arm(outcomes, design, p.baseline)
+    rows, section = dose_response.dose_response_section(reading, design, reference)
+    return pd.concat([frame.assign(kind="contrast"), rows], ignore_index=True), md + "\n" + section
 
 
 DECIDED = ("paired_differences", "decisive", "upper_bound", "mechanism")  # tables that apply declared decision rules

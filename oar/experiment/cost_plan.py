@@ -89,7 +89,7 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
     scored = sequences * (1.0 if oar.get("score_all") else assume.scored_share)
     reasoning, probe = reasoning_probe(prompt, completion)
     keep = 1 if oar.get("probe") == "lt_logits" else assume.answer_tokens + 1
-    scorer = scorer_of(method) or method  # a rescue costs its scorer's scoring; GRPO none
+    scorer = scorer_of(method) or method  # a rescue or a dose costs its scorer's scoring; GRPO none
     score = scoring_work(shape, scorer, oar, prompt, reasoning, probe, keep, scored, trainer["num_generations"],
                          schedule)
     calibrated = "oar_g" if scorer == "grad_norm" else scorer

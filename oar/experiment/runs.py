@@ -1,9 +1,10 @@
 """The run registry: a validated workflow config -> run ids, resolved run settings and the targets.
 
-A run id is ``<model>/<method>[-tau<tau>-beta<beta>][-<probe>]-seed<seed>``: the settings a method
-ignores are left out of its id and set to the defaults in its settings (GRPO ignores tau, beta and the
-probe; entropy, position and random ignore the probe), so identical settings are one run whichever
-table asks for them. Every downstream file is keyed by the run id.
+A run id is ``<model>/<method>[-tau<tau>-beta<beta>][-<probe>][-ratio<ratio>]-seed<seed>``: the settings a
+method ignores are left out of its id and set to the defaults in its settings (GRPO ignores tau, beta and
+the probe; entropy, position and random ignore the probe; only the dose methods read the ratio), so
+identical settings are one run whichever table asks for them. Every downstream file is keyed by the run
+id.
 
 The config is the one Snakemake holds after ``snakemake.utils.validate`` filled in the schema's
 defaults (``config/schema.yaml``). ``rules/common.smk`` builds one :class:`Registry` and turns it into
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 
@@ -25,10 +27,10 @@ from oar.experiment.config_error import ConfigError
 from oar.experiment.job_options import JobOptions
 from oar.experiment.job_resources import JobResources
 from oar.files import atomic_write_text
-from oar.method.names import GATED, PARSED_SCORERS, TRUTH_GATES, USES_PROBE
+from oar.method.names import DOSES, GATED, PARSED_SCORERS, READS_PARSED_STEPS, TRUTH_GATES, USES_PROBE
 
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
-GROUPS = ("main", "gating", "grid", "probes", "controls")
+GROUPS = ("main", "gating", "grid", "probes", "controls", "dose")
 # table name -> the registry group whose runs it compares
 GROUP_TABLES = {
     "main_table": "main",
@@ -107,12 +109,17 @@ class Registry(JobResources, JobOptions):
         self.mechanism = dict(analysis["mechanism"]) if analysis.get("mechanism") else None
         if self.mechanism:
             self.mechanism["seeds"] = declared_seeds
+        self.dose_response = self._dose_design()
         self.upper_bound = dict(analysis["upper_bound"]) if analysis.get("upper_bound") else None
         if self.upper_bound:
             # the declared seeds, in their order (all of them, also in an interim run)
             self.upper_bound["seeds"] = declared_seeds
         if self.paired["benchmark"] is None:
             self.paired["benchmark"] = self.group_benchmarks("main")[0]
+        if self.dose_response and self.paired["benchmark"] not in self.group_benchmarks("dose"):
+            raise ConfigError("runs.dose.benchmarks", f"the dose-response reads final accuracy on "
+                              f"{self.paired['benchmark']!r} (analysis.paired.benchmark), which the dose runs are "
+                              f"not evaluated on ({self.group_benchmarks('dose')})")
         # cost and training curves compare GRPO, OAR and the controls when the controls are trained
         self.cost_group = "controls" if self.groups["controls"] else "main"
         self.tables = self._enabled_tables()
@@ -215,6 +222,7 @@ class Registry(JobResources, JobOptions):
         self._check_primary()
         self._check_upper_bound()
         self._check_mechanism()
+        self._check_dose()
         oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
         for name in config["models"]:
             if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
@@ -303,19 +311,65 @@ class Registry(JobResources, JobOptions):
             raise ConfigError("analysis.mechanism", "the contrasts are this config's decision family; set "
                               "analysis.primary and analysis.upper_bound to null")
 
+    def _check_dose(self) -> None:
+        """The dose runs (runs.dose: every dose method at every ratio, methods and ratios given together)
+        and their declared trend test (analysis.dose_response: its runs planned, a mechanism table to be
+        written into)."""
+        spec = self.config["runs"].get("dose") or {}
+        if spec:
+            for key in ("methods", "ratios"):
+                if not spec.get(key):
+                    raise ConfigError(f"runs.dose.{key}", f"{spec.get(key)!r}: runs.dose needs its {key}, at least "
+                                      "one (or leave runs.dose out)")
+            for m in spec["methods"]:
+                if m not in DOSES:
+                    raise ConfigError("runs.dose.methods", f"{m!r} is not a dose method {list(DOSES)}")
+            for r in spec["ratios"]:
+                if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+                    raise ConfigError("runs.dose.ratios", f"{r!r} is not a ratio: a finite number above 0")
+            if len({float(r) for r in spec["ratios"]}) != len(spec["ratios"]):
+                raise ConfigError("runs.dose.ratios", f"{spec['ratios']} repeats a ratio")
+        design = self.config["analysis"].get("dose_response")
+        if not design:
+            return
+        from oar.analysis.dose_response import check_design
+
+        dose = {**spec, "models": self._group_models(spec), "seeds": self._group_seeds(spec)} if spec else {}
+        problems = check_design(design, dose)
+        if problems:
+            raise ConfigError(*problems[0])
+        if not self.config["analysis"].get("mechanism"):
+            raise ConfigError("analysis.dose_response", "its reading is a section of the mechanism table: "
+                              "declare analysis.mechanism beside it")
+
+    def _dose_design(self) -> dict | None:
+        """analysis.dose_response with what its reading needs from runs.dose: the ratios, the seeds and
+        each (ratio, seed)'s run id (ratio 1 of a dose of the truth gate is the truth gate's run)."""
+        design = self.config["analysis"].get("dose_response")
+        if not design:
+            return None
+        spec = self.config["runs"]["dose"]
+        seeds = [int(s) for s in self._group_seeds(spec)]
+        ratios = [float(r) for r in spec["ratios"]]
+        runs = [{"ratio": r, "seed": s, "run": self.run_id(design["model"], design["method"], s, ratio=r)}
+                for r in ratios for s in seeds]
+        return {"alpha": 0.05, **design, "ratios": ratios, "seeds": seeds, "runs": runs}
+
     def _check_chain_task(self) -> None:
-        """The truth scorer parses the chain task's grammar, and a chain policy is pretrained on chains of
-        as many steps as the RL data has."""
+        """The methods that read the decisive tokens parsed from the chain task's grammar (the truth
+        scorers, the rescue, the dose) train on it, and a chain policy is pretrained on chains of as many
+        steps as the RL data has."""
         from oar.data.catalogue import chain_steps
 
         config = self.config
         steps = chain_steps(config["training"]["dataset"])
         for group in GROUPS:
-            truth = [m for m in config["runs"][group].get("methods", []) if m in PARSED_SCORERS]
-            if truth and steps is None:
+            parsed = [m for m in config["runs"][group].get("methods", []) if m in READS_PARSED_STEPS]
+            if parsed and steps is None:
                 raise ConfigError(f"runs.{group}.methods",
-                                  f"method {truth[0]!r} scores the decisive tokens parsed from the chain task's responses; "
-                                  f"training.dataset {config['training']['dataset']!r} has none to parse")
+                                  f"method {parsed[0]!r} reads the decisive tokens parsed from the chain task's "
+                                  f"responses; training.dataset {config['training']['dataset']!r} has none to parse")
+            truth = [m for m in parsed if m in PARSED_SCORERS]
             models = self._group_models(config["runs"][group])
             if "truth_graded" in truth and all(self.graded_equals_truth(m, "truth_graded") for m in models):
                 raise ConfigError(f"runs.{group}.methods",
@@ -346,7 +400,20 @@ class Registry(JobResources, JobOptions):
         return {"answer_statement": bool(grading.get("answer_statement", True)),
                 "fallback_last_number": bool(grading.get("last_number", True))}
 
-    def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> str:
+    def _dosed(self, model: str, method: str, ratio) -> tuple[str, float | None]:
+        """(method, ratio) as the run they make: the ratio of a dose method (training.oar.final_step_ratio
+        when not given), None for every other method. A dose of the truth gate at ratio 1 is the truth
+        gate: its decisive tokens already share one weight, which oar.method.interventions.set_to_ratio
+        returns unchanged, so that level is the truth gate's run."""
+        if method not in DOSES:
+            return method, None
+        ratio = float(self.oar_settings(model)["final_step_ratio"] if ratio is None else ratio)
+        if ratio == 1.0 and DOSES[method] == "truth":
+            return "truth", None
+        return method, ratio
+
+    def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None, ratio=None) -> str:
+        method, ratio = self._dosed(model, method, ratio)
         oar = self.oar_settings(model)
         parts = [method]
         if method in GATED:
@@ -355,12 +422,15 @@ class Registry(JobResources, JobOptions):
             parts.append(f"tau{fmt_float(tau)}-beta{fmt_float(beta)}")
         if method in USES_PROBE:
             parts.append(oar["probe"] if probe is None else probe)
+        if ratio is not None:
+            parts.append(f"ratio{fmt_float(ratio)}")
         parts.append(f"seed{seed}")
         return f"{model}/{'-'.join(parts)}"
 
-    def run_settings(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None) -> dict:
+    def run_settings(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None, ratio=None) -> dict:
         """Fully resolved settings of one run (what workflow_scripts/train.py reads)."""
         config = self.config
+        method, ratio = self._dosed(model, method, ratio)
         oar = self.oar_settings(model)
         if method in GATED:
             oar["tau"] = float(oar["tau"] if tau is None else tau)
@@ -373,8 +443,12 @@ class Registry(JobResources, JobOptions):
                 # at its default (exact OAR-P; no step-credit log): left out so that runs made before the
                 # setting existed keep their settings, and Snakemake does not retrain them
                 oar.pop(added_later, None)
+        # only a dose reads the ratio: left out of every other run's settings, which stay as they were
+        oar.pop("final_step_ratio", None)
+        if ratio is not None:
+            oar["final_step_ratio"] = ratio
         return {
-            "run_id": self.run_id(model, method, seed, tau, beta, probe),
+            "run_id": self.run_id(model, method, seed, tau, beta, probe, ratio),
             "method": method,
             "seed": int(seed),
             "model": self.model_dir(model),
@@ -412,6 +486,9 @@ class Registry(JobResources, JobOptions):
                     ]
                 elif group == "probes":
                     out += [self.run_settings(model, m, seed, probe=p) for m in spec["methods"] for p in spec["probes"]]
+                elif group == "dose":
+                    out += [self.run_settings(model, m, seed, ratio=r) for m in spec.get("methods") or []
+                            for r in spec.get("ratios") or []]
         return out
 
     def _build(self) -> tuple[dict[str, dict], dict[str, list[str]]]:

@@ -22,18 +22,24 @@ MODEL_FREE_SCORERS = ("position", "random", *PARSED_SCORERS)
 # Mechanism rescues: a scorer's gated weights with the last step's parsed decisive tokens held to the mean
 # weight of the rest of the reasoning (oar.method.interventions); method -> the scorer it rescues.
 RESCUES = {"oar_g_rescue": "oar_g"}
+# Mechanism doses: a scorer's gated weights with the last step's parsed decisive tokens set to
+# oar.final_step_ratio times the mean weight of the earlier steps' (oar.method.interventions); method ->
+# the scorer it doses. The truth gate gives every decisive token one weight, so its dose at ratio 1 is
+# the truth gate itself (the run registry plans that level as the truth gate's run).
+DOSES = {"truth_dose": "truth"}
+INTERVENED = {**RESCUES, **DOSES}  # methods that change a scorer's gated weights -> that scorer
 
-GATED = (*SCORER_NAMES, *RESCUES)  # every method whose weights come from the bi-level gate
+GATED = (*SCORER_NAMES, *INTERVENED)  # every method whose weights come from the bi-level gate
 METHODS = (BASELINE, *GATED)
 PROBE_SCORERS = ("oar_p", "oar_g", "grad_norm")  # scorers that read an outcome probe
-USES_PROBE = (*PROBE_SCORERS, *(m for m, s in RESCUES.items() if s in PROBE_SCORERS))  # methods that do
-READS_PARSED_STEPS = (*PARSED_SCORERS, *RESCUES)  # methods for which training attaches the parsed positions
+USES_PROBE = (*PROBE_SCORERS, *(m for m, s in INTERVENED.items() if s in PROBE_SCORERS))  # methods that do
+READS_PARSED_STEPS = (*PARSED_SCORERS, *INTERVENED)  # methods for which training attaches the parsed positions
 
 
 def scorer_of(method: str) -> str | None:
     """The scorer whose scores a method gates (None for GRPO)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
-    return None if method == BASELINE else RESCUES.get(method, method)
+    return None if method == BASELINE else INTERVENED.get(method, method)
 
 PROBES = ("lt_logits", "as_mean", "as_joint")  # outcome probes (oar.method.probes reads each off the logits)

@@ -27,8 +27,8 @@ from oar.grading.grader import grade
 from oar.method.gate import gate
 from oar.method.importance import score
 from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
-from oar.method.interventions import hold_to_rest
-from oar.method.names import BASELINE, METHODS, READS_PARSED_STEPS, RESCUES, scorer_of
+from oar.method.interventions import hold_to_rest, set_to_ratio
+from oar.method.names import BASELINE, DOSES, METHODS, READS_PARSED_STEPS, RESCUES, scorer_of
 from oar.method.probes import Probe, probes_from_padded, token_char_spans
 from oar.method.scorer_config import ScorerConfig
 from oar.training.collective import gathered_for_scoring
@@ -70,6 +70,7 @@ class OARConfig(GRPOConfig):
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
     oar_score_all: bool = _from_settings("score_all")
     oar_log_step_credit: bool = _from_settings("log_step_credit")
+    oar_final_step_ratio: float = _from_settings("final_step_ratio")
 
     def __post_init__(self):
         super().__post_init__()
@@ -251,6 +252,10 @@ class OARTrainer(GRPOTrainer):
             weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
             if args.oar_method in RESCUES:  # the mechanism's rescue: the last step's decisive tokens held
                 weights = hold_to_rest(weights, scores.reasoning_mask, [p.final_step for p in probes])
+            elif args.oar_method in DOSES:  # the mechanism's dose: the last step's decisive tokens at a ratio
+                weights = set_to_ratio(weights, scores.reasoning_mask, [p.final_step for p in probes],
+                                       [set(p.decisive) - set(p.final_step) for p in probes],
+                                       args.oar_final_step_ratio)
             weights = weights.to(advantages.device) * completion_mask  # padding weight 0
             counts |= {
                 "scored": scores.scored.sum().item(),

@@ -11,6 +11,7 @@ defaults (a test keeps them equal).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -67,6 +68,9 @@ class OARSettings:
                                       "measurements")
     log_step_credit: bool = _setting(False, "log each step's share of the weight on the chain task's decisive tokens, "
                                             "last step and earlier steps (oar.method.metrics.step_credit_shares)")
+    final_step_ratio: float = _setting(1.0, "the dose methods (oar.method.names.DOSES): the last step's decisive "
+                                            "tokens' weight over the earlier steps' decisive tokens' mean weight, "
+                                            "mass kept")
 
     def __post_init__(self):
         for setting in fields(self):
@@ -80,6 +84,10 @@ class OARSettings:
         span = self.span_tokens
         if isinstance(span, bool) or not isinstance(span, int) or span < 1:
             raise SettingsError(f"settings key 'oar.span_tokens' must be an integer >= 1, got {span!r}")
+        ratio = float(self.final_step_ratio)
+        if not (math.isfinite(ratio) and ratio > 0):
+            raise SettingsError(f"settings key 'oar.final_step_ratio' must be a finite number above 0, got "
+                                f"{self.final_step_ratio!r}")
         window = self.window_tokens
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise SettingsError(f"settings key 'oar.window_tokens' must be an integer >= 0, got {window!r}")
