@@ -732,8 +732,9 @@ def test_the_table_job_writes_the_dose_response_into_the_mechanism_table(tmp_pat
         wildcards=SimpleNamespace(name="mechanism"),
         input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", dose_accuracy=tmp_path / "dose_accuracy.csv",
                               dose_curves=tmp_path / "dose_curves.csv"),
-        params=SimpleNamespace(mechanism=reg.mechanism, dose_response=reg.dose_response, paired_benchmark="chain5_test",
-                               baseline="grpo"))
+        # the step-error section reads evaluation samples this tree lacks (tests/test_step_errors.py has it)
+        params=SimpleNamespace(mechanism={**reg.mechanism, "step_errors": None}, dose_response=reg.dose_response,
+                               paired_benchmark="chain5_test", baseline="grpo"))
     frame, md = job.build(smk)
     assert md.index("## Declared contrasts") < md.index("## Dose-response: the last step's weight on chain_d8")
     assert "decided: accuracy falls as the last step's weight grows" in md and "| GRPO (same seeds) |" in md

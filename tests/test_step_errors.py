@@ -329,11 +329,11 @@ def test_the_mechanism_table_job_writes_the_step_error_section_from_a_results_tr
     smk = SimpleNamespace(
         wildcards=SimpleNamespace(name="mechanism"),
         input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", summaries=[str(s) for s in summaries]),
-        params=SimpleNamespace(mechanism=design, paired_benchmark="chain5_test"))
+        params=SimpleNamespace(mechanism=design, dose_response=None, paired_benchmark="chain5_test"))
     frame, md = job.build(smk)
     assert "## Declared contrasts on chain_d8" in md and "## Where the arms write wrong arithmetic" in md
-    errors = frame[frame["family"] == "step errors"].set_index("name")
-    assert len(errors) == 7 and (frame["family"] == "accuracy").sum() == 6
+    errors = frame[frame["kind"] == "step error"].set_index("name")
+    assert len(errors) == 7 and (frame["kind"] == "contrast").sum() == 6
     # steps 1-4: (4/20 at step 2) / 4 steps = 5% against GRPO's 1.25%, on every seed alike
     assert errors.loc["final-step gate errs before the last step", "mean"] == pytest.approx(0.05 - 0.0125)
     assert errors.loc["final-step gate's excess at the last step", "mean"] == pytest.approx(0.25 - 0.0375)

@@ -33,8 +33,8 @@ def _credit(smk):
 
 
 def _with_step_errors(frame, md, outcomes, design, smk):
-    """The mechanism table with its step-error tests: their rows (family "step errors" beside the
-    contrasts' "accuracy") and their section."""
+    """The mechanism table with its step-error tests: their rows (kind "step error" after the contrasts'
+    "contrast") and their section."""
     from oar.analysis import step_errors
     from oar.data.catalogue import chain_steps
 
@@ -42,7 +42,8 @@ def _with_step_errors(frame, md, outcomes, design, smk):
     meta = outcomes.set_index("run")[["model", "method", "seed"]].to_dict("index")
     errors = step_errors.step_error_frame(step_errors.samples_by_run(smk.input.summaries), meta, steps)
     tests, section = step_errors.step_error_report(errors, design, design["seeds"], steps)
-    return pd.concat([frame.assign(family="accuracy"), tests.assign(family="step errors")]), md + "\n" + section
+    return (pd.concat([frame.assign(kind="contrast"), tests.assign(kind="step error")], ignore_index=True),
+            md + "\n" + section)
 
 
 def build(smk):
@@ -125,7 +126,8 @@ def _with_dose_response(smk, frame, md, outcomes):
                                                pd.read_csv(smk.input.dose_curves))
     reference = dose_response.reference_arm(outcomes, design, p.baseline)
     rows, section = dose_response.dose_response_section(reading, design, reference)
-    return pd.concat([frame.assign(kind="contrast"), rows], ignore_index=True), md + "\n" + section
+    frame = frame if "kind" in frame else frame.assign(kind="contrast")
+    return pd.concat([frame, rows], ignore_index=True), md + "\n" + section
 
 
 DECIDED = ("paired_differences", "decisive", "upper_bound", "mechanism")  # tables that apply declared decision rules
