@@ -146,14 +146,14 @@ def test_oar_p_runs_the_forwards_its_schedule_plans(tokenizer_and_models, settin
     spans = [reasoning_spans(p.reasoning_len, config.span_tokens) for p in probes]
     rows = substitution_rows(lengths, [p.reasoning_start for p in probes], [p.reasoning_len for p in probes], spans,
                              config.window_tokens)
-    forwards = substitution_forwards(rows, chunk_tokens)
+    placements, forwards = substitution_forwards(rows, chunk_tokens)
     planned = len(micro_batches(lengths, chunk_tokens)) + len(forwards)
     calls, _ = harness.calls_and_syncs(model, lambda: score("oar_p", model, probes, config))
     assert calls == planned
-    assert all((f.end - f.begin) * f.width <= chunk_tokens or f.end - f.begin == 1 for f in forwards)
-    assert len(rows) == sum(len(s) for s in spans)  # one copy per span of every response
+    assert all(f.tokens <= chunk_tokens or f.rows == 1 for f in forwards)
+    assert len(rows) == sum(len(s) for s in spans) == len(placements)  # one copy per span of every response
     alone = sum(len(substitution_forwards(substitution_rows([n], [p.reasoning_start], [p.reasoning_len], [s],
-                                                            config.window_tokens), chunk_tokens)) + 1
+                                                            config.window_tokens), chunk_tokens)[1]) + 1
                 for n, p, s in zip(lengths, probes, spans))
     assert calls <= alone
     if chunk_tokens >= 100:
@@ -172,8 +172,8 @@ def test_an_attention_implementation_without_4d_masks_is_named():
 @pytest.mark.parametrize("responses, window, chunk_tokens", [(1, 0, 64), (3, 0, 64), (5, 0, 300), (4, 6, 80),
                                                               (6, 0, 40)])
 def test_the_plans_model_of_the_packing_is_the_scorers(responses, window, chunk_tokens):
-    """The memory and cost plans pack the copies of alike responses analytically
-    (oar.experiment.memory_plan.stacked_forwards); the scorer packs real rows. Same forwards, same sizes."""
+    """The memory and cost plans pack the copies of alike responses described by their lengths
+    (oar.experiment.memory_plan.stacked_forwards); the scorer packs its real rows. Same forwards, same sizes."""
     from oar.experiment.memory_plan import oar_p_copies, stacked_forwards
 
     prompt, reasoning, tail = 20, 37, 5
@@ -181,17 +181,23 @@ def test_the_plans_model_of_the_packing_is_the_scorers(responses, window, chunk_
     spans = reasoning_spans(reasoning, 1)
     rows = substitution_rows([probe] * responses, [prompt] * responses, [reasoning] * responses,
                              [spans] * responses, window)
-    scorer = substitution_forwards(rows, chunk_tokens)
-    plan = list(stacked_forwards(oar_p_copies(prompt, reasoning, probe, 1, window), responses, chunk_tokens))
-    assert [(f.end - f.begin, f.width) for f in scorer] == [(sum(n for _, n in m), w) for w, m in plan]
-    assert [f.cache_len for f in scorer] == [max(c for c, _ in m) for _, m in plan]
+    _, scorer = substitution_forwards(rows, chunk_tokens)
+    plan = stacked_forwards(oar_p_copies(prompt, reasoning, probe, 1, window), responses, chunk_tokens)
+    assert [(f.end - f.begin, f.rows, f.width, f.cache_len) for f in scorer] == \
+        [(f.end - f.begin, f.rows, f.width, f.cache_len) for f in plan]
 
 
 def test_a_forward_holds_a_bounded_cache():
-    """Short copies over long prefixes: rows x cached prefix stays within CACHED_PER_CHUNK_TOKEN x chunk."""
-    from oar.method.substitution import CACHED_PER_CHUNK_TOKEN
+    """Short copies over long prefixes: rows x cached prefix stays within CACHED_PER_CHUNK_TOKEN x chunk;
+    copies whose prefixes are alike (a window) share rows instead of taking more forwards."""
+    from oar.method.copy_packing import CACHED_PER_CHUNK_TOKEN
 
-    rows = substitution_rows([1000] * 4, [100] * 4, [890] * 4, [reasoning_spans(890, 1)] * 4)
-    for f in substitution_forwards(rows, 256):
-        assert f.end - f.begin == 1 or ((f.end - f.begin) * f.width <= 256
-                                        and (f.end - f.begin) * f.cache_len <= CACHED_PER_CHUNK_TOKEN * 256)
+    for window in (0, 8):
+        rows = substitution_rows([1000] * 4, [100] * 4, [890] * 4, [reasoning_spans(890, 1)] * 4, window)
+        placements, forwards = substitution_forwards(rows, 256)
+        for f in forwards:
+            assert f.rows == 1 or (f.tokens <= 256 and f.rows * f.cache_len <= CACHED_PER_CHUNK_TOKEN * 256)
+        if window:
+            suffix = sum(r[2] + r[4] for r in rows)
+            assert all(f.end - f.begin > f.rows for f in forwards[:-1])  # several copies to a row
+            assert sum(f.tokens for f in forwards) < 1.05 * suffix  # and little padding

@@ -423,23 +423,24 @@ def test_stacked_schedule_after_the_scorer_change():
     assert _check_plan(shape, paper, hw, "stacked").scoring < _check_plan(shape, paper, hw, "per_response").scoring
 
 
-def test_stacked_packing_matches_a_copy_by_copy_simulation():
-    """oar_p_work's packing by copy length with multiplicities equals packing the copies one by one:
-    sorted longest first, a forward takes rows while rows x its longest <= chunk_tokens."""
+def test_stacked_work_counts_the_scorers_packed_forwards():
+    """oar_p_work counts the forwards of the scorer's own packing (oar.method.copy_packing) of the copies
+    of alike responses: one call per forward, every row's width over the forward's cached prefix, the
+    output head at each copy's kept positions, and the clean passes."""
+    from oar.method.copy_packing import pack_copies
+
     _, shape = _model("qwen2")
     for responses, chunk, span, window in ((3, 64, 1, 0), (5, 200, 2, 0), (4, 96, 1, 8), (2, 1, 1, 0)):
         prompt, reasoning, probe = 16, 40, 16 + 40 + 6
-        copies = sorted([c for _ in range(responses) for c in oar_p_copies(prompt, reasoning, probe, span,
-                                                                               window)], key=lambda c: -c[0])
-        forwards, flops, i = 0, 0.0, 0
-        while i < len(copies):
-            longest = copies[i][0]
-            rows = max(1, chunk // longest)
-            flops += sum(cm.forward_flops(shape, longest, c, 3) for _, c in copies[i : i + rows])
-            forwards, i = forwards + 1, i + rows
+        copies = oar_p_copies(prompt, reasoning, probe, span, window)
+        probes = [i for i in range(responses) for _ in copies]
+        _, forwards = pack_copies(probes, [int(run) for _ in range(responses) for run, _ in copies],
+                                  [int(c) for _ in range(responses) for _, c in copies], chunk)
+        flops = sum(f.rows * cm.forward_flops(shape, f.width, f.cache_len, keep=0)
+                    + (f.end - f.begin) * cm.forward_flops(shape, 0, keep=3) for f in forwards)
         clean = math.ceil(responses / max(1, chunk // probe))
         work = cm.oar_p_work(shape, prompt, reasoning, probe, 3, chunk, span, window, responses=responses)
-        assert work.calls == forwards + clean and work.forwards == work.calls
+        assert work.calls == len(forwards) + clean and work.forwards == work.calls
         assert work.flops == pytest.approx(flops + responses * cm.forward_flops(shape, probe, keep=3))
 
 

@@ -127,30 +127,29 @@ def test_a_layout_that_is_not_full_shard_is_refused(tmp_path):
 
 
 def test_oar_p_largest_forward_follows_the_stacked_schedule():
-    """Copies of all the call's responses, sorted by length and packed as the scorer packs them (rows x
-    longest <= chunk_tokens, rows x longest prefix <= CACHED_PER_CHUNK_TOKEN x chunk_tokens): the largest
-    forward by cached positions (each row holding the forward's longest prefix and its run) is the
-    scorer's own; stacking responses fills forwards one response alone cannot, and the cache stays bounded;
-    with a window K the rows run over the whole prompt and reasoning."""
-    from oar.method.substitution import (CACHED_PER_CHUNK_TOKEN, reasoning_spans, substitution_forwards,
-                                         substitution_rows)
+    """Copies of all the call's responses packed as the scorer packs them (rows of one response's copies
+    over its prefix, rows x width <= chunk_tokens, rows x prefix <= CACHED_PER_CHUNK_TOKEN x chunk_tokens):
+    the largest forward by cached positions is the scorer's own; stacking responses fills forwards one
+    response alone cannot, and the cache stays bounded; with a window K the rows run over the whole
+    prompt and reasoning."""
+    from oar.method.copy_packing import CACHED_PER_CHUNK_TOKEN
+    from oar.method.substitution import reasoning_spans, substitution_forwards, substitution_rows
 
     tail = memory_plan.CONCLUDE_AND_ANSWER_TOKENS
-    probe, prompt, chunk, responses = 1560, 512, 2048, 64
+    probe, prompt, chunk, responses = 1560, 512, 2048, 16
     reasoning = probe - prompt - tail
     for window in (0, 64):
         rows = substitution_rows([probe] * responses, [prompt] * responses, [reasoning] * responses,
                                  [reasoning_spans(reasoning, 1)] * responses, window)
-        worst = max(((f.end - f.begin) * (f.cache_len + f.width), (f.end - f.begin) * f.width)
-                    for f in substitution_forwards(rows, chunk))
+        worst = max((f.rows * (f.cache_len + f.width), f.tokens) for f in substitution_forwards(rows, chunk)[1])
         cached, run = memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window, responses=responses)
         assert (cached, run) == worst and run <= chunk
         assert cached <= CACHED_PER_CHUNK_TOKEN * chunk + run
         assert memory_plan.oar_p_peak_tokens(probe, prompt, chunk, window, responses=1)[1] <= run
-        forwards = list(memory_plan.stacked_forwards(memory_plan.oar_p_copies(prompt, reasoning, probe, 1, window),
-                                                     responses, chunk))
-        assert all(sum(n for _, n in members) * longest <= chunk for longest, members in forwards)
-        assert sum(n for _, members in forwards for _, n in members) == responses * reasoning
+        forwards = memory_plan.stacked_forwards(memory_plan.oar_p_copies(prompt, reasoning, probe, 1, window),
+                                                responses, chunk)
+        assert all(f.tokens <= chunk for f in forwards)
+        assert sum(f.end - f.begin for f in forwards) == responses * reasoning
 
 
 def _check_phase(method, tokens, prompt=93):

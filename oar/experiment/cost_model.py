@@ -153,9 +153,9 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
     window K (``oar.window_tokens``) a row runs min(max(w, K), R - a) reasoning tokens and the tail over
     the cache of the whole prompt and reasoning.
 
-    ``stacked`` (``oar.method.substitution`` now): the copies of all responses sorted by length, longest
-    first, packed greedily into forwards of rows x longest <= ``chunk_tokens`` (at least one row, each
-    padded to the longest); the clean probes in micro-batches of rows x probe <= ``chunk_tokens``; no host
+    ``stacked`` (``oar.method.substitution`` now): the copies of all responses packed by the scorer's own
+    packing (``oar.method.copy_packing``): rows of copies of one response over its prefix, rows x width
+    <= ``chunk_tokens``; the clean probes in micro-batches of rows x probe <= ``chunk_tokens``; no host
     synchronisation inside the loops (``overlapped``).
     ``per_response`` (before): one response at a time, its clean forward alone, then chunks of
     ``chunk_tokens // suffix`` copies from the chunk's first position (``chunk_tokens // (K + tail)``
@@ -171,10 +171,13 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
     work = Work(flops=responses * forward_flops(shape, probe, keep=keep), calls=clean_calls, forwards=clean_calls,
                 overlapped=True)
     copies = oar_p_copies(prompt, reasoning, probe, span, window)
-    for longest, members in stacked_forwards(copies, responses, chunk_tokens):
+    for fwd in stacked_forwards(copies, responses, chunk_tokens):
+        # every row runs its width over the forward's cached prefix (masked, still computed); the output
+        # head runs only at each copy's kept positions
         work.calls += 1
         work.forwards += 1
-        work.flops += sum(rows * forward_flops(shape, longest, cached, keep) for cached, rows in members)
+        work.flops += fwd.rows * forward_flops(shape, fwd.width, fwd.cache_len, keep=0) \
+            + (fwd.end - fwd.begin) * forward_flops(shape, 0, keep=keep)
     return work
 
 

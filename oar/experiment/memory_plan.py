@@ -13,10 +13,10 @@ What a GPU holds at the peak of each phase of one training step, per process (on
   call on every rank), and the scorer's activations. Scoring runs inside the training forward's autocast
   (accelerate wraps the model's forward): with bf16 mixed precision its activations and KV caches are
   bf16 even over float32 weights. OAR-P keeps the clean probe's KV cache of every response of the
-  scoring call (its copies from all responses are stacked, sorted by length, into forwards of up to
-  ``chunk_tokens`` tokens), and the largest forward's cache: each row holds its own copy of its prefix
-  for every layer (transformers' cache concatenates per row), so a forward's rows x prefix positions are
-  bounded by ``oar.method.substitution.CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``. OAR-G runs a forward with grad on
+  scoring call (its copies from all responses packed into forwards of up to ``chunk_tokens`` tokens,
+  several copies of one response to a row), and the largest forward's cache: each row holds its
+  response's prefix for every layer (transformers' cache concatenates per row), so a forward's rows x
+  prefix positions are bounded by ``oar.method.copy_packing.CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``. OAR-G runs a forward with grad on
   the input embeddings (eval mode: no gradient checkpointing) of a micro-batch of probes
   (``chunk_tokens``, at least one probe) and its backward; over float32 weights autocast's bf16 copies
   of the weights are held for that backward.
@@ -51,7 +51,7 @@ import torch
 import yaml
 
 from oar.experiment.shapes import Shape, shape_of
-from oar.method.substitution import CACHED_PER_CHUNK_TOKEN
+from oar.method.copy_packing import CACHED_PER_CHUNK_TOKEN, PackedForward, pack_copies
 from oar.training.settings import OARSettings
 
 GB = 1e9
@@ -313,49 +313,31 @@ def oar_p_copies(prompt: float, reasoning: int, probe: float, span: int = 1,
     return sorted(copies, key=lambda c: -c[0])
 
 
-def stacked_forwards(copies: list[tuple[float, float]], responses: int, chunk_tokens: int):
-    """``oar.method.substitution.substitution_forwards``'s packing of the copies of ``responses`` alike
-    responses: sorted by length, longest first, a forward takes rows while rows x its longest row <=
-    ``chunk_tokens`` and rows x its longest cached prefix <= ``CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``
-    (at least one). Yields (longest run, [(prefix tokens, rows), ...]) per forward; every row runs the
-    longest's tokens and holds the longest prefix's cache."""
-    longest, rows, widest, members = None, 0, 0.0, []
-    for run, cached in copies:
-        left = max(1, int(responses))
-        while left:
-            if longest is None:
-                longest, rows, widest, members = run, 0, cached, []
-            widest = max(widest, cached)
-            cap = max(1, min(int(chunk_tokens // longest),
-                             int(CACHED_PER_CHUNK_TOKEN * chunk_tokens // max(widest, 1))))
-            take = max(0, min(left, cap - rows))
-            if take == 0:  # the next row's prefix does not fit this forward's cache budget
-                yield longest, members
-                longest = None
-                continue
-            members.append((cached, take))
-            rows, left = rows + take, left - take
-            if rows >= cap:
-                yield longest, members
-                longest = None
-    if longest is not None:
-        yield longest, members
+def stacked_forwards(copies: list[tuple[float, float]], responses: int, chunk_tokens: int) -> list[PackedForward]:
+    """The scorer's own packing (``oar.method.copy_packing.pack_copies``) of the copies of ``responses``
+    alike responses, each given as (tokens run, cached prefix) by :func:`oar_p_copies` (rounded to whole
+    tokens): rows of copies of one response over its prefix, rows x width <= ``chunk_tokens``."""
+    return list(_packed(tuple((int(round(run)), int(round(cached))) for run, cached in copies),
+                        max(1, int(responses)), int(chunk_tokens)))
+
+
+@functools.lru_cache(maxsize=256)
+def _packed(copies: tuple[tuple[int, int], ...], responses: int, chunk_tokens: int) -> tuple[PackedForward, ...]:
+    probes = [i for i in range(responses) for _ in copies]
+    lengths = [max(1, run) for _ in range(responses) for run, _ in copies]
+    cached = [c for _ in range(responses) for _, c in copies]
+    return tuple(pack_copies(probes, lengths, cached, chunk_tokens)[1])
 
 
 def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int, window: int = 0,
                       responses: int = 1, span: int = 1) -> tuple[int, int]:
     """(cache tokens materialised, tokens run) of OAR-P's largest forward of substituted copies: each row's
-    cache is its prefix and its run, materialised at full length by ``DynamicCache.update``
-    (``torch.cat``); the forward with the most cached tokens (the short copies near the reasoning's end,
-    many to a forward once several responses are stacked)."""
+    cache is its response's prefix (the forward's longest) and its run, materialised at full length by
+    ``DynamicCache.update`` (``torch.cat``); the forward with the most cached tokens."""
     reasoning = probe_tokens - prompt_tokens - CONCLUDE_AND_ANSWER_TOKENS
     copies = oar_p_copies(prompt_tokens, reasoning, probe_tokens, span, window)
-    worst = (0, 0)
-    for longest, members in stacked_forwards(copies, responses, chunk_tokens):
-        rows = sum(n for _, n in members)
-        widest = max(cached for cached, _ in members)  # every row holds the forward's longest prefix
-        worst = max(worst, (int(rows * (widest + longest)), int(rows * longest)))
-    return worst
+    return max(((f.rows * (f.cache_len + f.width), f.tokens) for f in stacked_forwards(copies, responses, chunk_tokens)),
+               default=(0, 0))
 
 
 def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt_tokens: int,

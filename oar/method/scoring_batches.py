@@ -23,7 +23,8 @@ different answer lengths and outcome kinds included (:class:`OutcomeRows`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -92,6 +93,71 @@ def row_inputs(table: Tensor, width: int, cache_len: int, flat_ids: Tensor, star
     own = (t[None, None, :] <= t[None, :, None]) & real[:, None, :] & real[:, :, None]
     own = own | torch.eye(width, dtype=torch.bool, device=device)[None]  # padding queries see themselves
     return ids, position, model_mask(torch.cat([cached, own], dim=-1), fmt)
+
+
+def packed_inputs(table: Tensor, placement: Tensor, rows: int, width: int, cache_len: int, flat_ids: Tensor,
+                  starts: Tensor, substitute_id: int, fmt: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Inputs of a forward whose rows each hold several copies of one probe side by side (OAR-P's packed
+    copies, ``oar.method.copy_packing``): the copies in ``table`` (a slice of :func:`row_table`) start at
+    (row, column) ``placement`` [C, 2]. Returns token ids and position ids [rows, width], the 4D mask
+    [rows, 1, width, cache_len + width] and each copy's last column as a flat index into rows x width.
+
+    A query sees its own copy's cached positions (``cache_end``, and with a window the tail's clean
+    reasoning) and the tokens of its own copy up to itself, never a neighbour's: the row's cache is its
+    probe's clean prefix, shared by its copies. Padding queries see the padding before them and themselves."""
+    device = flat_ids.device
+    copies = table.shape[0]
+    length = table[:, FIRST_LEN] + table[:, SECOND_LEN]
+    u = torch.arange(width, device=device)[None, :]  # index within a copy
+    real = u < length[:, None]
+    in_second = u >= table[:, FIRST_LEN, None]
+    position = torch.where(in_second, table[:, SECOND, None] + u - table[:, FIRST_LEN, None], table[:, FIRST, None] + u)
+    position = torch.where(real, position, 0)
+    ids = flat_ids[starts[table[:, PROBE]][:, None] + position]
+    ids = torch.where(u < table[:, SUBSTITUTED, None], substitute_id, ids)
+    spare = rows * width  # a slot past the forward that takes every padding write
+    slot = torch.where(real, placement[:, :1] * width + placement[:, 1:] + u, spare).reshape(-1)
+
+    def scatter(values: Tensor, fill) -> Tensor:
+        out = torch.full((spare + 1,), fill, dtype=values.dtype, device=device)
+        out.index_put_((slot,), values.reshape(-1))
+        return out[:spare].view(rows, width)
+
+    copy_of = scatter(torch.arange(copies, device=device)[:, None].expand(copies, width), -1)
+    token_ids = scatter(ids, substitute_id)
+    positions = scatter(position, 0)
+    second = scatter(in_second, False)
+    occupied = copy_of >= 0
+    own_row = table[copy_of.clamp_min(0)]  # [rows, width, fields]: each column's copy
+    key = torch.arange(cache_len, device=device)
+    cached = (key < own_row[..., CACHE_END, None]) | (
+        second[..., None] & (key >= own_row[..., TAIL_BEGIN, None]) & (key < own_row[..., TAIL_END, None]))
+    cached = cached & occupied[..., None]
+    t = torch.arange(width, device=device)
+    own = (copy_of[:, None, :] == copy_of[:, :, None]) & (t[None, None, :] <= t[None, :, None])
+    own = own | torch.eye(width, dtype=torch.bool, device=device)[None]
+    last = placement[:, 0] * width + placement[:, 1] + length - 1
+    return token_ids, positions, model_mask(torch.cat([cached, own], dim=-1), fmt), last
+
+
+@contextmanager
+def logits_at(model, index: Tensor) -> Iterator[None]:
+    """While active, the model's output head computes logits only at ``index`` (flat positions into the
+    forward's rows x columns; any shape, e.g. [copies, K]) and the model returns them in that shape plus
+    the vocabulary. Packed copies end at different columns of their rows, which ``logits_to_keep`` (the
+    same columns in every row) cannot express; call the model with ``logits_to_keep=0`` so the head
+    receives every position, and the head runs inside the model's forward (and so under its autocast)."""
+    head = model.get_output_embeddings()
+
+    def gather(module, args):
+        hidden = args[0]
+        return (hidden.reshape(-1, hidden.shape[-1])[index], *args[1:])
+
+    handle = head.register_forward_pre_hook(gather)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def left_aligned(layer: Tensor, padding: Tensor, length: int | None = None) -> Tensor:

@@ -4,8 +4,9 @@ window variants, its schedule of forwards, and its cost counted from that schedu
 Each reasoning token (or span of ``span_tokens``) is replaced by the substitute id, and its score is how
 far the outcome moves: KL(p_0 || p_j), or the drop of AS-Joint's phi. Substituting position j cannot
 change the positions before it, so every substituted copy runs only its suffix over the clean KV cache
-of the probe's prefix, and the copies of all probes of a call are stacked into forwards of at most
-``chunk_tokens`` tokens (:func:`substitution_scores`; the row tables of ``oar.method.scoring_batches``).
+of the probe's prefix, and the copies of all probes of a call are packed into forwards of at most
+``chunk_tokens`` tokens, several copies of one probe to a row over that probe's prefix, held once
+(:func:`substitution_scores`; ``oar.method.copy_packing``, ``oar.method.scoring_batches``).
 With ``window_tokens`` K, a copy recomputes only K reasoning tokens and the conclusion and answer.
 ``forward_equivalents`` and ``span_forward_equivalents`` count what the schedule runs.
 """
@@ -20,11 +21,12 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import DynamicCache
 
+from oar.method.copy_packing import PackedForward, Placement, pack_copies
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scoring_batches import (FIRST, FIRST_LEN, PROBE, OutcomeRows, batch_pad_id, flat_ids, left_aligned,
-                                        logits_to_keep, mask_format, micro_batches, model_device, row_inputs,
-                                        row_table, to_host)
+from oar.method.scoring_batches import (CACHE_END, FIRST, FIRST_LEN, PROBE, SECOND_LEN, TAIL_END, OutcomeRows,
+                                        batch_pad_id, flat_ids, left_aligned, logits_at, logits_to_keep, mask_format,
+                                        micro_batches, model_device, packed_inputs, row_inputs, row_table, to_host)
 
 
 @torch.no_grad()
@@ -35,7 +37,7 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
     Exact, and cheaper than the authors' all-copies batch in two ways: substituting token j cannot
     change positions before it, so each substituted copy runs only its suffix over the clean KV cache of
     ``probe[:prompt + j]``; and only the last ``A + 1`` logits are computed. The copies of every probe
-    of the call are stacked into forwards of at most ``config.chunk_tokens`` tokens
+    of the call are packed into forwards of at most ``config.chunk_tokens`` tokens
     (:func:`substitution_scores`).
 
     With ``config.span_tokens`` w > 1, each copy substitutes a span of w consecutive reasoning tokens
@@ -50,22 +52,11 @@ def oar_p_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: S
                                config.window_tokens)
 
 
-@dataclass(frozen=True)
-class SubstitutionForward:
-    """One forward of OAR-P's schedule: rows [begin, end) of the sorted copies, each left-padded to
-    ``width`` new tokens over ``cache_len`` cached positions."""
-
-    begin: int
-    end: int
-    width: int
-    cache_len: int
-
-
 def substitution_rows(lengths: Sequence[int], starts: Sequence[int], reasoning: Sequence[int],
                       spans: Sequence[Sequence[tuple[int, int]]], window_tokens: int = 0) -> list[tuple[int, ...]]:
-    """One row-table row (``oar.method.scoring_batches.ROW_FIELDS``) per substituted copy, in the order
-    the copies are scored: longest first, then by probe and span. Probe i has ``lengths[i]`` tokens, its
-    reasoning starting at ``starts[i]`` and ``reasoning[i]`` tokens long.
+    """One row-table row (``oar.method.scoring_batches.ROW_FIELDS``) per substituted copy, by probe and
+    span. Probe i has ``lengths[i]`` tokens, its reasoning starting at ``starts[i]`` and ``reasoning[i]``
+    tokens long.
 
     Exact (``window_tokens`` 0): the copy of span [a, b) runs the probe from reasoning position a to its
     end, over the clean cache of everything before a. With a window K, it runs reasoning positions
@@ -80,34 +71,15 @@ def substitution_rows(lengths: Sequence[int], starts: Sequence[int], reasoning: 
                 rows.append((i, start + a, e - a, end, n - end, b - a, start + a, start + e, end))
             else:
                 rows.append((i, start + a, n - start - a, 0, 0, b - a, start + a, 0, 0))
-    rows.sort(key=lambda row: -(row[2] + row[4]))  # stable: probe and span order among equal lengths
     return rows
 
 
-# A forward's rows each hold their own copy of every layer's cached prefix (transformers' cache concatenates
-# past and new keys per row), so the cached positions are budgeted too: at most this many per chunk token.
-# Near the reasoning's end the copies are short and their prefixes long; without it a 7B forward of 4,096
-# tokens could hold 160 rows of 3,500 cached positions (31 GB of keys and values).
-CACHED_PER_CHUNK_TOKEN = 8
-
-
-def substitution_forwards(rows: Sequence[tuple[int, ...]], chunk_tokens: int) -> list[SubstitutionForward]:
-    """Greedy packing of the sorted copies: a forward takes rows while rows x its longest row (the first)
-    stays within ``chunk_tokens`` tokens and rows x its longest cached prefix within
-    ``CACHED_PER_CHUNK_TOKEN x chunk_tokens`` (at least one row)."""
-    forwards, begin = [], 0
-    while begin < len(rows):
-        width = rows[begin][2] + rows[begin][4]
-        end, cache_len = begin + 1, max(rows[begin][6], rows[begin][8])
-        while end < len(rows):
-            cached = max(cache_len, rows[end][6], rows[end][8])
-            taken = end - begin + 1
-            if taken * width > chunk_tokens or taken * cached > CACHED_PER_CHUNK_TOKEN * chunk_tokens:
-                break
-            end, cache_len = end + 1, cached
-        forwards.append(SubstitutionForward(begin, end, width, cache_len))
-        begin = end
-    return forwards
+def substitution_forwards(copies: Sequence[tuple[int, ...]], chunk_tokens: int
+                          ) -> tuple[list[Placement], list[PackedForward]]:
+    """The copies of :func:`substitution_rows` packed into forwards (``oar.method.copy_packing``): each
+    row holds copies of one probe over that probe's clean prefix, rows x width at most ``chunk_tokens``."""
+    return pack_copies([c[PROBE] for c in copies], [c[FIRST_LEN] + c[SECOND_LEN] for c in copies],
+                       [max(c[CACHE_END], c[TAIL_END]) for c in copies], chunk_tokens)
 
 
 @torch.no_grad()
@@ -168,18 +140,32 @@ def substitution_scores(model, probes: Sequence[Probe], kinds: Sequence[str],
             bank[layer][0][rows, :, : keys.shape[2]] = keys
             bank[layer][1][rows, :, : values.shape[2]] = values
 
-    # 2. the substituted copies of every probe, stacked
-    copies = substitution_rows(lengths, starts, reasoning, spans, window_tokens)
+    # 2. the substituted copies of every probe, packed: a row's copies share its probe's cached prefix
+    unpacked = substitution_rows(lengths, starts, reasoning, spans, window_tokens)
+    placements, forwards = substitution_forwards(unpacked, chunk_tokens)
+    copies = [unpacked[p.copy] for p in placements]
     table = row_table(copies, device)
+    placement = torch.tensor([(p.row, p.offset) for p in placements], dtype=torch.long).reshape(-1, 2)
+    placement = placement.to(device, non_blocking=True)
     divergences = torch.empty(len(copies), dtype=torch.float32, device=device)
-    for fwd in substitution_forwards(copies, chunk_tokens):
+    for fwd in forwards:
         rows = table[fwd.begin : fwd.end]
         probe_of = rows[:, PROBE]
-        ids, positions, mask = row_inputs(rows, fwd.width, fwd.cache_len, flat, flat_starts, pad_id, fmt)
-        cache = DynamicCache([(k[probe_of, :, : fwd.cache_len], v[probe_of, :, : fwd.cache_len]) for k, v in bank]) \
-            if fwd.cache_len else None
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                    use_cache=cache is not None, logits_to_keep=max(keeps[c[0]] for c in copies[fwd.begin : fwd.end]))
+        row_probe = [None] * fwd.rows  # each row's probe, known on the host
+        for p in placements[fwd.begin : fwd.end]:
+            row_probe[p.row] = unpacked[p.copy][PROBE]
+        ids, positions, mask, last = packed_inputs(rows, placement[fwd.begin : fwd.end], fwd.rows, fwd.width,
+                                                   fwd.cache_len, flat, flat_starts, pad_id, fmt)
+        keep = max(keeps[c[PROBE]] for c in copies[fwd.begin : fwd.end])
+        index = (last[:, None] - keep + 1 + torch.arange(keep, device=device)[None, :]).clamp_min(0)
+        cache = None
+        if fwd.cache_len:
+            row_index = torch.tensor(row_probe, dtype=torch.long).to(device, non_blocking=True)
+            cache = DynamicCache([(k[row_index, :, : fwd.cache_len], v[row_index, :, : fwd.cache_len])
+                                  for k, v in bank])
+        with logits_at(model, index):
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                        use_cache=cache is not None, logits_to_keep=0)
         clean = (None if clean_lp is None else clean_lp[probe_of], None if clean_phi is None else clean_phi[probe_of])
         divergences[fwd.begin : fwd.end] = outcomes.divergence(probe_of, clean, outcomes.read(out.logits, probe_of))
 
@@ -220,12 +206,13 @@ def reasoning_spans(reasoning_len: int, span_tokens: int) -> list[tuple[int, int
 
 def _oar_p_chunks(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1):
     """OAR-P's schedule for one probe, in positions: (reasoning position of the forward's first copy,
-    number of copies) per forward. The copies are longest first, so a forward's copies start at
-    consecutive spans and each is padded to the first's suffix, ``len(probe) - prompt - j0`` tokens."""
+    number of copies) per forward. The longest copy left opens each forward, so forwards open at
+    increasing spans."""
     spans = reasoning_spans(probe.reasoning_len, span_tokens)
     rows = substitution_rows([len(probe.ids(kind))], [probe.reasoning_start], [probe.reasoning_len], [spans])
-    for fwd in substitution_forwards(rows, chunk_tokens):
-        yield rows[fwd.begin][1] - probe.reasoning_start, fwd.end - fwd.begin
+    placements, forwards = substitution_forwards(rows, chunk_tokens)
+    for fwd in forwards:
+        yield rows[placements[fwd.begin].copy][FIRST] - probe.reasoning_start, fwd.end - fwd.begin
 
 
 def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, span_tokens: int = 1) -> float:
@@ -235,8 +222,8 @@ def forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, span_tokens:
 
 def span_forward_equivalents(probe: Probe, kind: str, chunk_tokens: int, spans: Sequence[tuple[int, int]]) -> float:
     """:func:`forward_equivalents` for given substitution spans (``span_substitution_scores``): the clean
-    pass and every forward's rows x its padded width."""
+    pass and every forward's rows x width, padding included."""
     total = len(probe.ids(kind))
     rows = substitution_rows([total], [probe.reasoning_start], [probe.reasoning_len], [spans])
-    tokens = total + sum((f.end - f.begin) * f.width for f in substitution_forwards(rows, chunk_tokens))
+    tokens = total + sum(f.tokens for f in substitution_forwards(rows, chunk_tokens)[1])
     return tokens / total if total else math.nan
