@@ -248,18 +248,9 @@ def test_plan_states_power_and_time_against_the_budget():
 
 
 def _registry(cfg):
-    import copy
-    from pathlib import Path
+    from validated_registry import validated_registry
 
-    import yaml
-
-    from oar.experiment.runs import Registry
-
-    validate = pytest.importorskip("snakemake.utils").validate
-    schema = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
-    cfg = copy.deepcopy(cfg)
-    validate(cfg, str(schema))
-    return Registry(cfg, tuple(yaml.safe_load(schema.read_text())["$defs"]["trainer"]["properties"]))
+    return validated_registry(cfg)
 
 
 def _config(name):

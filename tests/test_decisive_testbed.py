@@ -207,18 +207,9 @@ def test_the_final_step_truth_gate_boosts_only_the_last_steps_decisive_tokens(to
 
 
 def _registry(cfg):
-    import copy
-    from pathlib import Path
+    from validated_registry import validated_registry
 
-    import yaml
-
-    from oar.experiment.runs import Registry
-
-    validate = pytest.importorskip("snakemake.utils").validate
-    schema = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
-    cfg = copy.deepcopy(cfg)
-    validate(cfg, str(schema))
-    return Registry(cfg, tuple(yaml.safe_load(schema.read_text())["$defs"]["trainer"]["properties"]))
+    return validated_registry(cfg)
 
 
 def _config(name="config.yaml"):
@@ -334,53 +325,10 @@ def test_step_credit_shares_say_where_each_gate_puts_the_weight(tokenizer):
     assert len(STEP_CREDIT) == uniform.numel()
 
 
-def test_the_rescue_holds_oar_gs_credit_on_the_last_step_to_the_rest_in_the_trainer(tokenizer, tmp_path):
-    """Method oar_g_rescue: the trainer scores with OAR-G, attaches the parsed positions and gives the
-    last step's decisive tokens the mean weight of the rest; every other token keeps OAR-G's weight up to
-    the one factor that restores the mass."""
-    from types import SimpleNamespace
-
-    from oar.method.probes import probes_from_padded
-    from oar.training.grpo_trainer import OARConfig, OARTrainer, with_decisive_tokens
-
-    torch.manual_seed(0)
-    model = build_model(PretrainSettings(layers=1, hidden=32), tokenizer).eval()
-    texts = ["3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}.",
-             "3 + 1 = 4. 4 * 2 = 8. Note: teal. 8 - 4 = 4. Therefore, the final answer is \\boxed{4}."]
-    prompt = tokenizer("Start with 3. Add 1. What is the result?", add_special_tokens=False)["input_ids"]
-    responses = [tokenizer(t + tokenizer.eos_token, add_special_tokens=False)["input_ids"] for t in texts]
-    width = max(map(len, responses))
-    output = {"prompt_ids": torch.tensor([prompt] * 2), "prompt_mask": torch.ones(2, len(prompt), dtype=torch.long),
-              "completion_ids": torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in responses]),
-              "completion_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in responses]),
-              "advantages": torch.tensor([1.0, -1.0])}
-
-    def weights(method):
-        args = OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", oar_method=method,
-                         per_device_train_batch_size=2, num_generations=2, oar_substitute=".", seed=1)
-        trainer = SimpleNamespace(args=args, processing_class=tokenizer, model=model, state=SimpleNamespace(global_step=0),
-                                  accelerator=SimpleNamespace(unwrap_model=lambda m: m))
-        return OARTrainer._token_weights(trainer, output)[0]
-
-    plain, rescued = weights("oar_g"), weights("oar_g_rescue")
-    probes = [with_decisive_tokens(tokenizer, p) for p in probes_from_padded(
-        tokenizer, output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],
-        substitute=".", own_conclusion=True)]  # as the trainer builds them (OARConfig's defaults)
-    for i, p in enumerate(probes):
-        r, held = p.reasoning_len, sorted(set(p.final_step))
-        assert held and not torch.equal(plain[i, held], rescued[i, held])
-        rest = [t for t in range(r) if t not in held]
-        factor = rescued[i, rest] / plain[i, rest]
-        assert torch.allclose(factor, factor[0].expand_as(factor))  # the rest keeps OAR-G's shape
-        assert torch.allclose(rescued[i, held], (plain[i, rest].mean() * factor[0]).expand(len(held)))
-        assert rescued[i, :r].sum().item() == pytest.approx(plain[i, :r].sum().item(), rel=1e-5)
-        assert torch.equal(rescued[i, r:], plain[i, r:])
-
-
-def test_the_dose_sets_the_last_steps_weight_to_r_times_the_earlier_steps_in_the_trainer(tokenizer, tmp_path):
-    """Method truth_dose: the trainer scores with the truth gate, attaches the parsed positions and sets
-    the last step's decisive tokens to oar.final_step_ratio times the earlier steps' decisive tokens'
-    weight, the mass kept; at ratio 1 its weights are the truth gate's, bit for bit."""
+def _chain_rollout_weights(tokenizer, tmp_path):
+    """Two chain responses to one prompt, padded as the trainer receives them, their probes as the trainer
+    builds them (OARConfig's defaults), and ``weights(method, ratio=1.0)``: the trainer's own token weights
+    of them for a method (``oar.final_step_ratio`` = ratio) on a one-layer policy."""
     from types import SimpleNamespace
 
     from oar.method.probes import probes_from_padded
@@ -405,12 +353,38 @@ def test_the_dose_sets_the_last_steps_weight_to_r_times_the_earlier_steps_in_the
                                   accelerator=SimpleNamespace(unwrap_model=lambda m: m))
         return OARTrainer._token_weights(trainer, output)[0]
 
-    truth = weights("truth")
-    assert torch.equal(weights("truth_dose", 1.0), truth)
-    dosed = weights("truth_dose", 4.0)
     probes = [with_decisive_tokens(tokenizer, p) for p in probes_from_padded(
         tokenizer, output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],
         substitute=".", own_conclusion=True)]
+    return output, probes, weights
+
+
+def test_the_rescue_holds_oar_gs_credit_on_the_last_step_to_the_rest_in_the_trainer(tokenizer, tmp_path):
+    """Method oar_g_rescue: the trainer scores with OAR-G, attaches the parsed positions and gives the
+    last step's decisive tokens the mean weight of the rest; every other token keeps OAR-G's weight up to
+    the one factor that restores the mass."""
+    torch.manual_seed(0)
+    output, probes, weights = _chain_rollout_weights(tokenizer, tmp_path)
+    plain, rescued = weights("oar_g"), weights("oar_g_rescue")
+    for i, p in enumerate(probes):
+        r, held = p.reasoning_len, sorted(set(p.final_step))
+        assert held and not torch.equal(plain[i, held], rescued[i, held])
+        rest = [t for t in range(r) if t not in held]
+        factor = rescued[i, rest] / plain[i, rest]
+        assert torch.allclose(factor, factor[0].expand_as(factor))  # the rest keeps OAR-G's shape
+        assert torch.allclose(rescued[i, held], (plain[i, rest].mean() * factor[0]).expand(len(held)))
+        assert rescued[i, :r].sum().item() == pytest.approx(plain[i, :r].sum().item(), rel=1e-5)
+        assert torch.equal(rescued[i, r:], plain[i, r:])
+
+
+def test_the_dose_sets_the_last_steps_weight_to_r_times_the_earlier_steps_in_the_trainer(tokenizer, tmp_path):
+    """Method truth_dose: the trainer scores with the truth gate, attaches the parsed positions and sets
+    the last step's decisive tokens to oar.final_step_ratio times the earlier steps' decisive tokens'
+    weight, the mass kept; at ratio 1 its weights are the truth gate's, bit for bit."""
+    output, probes, weights = _chain_rollout_weights(tokenizer, tmp_path)
+    truth = weights("truth")
+    assert torch.equal(weights("truth_dose", 1.0), truth)
+    dosed = weights("truth_dose", 4.0)
     for i, p in enumerate(probes):
         r, final = p.reasoning_len, sorted(set(p.final_step))
         earlier = sorted(set(p.decisive) - set(p.final_step))

@@ -247,18 +247,9 @@ def _mechanism_config(step_errors_design):
 
 
 def _registry(cfg):
-    import copy
-    from pathlib import Path
+    from validated_registry import validated_registry
 
-    import yaml
-
-    from oar.experiment.runs import Registry
-
-    validate = pytest.importorskip("snakemake.utils").validate
-    schema = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
-    cfg = copy.deepcopy(cfg)
-    validate(cfg, str(schema))
-    return Registry(cfg, tuple(yaml.safe_load(schema.read_text())["$defs"]["trainer"]["properties"]))
+    return validated_registry(cfg)
 
 
 def _with(test=None, **over):

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, is_missing, markdown_table
-from oar.analysis.statistics import holm, one_sided_t, paired_t, seed_interval, tost
+from oar.analysis.statistics import declared_test, holm, seed_interval
 from oar.method.metrics import STEP_CREDIT
 
 KEY = "analysis.mechanism"
@@ -50,18 +50,23 @@ def check_design(design: Mapping[str, Any], methods: Sequence[str], models: Sequ
             if m not in methods:
                 problems.append((f"{k}.plus" if m in plus else f"{k}.minus",
                                  f"{m!r} is not run in runs.main.methods {list(methods)}"))
-        test = c.get("test")
-        if test not in TESTS:
-            problems.append((f"{k}.test", f"{test!r} is not one of {list(TESTS)}"))
-        margin = c.get("margin")
-        if test == "equivalent" and (not isinstance(margin, (int, float)) or not MARGIN_RANGE[0] < margin < MARGIN_RANGE[1]):
-            problems.append((f"{k}.margin", f"{margin!r}: an equivalence margin in ({MARGIN_RANGE[0]}, "
-                                            f"{MARGIN_RANGE[1]}) on the 0-1 scale, fixed before the runs"))
-        elif margin is not None and (not isinstance(margin, (int, float)) or abs(margin) >= MARGIN_RANGE[1]):
-            problems.append((f"{k}.margin", f"{margin!r} is outside (-{MARGIN_RANGE[1]}, {MARGIN_RANGE[1]})"))
+        problems += test_problems(k, c.get("test"), c.get("margin"), "the 0-1 scale")
     alpha = design.get("alpha", 0.05)
     if not isinstance(alpha, (int, float)) or not 0 < alpha <= 0.2:
         problems.append((f"{KEY}.alpha", f"{alpha!r} is outside (0, 0.2]"))
+    return problems
+
+
+def test_problems(key: str, test, margin, scale: str) -> list[tuple[str, str]]:
+    """Problems of one declared test's ``test`` and ``margin`` (under ``key``), a margin on ``scale``."""
+    problems = []
+    if test not in TESTS:
+        problems.append((f"{key}.test", f"{test!r} is not one of {list(TESTS)}"))
+    if test == "equivalent" and (not isinstance(margin, (int, float)) or not MARGIN_RANGE[0] < margin < MARGIN_RANGE[1]):
+        problems.append((f"{key}.margin", f"{margin!r}: an equivalence margin in ({MARGIN_RANGE[0]}, "
+                                          f"{MARGIN_RANGE[1]}) on {scale}, fixed before the runs"))
+    elif margin is not None and (not isinstance(margin, (int, float)) or abs(margin) >= MARGIN_RANGE[1]):
+        problems.append((f"{key}.margin", f"{margin!r} is outside (-{MARGIN_RANGE[1]}, {MARGIN_RANGE[1]})"))
     return problems
 
 
@@ -86,20 +91,9 @@ def read_contrasts(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Seq
     rows = []
     for c in design["contrasts"]:
         d = contrast_values(outcomes, design["model"], c["plus"], c["minus"], seeds)
-        two = paired_t(d)
-        margin = c.get("margin")
-        row = {"name": c["name"], "plus": " + ".join(c["plus"]), "minus": " + ".join(c["minus"]),
-               "test": c["test"], "margin": margin, "n_seeds": len(d), "mean": two["mean"],
-               "ci_low": two["ci_low"], "ci_high": two["ci_high"], "sd": two["sd"], "mde": two["mde"],
-               "tost_low": math.nan, "tost_high": math.nan}
-        if c["test"] == "equivalent":
-            t = tost(d, float(margin), alpha)
-            row.update(p=t["p"], tost_low=t["ci_low"], tost_high=t["ci_high"])
-        elif c["test"] == "two-sided":
-            row["p"] = two["p"]
-        else:
-            row["p"] = one_sided_t(d, float(margin or 0.0), c["test"], alpha)["p"]
-        rows.append(row)
+        rows.append({"name": c["name"], "plus": " + ".join(c["plus"]), "minus": " + ".join(c["minus"]),
+                     "test": c["test"], "margin": c.get("margin"),
+                     **declared_test(d, c["test"], c.get("margin"), alpha)})
     frame = pd.DataFrame(rows)
     frame["p_holm"] = holm(list(frame["p"]))
     frame["family_size"] = len(frame)
@@ -115,12 +109,18 @@ def mediator(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Sequence[
         return pd.DataFrame()
     o = outcomes[(outcomes["model"] == design["model"]) & outcomes["seed"].isin([int(s) for s in seeds])]
     arms = list(dict.fromkeys(m for c in design["contrasts"] for m in [*c["plus"], *c["minus"]]))
+    return arm_intervals(o, arms, STEP_CREDIT)
+
+
+def arm_intervals(runs: pd.DataFrame, arms: Sequence[str], columns: Sequence[str]) -> pd.DataFrame:
+    """Per arm (``method``), each column's mean over its runs with the 95% t-interval over seeds
+    (``<column>``, ``<column>_low``, ``<column>_high``) and the number of runs (``n_seeds``)."""
     rows = []
     for arm in arms:
-        runs = o[o["method"] == arm]
-        row = {"method": arm, "n_seeds": len(runs)}
-        for k in STEP_CREDIT:
-            row[k], row[f"{k}_low"], row[f"{k}_high"] = seed_interval(list(runs[k]))
+        of_arm = runs[runs["method"] == arm]
+        row = {"method": arm, "n_seeds": len(of_arm)}
+        for c in columns:
+            row[c], row[f"{c}_low"], row[f"{c}_high"] = seed_interval(list(of_arm[c]))
         rows.append(row)
     return pd.DataFrame(rows)
 

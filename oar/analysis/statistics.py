@@ -257,6 +257,25 @@ def tost(differences: Sequence[float], margin: float, alpha: float = ALPHA) -> d
             "equivalent": bool(not math.isnan(p) and p < alpha)}
 
 
+def declared_test(differences: Sequence[float], test: str, margin: float | None = None,
+                  alpha: float = ALPHA) -> dict[str, float]:
+    """One test fixed before its runs, on paired differences: the paired t summary (``n_seeds``, ``mean``,
+    its 95% interval, ``sd``, ``mde``) and ``p`` by ``test``: ``greater`` / ``less`` one-sided against
+    ``margin`` (0 when None), ``two-sided`` against 0, ``equivalent`` two one-sided tests within
+    +-``margin`` (with their interval, ``tost_low`` / ``tost_high``; NaN for the other tests)."""
+    two = paired_t(differences)
+    row = {"n_seeds": len(differences), "mean": two["mean"], "ci_low": two["ci_low"], "ci_high": two["ci_high"],
+           "sd": two["sd"], "mde": two["mde"], "tost_low": math.nan, "tost_high": math.nan}
+    if test == "equivalent":
+        e = tost(differences, float(margin), alpha)
+        row.update(p=e["p"], tost_low=e["ci_low"], tost_high=e["ci_high"])
+    elif test == "two-sided":
+        row["p"] = two["p"]
+    else:
+        row["p"] = one_sided_t(differences, float(margin or 0.0), test, alpha)["p"]
+    return row
+
+
 def _signed_rank_counts(n: int) -> np.ndarray:
     """Number of sign patterns of ranks 1..n with each positive-rank sum W+ (index 0..n(n+1)/2): the exact
     null distribution of the Wilcoxon signed-rank statistic without ties, times 2**n."""

@@ -29,7 +29,8 @@ from typing import Any
 import pandas as pd
 
 from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, is_missing, markdown_table
-from oar.analysis.statistics import holm, one_sided_t, paired_t, seed_interval, tost, wilcoxon_shift
+from oar.analysis.mechanism import arm_intervals, test_problems
+from oar.analysis.statistics import declared_test, holm, wilcoxon_shift
 from oar.data.chains import FINAL, step_errors
 from oar.evaluation.benchmark import SAMPLES_FILE
 from oar.files import read_jsonl
@@ -37,8 +38,6 @@ from oar.files import read_jsonl
 KEY = "analysis.mechanism.step_errors"
 KINDS = ("wrong", "sloppy")
 OUTCOMES = ("earlier", "last", "all", "last_minus_earlier")
-TESTS = ("greater", "less", "two-sided", "equivalent")
-MARGIN_RANGE = (0.0, 0.2)
 CONCLUSION = FINAL.split("\\")[0].rstrip()  # "Therefore, the final answer is"
 
 
@@ -141,14 +140,7 @@ def check_design(design: Mapping[str, Any] | None, methods: Sequence[str], steps
                                          f"baseline {baseline!r}"))
         if t.get("outcome") not in OUTCOMES:
             problems.append((f"{k}.outcome", f"{t.get('outcome')!r} is not one of {list(OUTCOMES)}"))
-        test, margin = t.get("test"), t.get("margin")
-        if test not in TESTS:
-            problems.append((f"{k}.test", f"{test!r} is not one of {list(TESTS)}"))
-        if test == "equivalent" and (not isinstance(margin, (int, float)) or not MARGIN_RANGE[0] < margin < MARGIN_RANGE[1]):
-            problems.append((f"{k}.margin", f"{margin!r}: an equivalence margin in ({MARGIN_RANGE[0]}, "
-                                            f"{MARGIN_RANGE[1]}) on the 0-1 share scale, fixed before the runs"))
-        elif margin is not None and (not isinstance(margin, (int, float)) or abs(margin) >= MARGIN_RANGE[1]):
-            problems.append((f"{k}.margin", f"{margin!r} is outside (-{MARGIN_RANGE[1]}, {MARGIN_RANGE[1]})"))
+        problems += test_problems(k, t.get("test"), t.get("margin"), "the 0-1 share scale")
     alpha = design.get("alpha", 0.05)
     if not isinstance(alpha, (int, float)) or not 0 < alpha <= 0.2:
         problems.append((f"{KEY}.alpha", f"{alpha!r} is outside (0, 0.2]"))
@@ -194,21 +186,10 @@ def read_tests(frame: pd.DataFrame, design: Mapping[str, Any], seeds: Sequence[i
     rows = []
     for t in declared["tests"]:
         d = paired_values(frame, design["model"], t["arm"], declared["baseline"], f"wrong_{t['outcome']}", seeds)
-        two = paired_t(d)
         margin = t.get("margin")
-        row = {"name": t["name"], "arm": t["arm"], "baseline": declared["baseline"], "outcome": t["outcome"],
-               "test": t["test"], "margin": margin, "n_seeds": len(d), "mean": two["mean"],
-               "ci_low": two["ci_low"], "ci_high": two["ci_high"], "sd": two["sd"], "mde": two["mde"],
-               "tost_low": math.nan, "tost_high": math.nan}
-        if t["test"] == "equivalent":
-            e = tost(d, float(margin), alpha)
-            row.update(p=e["p"], tost_low=e["ci_low"], tost_high=e["ci_high"])
-        elif t["test"] == "two-sided":
-            row["p"] = two["p"]
-        else:
-            row["p"] = one_sided_t(d, float(margin or 0.0), t["test"], alpha)["p"]
-        row["p_signed_rank"] = _signed_rank_p(d, t["test"], float(margin or 0.0))
-        rows.append(row)
+        rows.append({"name": t["name"], "arm": t["arm"], "baseline": declared["baseline"], "outcome": t["outcome"],
+                     "test": t["test"], "margin": margin, **declared_test(d, t["test"], margin, alpha),
+                     "p_signed_rank": _signed_rank_p(d, t["test"], float(margin or 0.0))})
     out = pd.DataFrame(rows)
     out["family_size"] = len(out)
     for p in ("p", "p_signed_rank"):
@@ -224,14 +205,7 @@ def arm_step_means(frame: pd.DataFrame, model: str, arms: Sequence[str], seeds: 
     the declared seeds with its 95% t-interval (``<column>``, ``<column>_low``, ``<column>_high``)."""
     f = frame[(frame["model"] == model) & frame["seed"].isin([int(s) for s in seeds])]
     columns = [*(f"{kind}_{k}" for k in range(1, steps + 1)), f"{kind}_earlier", f"{kind}_all"]
-    rows = []
-    for arm in arms:
-        runs = f[f["method"] == arm]
-        row = {"method": arm, "n_seeds": len(runs)}
-        for c in columns:
-            row[c], row[f"{c}_low"], row[f"{c}_high"] = seed_interval(list(runs[c]))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return arm_intervals(f, arms, columns)
 
 
 # ------------------------------------------------------------------------------------ the report
@@ -291,7 +265,7 @@ def step_errors_section(tests: pd.DataFrame, wrong: pd.DataFrame, sloppy: pd.Dat
             f"shares.\n\n" + _means_table(wrong, steps, "wrong")
             + "\nThe same for sloppy steps (`~`, an estimate the grammar allows):\n\n"
             + _means_table(sloppy, steps, "sloppy")
-            + f"\n### Declared tests of the wrong-`=` pattern\n\n"
+            + "\n### Declared tests of the wrong-`=` pattern\n\n"
             + markdown_table(["test", "arms", "wrong `=` share on", "test", "mean, points [95%]", "p", "Holm p",
                               "signed-rank p", "signed-rank Holm p", "MDE 80%", "seeds", "decision"], rows,
                              align="llllrrrrrrrl")
