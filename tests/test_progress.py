@@ -70,3 +70,40 @@ def test_no_estimate_before_a_job_finishes_and_nothing_left_at_the_end(tmp_path)
     assert estimate([], {Job("train", "a/grpo-seed0"): 5.0}, 2).line(60, 2).endswith("; nothing left")
     with pytest.raises(ValueError, match="cores"):
         estimate(pending, {}, 0)
+
+
+def test_the_dry_run_lists_a_running_job_as_left(tmp_path):
+    """Beside a run in progress Snakemake marks the running job's outputs incomplete, and a dry run stops
+    on one that exists (a training run's metrics.jsonl is written as it goes); the progress line's dry
+    run lists that job as left instead."""
+    import importlib.util
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    pytest.importorskip("snakemake")
+    (tmp_path / "Snakefile").write_text(
+        'rule all:\n    input: "out.txt"\n\n'
+        'rule slow:\n    output: "out.txt"\n    shell: "echo partial > {output}; echo started > started.txt; sleep 60; echo done >> {output}"\n')
+    run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "all"], cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(600):
+            if (tmp_path / "started.txt").exists() and any((tmp_path / ".snakemake" / "incomplete").glob("*")):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("snakemake did not start its job")
+        spec = importlib.util.spec_from_file_location(
+            "progress_script", Path(__file__).resolve().parents[1] / "workflow_scripts" / "progress.py")
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        listing = script.dry_run(["all"], tmp_path)
+        assert listing.returncode == 0, listing.stderr[-2000:]
+        assert [job.rule for job in pending_jobs(listing.stdout.splitlines())] == ["slow", "all"]
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()

@@ -6,8 +6,8 @@ Shell, beside a running ``make run`` (another terminal), or after it was stopped
     python workflow_scripts/progress.py --every 60           # a new line every minute until nothing is left
     python workflow_scripts/progress.py --results results-decisive -- all --configfile config/decisive.yaml
 
-The jobs still to run come from ``snakemake --dry-run --nolock`` with the given target and options
-(jobs running now count as left); the finished ones, with their wall times, from the benchmark files
+The jobs still to run come from ``snakemake --dry-run --nolock --rerun-incomplete`` with the given
+target and options (jobs running now, whose outputs Snakemake marks incomplete, count as left); the finished ones, with their wall times, from the benchmark files
 of the results folder. The estimate prices each job left at the median of the finished jobs of its kind.
 """
 
@@ -29,11 +29,18 @@ def started_s() -> float | None:
     return time.time() - logs[-1].stat().st_ctime if logs else None
 
 
+def dry_run(snakemake_args, workdir: Path = ROOT) -> subprocess.CompletedProcess:
+    """Snakemake's listing of the jobs left, beside a run in progress: without the lock, and with the
+    outputs a running job has begun to write (marked incomplete until it finishes) listed as left
+    instead of stopping the listing."""
+    return subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--nolock", "--rerun-incomplete",
+                           *(snakemake_args or ["all"])], cwd=workdir, capture_output=True, text=True)
+
+
 def line(args) -> tuple[str, int]:
     from oar.experiment.progress import estimate, finished_jobs, pending_jobs
 
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--nolock", *(args.snakemake or ["all"])],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = dry_run(args.snakemake)
     if proc.returncode != 0:
         raise SystemExit(f"snakemake --dry-run failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
     pending = [job for job in pending_jobs(proc.stdout.splitlines()) if job.rule != "all"]
