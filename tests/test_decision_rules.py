@@ -527,15 +527,24 @@ def test_the_mechanism_config_plans_the_2x2_and_bad_contrasts_name_their_key():
 # ------------------------------------------------------------------------------ the workflow's table job
 
 
-def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_declared(tmp_path):
+def _tables_job():
+    """The workflow's table script, loaded as a module (its build() is the table rule's work)."""
     import importlib.util
     from pathlib import Path
-    from types import SimpleNamespace
 
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("tables_job", root / "workflow_scripts" / "tables.py")
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
+    return job
+
+
+def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_declared(tmp_path):
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    job = _tables_job()
     reg = _registry(_upper_bound_config())
     seeds = reg.upper_bound["seeds"]
     outcomes = _outcomes(list(np.random.default_rng(2).normal(-0.01, 0.03, 20)), seeds[:20])
@@ -699,14 +708,9 @@ def test_the_mechanism_config_plans_the_dose_runs_and_bad_designs_name_their_key
 
 
 def test_the_table_job_writes_the_dose_response_into_the_mechanism_table(tmp_path):
-    import importlib.util
-    from pathlib import Path
     from types import SimpleNamespace
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("tables_job", root / "workflow_scripts" / "tables.py")
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
+    job = _tables_job()
     reg = _registry(_mechanism_config())
     seeds = reg.mechanism["seeds"]
     effects = {"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0, "oar_g": -0.08,
