@@ -201,3 +201,23 @@ def test_a_forward_holds_a_bounded_cache():
             suffix = sum(r[2] + r[4] for r in rows)
             assert all(f.end - f.begin > f.rows for f in forwards[:-1])  # several copies to a row
             assert sum(f.tokens for f in forwards) < 1.05 * suffix  # and little padding
+
+
+@pytest.mark.parametrize("method", ["oar_p", "oar_g"])
+def test_scoring_forwards_run_without_cudnn_attention(tokenizer_and_models, method):
+    """cuDNN's attention builds a graph for every new shape (oar.method.attention_kernels): every forward a
+    scorer makes (OAR-G's backward follows its forward's kernel) runs with it disabled and the other SDPA
+    kernels enabled, and torch's own choice is back after the call."""
+    tokenizer, models = tokenizer_and_models
+    model = models["qwen2"]
+    seen = []
+    handle = model.register_forward_pre_hook(lambda *_: seen.append(
+        (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+         torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())))
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        score(method, model, batch_of_probes(tokenizer, 3), ScorerConfig(chunk_tokens=64))
+    finally:
+        handle.remove()
+    assert seen and all(flags == (False, True, True, True) for flags in seen)
+    assert before is True and torch.backends.cuda.cudnn_sdp_enabled() is True

@@ -18,7 +18,8 @@ scores off the device once per call.
 
 Scoring runs in the precision of the training forward: the trainer calls the model accelerate prepared,
 whose forward runs under bf16 autocast where training does (mixed precision on a GPU); the outcome and
-the divergences are computed in float32 from the logits.
+the divergences are computed in float32 from the logits. Its attention runs on every SDPA kernel but
+cuDNN's, which builds a graph for every new shape (``oar.method.attention_kernels``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor
 
 from oar.method import controls, gradient_scorers, substitution, truth_scorers
+from oar.method.attention_kernels import scoring_attention
 from oar.method.names import SCORER_NAMES
 from oar.method.probes import Probe, resolve_probe_kind
 from oar.method.scorer_config import ScorerConfig
@@ -106,7 +108,8 @@ def score(
         was_training = model.training
         model.eval()
         try:
-            row_scores = SCORERS[method](model, [probes[i] for i in rows], [kinds[i] for i in rows], config)
+            with scoring_attention():  # no per-shape kernel builds (oar.method.attention_kernels)
+                row_scores = SCORERS[method](model, [probes[i] for i in rows], [kinds[i] for i in rows], config)
         finally:
             model.train(was_training)
         for i, s in zip(rows, row_scores):  # on the host already: the scorers move their results off once

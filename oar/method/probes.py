@@ -240,6 +240,10 @@ def probes_from_padded(
     Column t of a completion row is response position t, so scores come back aligned with
     ``completion_ids``.
     """
+    # each tensor copied to the host once: a row's masked read on the device would make the host wait
+    # for the GPU twice a response
+    prompt_ids, prompt_mask, completion_ids, completion_mask = (
+        t.cpu() for t in (prompt_ids, prompt_mask, completion_ids, completion_mask))
     prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
     responses = [row[mask.bool()].tolist() for row, mask in zip(completion_ids, completion_mask)]
     return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text, own_conclusion, substitute,

@@ -1,0 +1,26 @@
+"""Which of torch's attention kernels the scorers' forwards may use.
+
+The scorers' forwards change shape from call to call: packed copies of different widths over prefixes of
+different lengths (OAR-P), each step's probes at its own responses' lengths (OAR-G), and prompts of
+another length every step. On Hopper GPUs torch's ``scaled_dot_product_attention`` picks cuDNN's
+attention kernel, which builds an execution graph for every new shape before it runs (tens to hundreds of
+milliseconds on the host, cached by shape). On an H200 the scorers' forwards ran cuDNN's kernel and spent
+most of each scoring call with the GPU idle: OAR-G about 0.4 s of device work in a 3.6 s call, exact
+OAR-P about 4 s in 11.4 s (``bench/gpu_check.py``'s profiles).
+
+Scoring therefore runs with cuDNN's kernel disabled: torch then takes flash attention where no mask is
+needed, the memory-efficient kernel where one is (the packed copies' block masks), math otherwise; none
+of them builds anything per shape. The training update keeps torch's choice (its shapes repeat within a
+step). On a CPU the choice is unchanged: cuDNN is a CUDA kernel.
+"""
+
+from __future__ import annotations
+
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+SCORING_KERNELS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def scoring_attention():
+    """Context in which the scorers' forwards (and OAR-G's backward) run: every SDPA kernel but cuDNN's."""
+    return sdpa_kernel(list(SCORING_KERNELS))
