@@ -7,8 +7,9 @@ placeholder tokens up to the shape's vocabulary, and responses are forced to the
 so groups have non-zero advantages, and every response is scored (``score_all``): the timings are those
 of a full step, whatever the model says. Each row trains in its own process, so its peak memory is its own.
 
-    python bench/gpu_check.py --budget-s 480     # the full 1.5B check: GRPO, OAR-G, OAR-P at 1,024 tokens
-                                                 # and exact OAR-P at 256, planned to fit 8 minutes (make gpu-preflight)
+    python bench/gpu_check.py --budget-s 480     # the 1.5B check in 8 minutes (make gpu-preflight): GRPO and
+                                                 # OAR-G at 1,024 tokens, exact OAR-P at 256 (its 1,024-token
+                                                 # step sized out by the plan: about 680 s with it)
     python bench/gpu_check.py --plan-only        # print the plan and stop
     python bench/gpu_check.py --shape qwen2.5-7b --response-tokens 3072   # 7B layer shapes
     python bench/gpu_check.py --shape tiny --response-tokens 16 --batch 4 --num-generations 2   # CPU smoke run
@@ -207,9 +208,12 @@ class Row:
 PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokenizer (TRL's num_tokens on the H200)
 ROW_OVERHEAD_S = 20.0  # a 1.5B row's process beyond its steps on the H200: start, imports, weights, trainer
 BUILD_S = 8.0  # the 1.5B model folder, built once (H200)
-PROFILE_FACTOR = 1.5  # assumed: the profiled scoring call's time over an unprofiled one
-PROFILE_S = 15.0  # assumed: the profiler's processing of one scoring call's trace
-CALIBRATION = REPO / "bench" / "calibration" / "h200-2026-11"
+# The profiled first scoring call, measured on the H200 (1.5B shape): the call itself ran 1.8-2.3x its
+# unprofiled time, and the profiler then spent 85 s (exact OAR-P, 256 tokens, 164 model calls) and 19 s
+# (OAR-G, 1,024 tokens, 24) on the trace: about 0.4 ms a kernel launch, 50-60 launches a layer a call.
+PROFILE_FACTOR = 2.0
+PROFILE_S_PER_LAYER_CALL = 0.023
+CALIBRATION = REPO / "bench" / "calibration" / "h200-2026-11-stacked"
 MIN_STEPS, MIN_TOKENS = 2, 256
 
 
@@ -241,8 +245,8 @@ def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
                                 "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
                                 "beta": 0.0}}
         step = step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
-        if i == 0 and row.method != "grpo":
-            total += (PROFILE_FACTOR - 1) * step.scoring + PROFILE_S
+        if i == 0 and row.method != "grpo":  # the profiled scoring call, and the processing of its trace
+            total += (PROFILE_FACTOR - 1) * step.scoring + PROFILE_S_PER_LAYER_CALL * shape.layers * step.scoring_calls
         total += step.step
         seen.add(tokens)
     return total
@@ -413,18 +417,41 @@ def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict,
     }
     started = time.perf_counter()
     spec = json.dumps({"settings": settings, "lengths": row.lengths})
-    subprocess.run([sys.executable, __file__, "--one-method", spec, str(out), "--threads", str(args.threads)],
-                   check=True, timeout=timeout)
-    seconds = time.perf_counter() - started
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    if len(lines) != len(row.lengths) or len(steps) != len(row.lengths):
+    try:
+        subprocess.run([sys.executable, __file__, "--one-method", spec, str(out), "--threads", str(args.threads)],
+                       check=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # the lengths whose steps all finished before the cut are results; the rest are lost
+        partial = row_results(row, out, time.perf_counter() - started, complete=False)
+        raise RowCutOff(partial)
+    return row_results(row, out, time.perf_counter() - started)
+
+
+class RowCutOff(Exception):
+    """A row's process cut off at the end of the budget; ``results`` holds its lengths that finished."""
+
+    def __init__(self, results: dict):
+        super().__init__(f"cut off with {len(results)} finished lengths")
+        self.results = results
+
+
+def row_results(row: Row, out: Path, seconds: float, complete: bool = True) -> dict:
+    """A row's results by length, from the files its process wrote in ``out`` (steady: the steps at that
+    length after step 1). ``complete=False``: the process was cut off, and a length is kept only when all
+    its steps were logged and timed."""
+    def read(name: str) -> list[dict]:
+        path = out / name
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    lines, steps = read("metrics.jsonl"), read("steps.jsonl")
+    done = min(len(lines), len(steps))
+    if complete and (len(lines) != len(row.lengths) or len(steps) != len(row.lengths)):
         raise RuntimeError(f"{out}: {len(lines)} steps logged and {len(steps)} timed, expected {len(row.lengths)}")
     profile = json.loads((out / "profile.json").read_text()) if (out / "profile.json").exists() else None
     results = {}
     for name, tokens in row.parts():
         at = [i for i, t in enumerate(row.lengths) if t == tokens and i > 0]  # step 1 carries one-off warm-up
-        if not at:
+        if not at or at[-1] >= done:
             continue
         logged, clocked = [lines[i] for i in at], [steps[i] for i in at]
         first_here = row.lengths.index(tokens) == at[0]  # no earlier step generated this length
@@ -448,9 +475,11 @@ def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict,
         if profile is not None:
             r["profile"] = profile
             r["profiled_tokens"] = row.lengths[0]
+        if not complete:
+            r["cut_off"] = True  # the process did not finish: its later lengths are missing
         results[name] = r
         print(f"{name}: {json.dumps({k: v for k, v in r.items() if k != 'profile'})}", file=sys.stderr, flush=True)
-    print(f"{row.name}: {seconds:.0f} s", file=sys.stderr, flush=True)
+    print(f"{row.name}: {seconds:.0f} s" + ("" if complete else ", cut off"), file=sys.stderr, flush=True)
     return results
 
 
@@ -493,6 +522,32 @@ def predicted_peak_mib(args, model: Path, dtype: str, oar: dict, method: str, to
     return max((sum(p.parts.values()) - reserve) / 2**20 for p in phases)
 
 
+def phase_flops(r: dict, shape, oar: dict, args) -> tuple[float, float]:
+    """(scoring FLOPs, update FLOPs) of one steady step of result row ``r`` by the cost plan's counters
+    (``oar.experiment.cost_model``), at the row's measured prompt and completion lengths: what its
+    achieved TFLOP/s are computed from."""
+    from oar.experiment.cost_model import Assumptions, reasoning_probe, scaled, scoring_work, update_work
+
+    prompt, completion = r["prompt_tokens"], r["completion_length"]
+    sequences = args.batch
+    update = scaled(update_work(shape, prompt, completion, args.batch, args.gradient_checkpointing, 0), sequences)
+    if r["method"] == "grpo":
+        return 0.0, update.flops
+    reasoning, probe = reasoning_probe(prompt, completion)
+    keep = 1 if oar["probe"] == "lt_logits" else Assumptions().answer_tokens + 1  # as the plan counts it
+    score = scoring_work(shape, r["method"], {**oar, "window_tokens": r["window_tokens"]}, prompt, reasoning, probe,
+                         keep, sequences * r["frac_scored"], args.num_generations)
+    return score.flops, update.flops
+
+
+def phase_rates(r: dict, args) -> dict:
+    """Achieved TFLOP/s of scoring and of the update (the cost plan's FLOPs over the measured seconds)."""
+    score, update = phase_flops(r, args.flop_shape, args.oar, args)
+    return {"score_tflops": score / r["score_s"] / 1e12 if score and r["score_s"] > 0 else None,
+            "update_tflops": update / r["update_s"] / 1e12 if r["update_s"] > 0 else None,
+            "score_flops": score, "update_flops": update}
+
+
 def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, results: dict, evaluations: dict,
                        planned: list[Row], complete: bool) -> dict:
     """What ``oar.experiment.cost_plan --calibration`` reads: every finished row with the settings it ran
@@ -511,7 +566,7 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
                      "num_generations": args.num_generations, "chunk_tokens": oar["chunk_tokens"],
                      "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
                      "generation_backend": "transformers", "gradient_checkpointing": args.gradient_checkpointing,
-                     "row": name})
+                     **phase_rates(r, args), "row": name})
     return {
         "complete": complete,
         "rows_planned": [name for r in planned for name, _ in r.parts()],
@@ -550,16 +605,19 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
                                  "(the rest did not run or were cut off).")
     lines = [head + state, "",
              "| row | steady steps | generate s | score s | update s | step s | first step s | step / GRPO | paper "
-             "| scored | score calls | peak MiB | predicted MiB | planned s | process s |",
-             "|" + "---|" * 15]
+             "| scored | score calls | peak MiB | predicted MiB | planned s | process s | score TFLOP/s "
+             "| update TFLOP/s |",
+             "|" + "---|" * 17]
+    goals = []
     for row in planned:
         for name, tokens in row.parts():
             r = results.get(name)
             label = row.label(tokens)
             if r is None:
                 lines.append(f"| {label} | | | | | | | | {PAPER_RATIO[row.method]:.1f} | | | | "
-                             f"{predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | not run |")
+                             f"{predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | not run | | |")
                 continue
+            rates = phase_rates(r, args)
             base = next((b for b in results.values() if b["method"] == "grpo"
                          and b["completion_length"] == r["completion_length"]), None)
             ratio = r["step_s"] / base["step_s"] if base else float("nan")
@@ -568,13 +626,19 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
                          f"{r['update_s']:.3g} | {r['step_s']:.3g} | {r['first_step_s']:.3g} | {ratio:.2f} | "
                          f"{PAPER_RATIO[row.method]:.1f} | {r['frac_scored']:.2f} | {r['score_forwards']:.0f} | "
                          f"{r['peak_memory_mb']:.0f} | {predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | "
-                         f"{r['process_s']:.0f} |")
+                         f"{r['process_s']:.0f} | {_tflops(rates['score_tflops'])} | {_tflops(rates['update_tflops'])} |")
+            if r["method"] != "grpo" and rates["score_tflops"] and rates["update_tflops"]:
+                goals.append(f"{label}: scoring at {rates['score_tflops'] / rates['update_tflops']:.2f} of the "
+                             f"update's rate, {r['score_s'] / r['update_s']:.2f}x its time")
     lines.append("\nSteady figures: the median over the steps after the first. update: from the end of scoring to "
                  "the end of the optimizer step, device synchronised. peak: the largest steady step's (AdamW's state "
                  "resident); predicted: oar.experiment.memory_plan's (one process, no vLLM, without its CUDA-context "
                  "reserve); on CPU the peak is the process's resident memory, libraries included, and not comparable. "
                  "paper: the paper's step time over GRPO's. planned: oar.experiment.cost_plan with "
-                 f"{args.calibration_label}.")
+                 f"{args.calibration_label}. TFLOP/s: the cost plan's FLOPs of the phase (oar.experiment.cost_model, "
+                 "at the row's prompt and completion lengths) over its measured seconds.")
+    if goals:
+        lines += ["", "Scoring against the update (the same responses): " + "; ".join(goals) + "."]
     if said:
         lines += ["", "Budget: " + "; ".join(said) + "."]
     profiles = {f"{r['process']} ({r['profiled_tokens']:,} tokens)": r["profile"] for r in results.values()
@@ -591,6 +655,9 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
             lines.append(f"| {name} | {p['seconds']:.3g} | {p['model_calls']} | {p['synchronisations']} "
                          f"({', '.join(f'{k.split(chr(58))[-1]} {v}' for k, v in p['by_op'].items())}) | {launches} | "
                          f"{per} | {top} |")
+        lines.append("\nSynchronisations: the operators that can make the host wait for the device (aten::item, "
+                     "aten::_local_scalar_dense, aten::nonzero), on host and device tensors alike: an upper bound "
+                     "(the trainer's probe building reads host copies of the batch's ids).")
     if evaluations:
         lines += ["", "| evaluation backend | load s | generate s | tokens | tokens / s |", "|---|---|---|---|---|"]
         for backend, e in evaluations.items():
@@ -600,6 +667,10 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
                 lines.append(f"| {backend} | {e['load_s']:.0f} | {e['seconds']:.1f} | {e['tokens']} | "
                              f"{e['tokens_per_s']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def _tflops(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
 
 
 def default_rows(args, oar: dict) -> list[Row]:
@@ -644,7 +715,7 @@ def main() -> None:
                         help="seconds the whole check may take: rows are planned, sized and skipped to fit")
     parser.add_argument("--calibration", nargs="+", type=Path,
                         help="calibration.json files the plan's rates come from "
-                             "(default: bench/calibration/h200-2026-11)")
+                             "(default: bench/calibration/h200-2026-11-stacked)")
     parser.add_argument("--plan-only", action="store_true", help="print the plan and stop")
     parser.add_argument("--eval", action="store_true", help="also time the evaluation backends")
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
@@ -682,6 +753,7 @@ def main() -> None:
     args.calibration_label = (f"the rates of {hw.measured}" if args.calibration else
                               f"the rates of {CALIBRATION.relative_to(REPO)} ({hw.name})")
     shape = check_shape(args.shape)
+    args.flop_shape, args.oar = shape, oar
     try:
         planned, said = plan_rows(default_rows(args, oar), shape, hw, oar, args, args.budget_s)
     except CheckError as error:
@@ -740,8 +812,11 @@ def main() -> None:
         left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - started)
         try:
             results.update(time_row(args, row, model, problems, dtype, oar, None if left is None else max(left, 1.0)))
-        except subprocess.TimeoutExpired:
-            print(f"{row.name}: cut off at the end of the budget", file=sys.stderr)
+        except RowCutOff as cut:
+            results.update(cut.results)
+            print(f"{row.name}: cut off at the end of the budget, {len(cut.results)} of its lengths finished",
+                  file=sys.stderr)
+            write(complete=False)
             break
         write(complete=False)
     if args.eval:

@@ -363,6 +363,29 @@ def test_calibrated_plan_holds_each_measured_phase_of_the_h200_rows():
     assert seen == {("grpo", 1024), ("oar_g", 1024), ("grpo", 256), ("oar_p", 256)}
 
 
+STACKED = Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11-stacked" / "calibration.json"
+
+
+def test_calibrated_plan_holds_each_measured_phase_of_the_current_scorers_h200_rows():
+    """GRPO and OAR-G at 1,024 tokens and exact OAR-P at 256 on the stacked schedule, the update timed to
+    completion (bench/calibration/h200-2026-11-stacked): the update is fitted over all three rows' two
+    lengths, each scorer's per-call cost from its row; every phase planned within 25% (GRPO's scoring
+    within 10 ms). The per-call costs say where the time went: 0.07-0.15 s a model call beside the
+    FLOPs, against the 21 ms of an eager decode call."""
+    hw = cal.calibrate([STACKED], hw_kinds.hardware("h200"))
+    assert hw.update_fixed_s > 0 and 0.015 < hw.decode_step_s < 0.03
+    per_call = {m: s for m, schedule, s in hw.scorer_call_s if schedule == "stacked"}
+    assert set(per_call) == {"oar_g", "oar_p"} and all(0.05 < s < 0.2 for s in per_call.values())
+    data, rows = cal.calibration_rows(STACKED)
+    shape = shape_of(Qwen2Config(**data["shape"]))
+    for row in rows:
+        plan = _check_plan(shape, row, hw)
+        for phase, key in PHASES:
+            planned, measured = getattr(plan, phase), row[key]
+            assert abs(planned - measured) <= 0.25 * measured + 0.01, (row["row"], phase, planned, measured)
+    assert {r["row"] for r in rows} == {"grpo-1024", "oar_g-1024", "oar_p-256"}
+
+
 def test_one_length_places_generation_but_not_the_update_at_the_other():
     """Calibrated at one length only, the decode's fixed cost places the other length's GRPO generation
     within 5%; the update, without its fixed cost (two lengths fit it), is off by 2x or more."""

@@ -40,25 +40,31 @@ def _plan(stderr: str) -> tuple[dict, float]:
     return rows, total
 
 
-def test_full_check_is_planned_to_fit_eight_minutes_of_an_h200():
-    """The default 1.5B check, by oar.experiment.cost_plan with the H200 rates: GRPO and OAR-G at 1,024
-    tokens (two steps each), exact OAR-P at 256 (two steps) then 1,024 (one step) in one process, all
-    of it within 480 s, nothing sized down or skipped."""
+def test_default_check_is_planned_within_eight_minutes_of_an_h200_and_says_what_it_sized():
+    """The default 1.5B check, by oar.experiment.cost_plan with the H200 rates of the current scorers
+    (bench/calibration/h200-2026-11-stacked): GRPO and OAR-G at 1,024 tokens (two steps each) and exact
+    OAR-P at 256 (two steps) within 480 s; exact OAR-P's step at 1,024 tokens does not fit beside them
+    (the whole set is planned at about 680 s), so the plan drops it and says so."""
     done = _run(["--plan-only", "--budget-s", "480"])
     assert done.returncode == 0, done.stderr[-3000:]
     rows, total = _plan(done.stderr)
     assert {m: lengths for m, (lengths, _) in rows.items()} == {
-        "grpo": [1024, 1024], "oar_g": [1024, 1024], "oar_p": [256, 256, 1024]}, done.stderr
-    assert total <= 480 and "skipped" not in done.stderr and "sized" not in done.stderr
-    assert "bench/calibration/h200-2026-11" in done.stderr  # which rates planned it
+        "grpo": [1024, 1024], "oar_g": [1024, 1024], "oar_p": [256, 256]}, done.stderr
+    assert total <= 480 and "skipped" not in done.stderr
+    assert "sized from steps of [256, 256, 1024] tokens to [256, 256] to fit the budget" in done.stderr
+    assert "bench/calibration/h200-2026-11-stacked" in done.stderr  # which rates planned it
+    unbounded = _run(["--plan-only"])
+    rows, total = _plan(unbounded.stderr)
+    assert rows["oar_p"][0] == [256, 256, 1024] and total > 480
 
 
 def test_budget_sizes_and_skips_rows_and_says_so():
-    done = _run(["--plan-only", "--budget-s", "330"])
+    done = _run(["--plan-only", "--budget-s", "200"])
     assert done.returncode == 0, done.stderr[-3000:]
     rows, total = _plan(done.stderr)
-    assert total <= 330
-    assert rows["oar_p"][0] == [256, 256] and "sized from steps of [256, 256, 1024]" in done.stderr
+    assert total <= 200
+    assert rows["oar_g"][0] == [512, 512] and "sized from steps of [1024, 1024] tokens to [512, 512]" in done.stderr
+    assert "exact OAR-P at 1,024 tokens: skipped" in done.stderr and "oar_p" not in rows
     done = _run(["--plan-only", "--budget-s", "60"])
     assert done.returncode == 0 and "skipped" in done.stderr, done.stderr[-3000:]
     assert _plan(done.stderr)[1] <= 60
@@ -157,3 +163,29 @@ def test_a_cut_off_check_keeps_its_finished_rows_marked_partial(tmp_path):
     assert record["complete"] is False and [r["row"] for r in record["rows"]] == ["grpo-12"]
     assert record["rows_planned"] == ["grpo-12", "oar_g-12"]
     assert "**Partial: 1 of 2 planned rows finished**" in (work / "gpu_check.md").read_text()
+
+
+def test_a_row_cut_off_keeps_the_lengths_whose_steps_finished(tmp_path):
+    """A process cut off in its last step (exact OAR-P's step at 1,024 tokens after two at 256): the
+    256-token length, whose steps all finished, is a result marked cut off; the 1,024 one is not."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    row = gpu_check.Row("oar_p", [256, 256, 1024])
+    out = tmp_path / row.name
+    out.mkdir()
+    logged = [{"time_generate_s": 14.6 - 8 * i, "time_score_s": 105.6 - 94 * i, "completion_length": 256.0,
+               "frac_scored": 1.0, "score_peak_memory_mb": 4642.0 + 5923 * i} for i in range(2)]
+    timed = [{"step": i + 1, "tokens": 256, "step_s": 121.0 - 103 * i, "update_s": 0.86 - 0.65 * i,
+              "peak_mb": 14796.0 + 3393 * i, "score_forwards": 157, "prompt_tokens": 93.0 + 2 * i} for i in range(2)]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in logged))
+    (out / "steps.jsonl").write_text("".join(json.dumps(x) + "\n" for x in timed))
+    results = gpu_check.row_results(row, out, 301.0, complete=False)
+    assert list(results) == ["oar_p-256"]
+    r = results["oar_p-256"]
+    assert r["cut_off"] is True and r["steady_steps"] == 1 and r["score_s"] == pytest.approx(11.6)
+    assert r["update_s"] == pytest.approx(0.21) and r["first_step_s"] == 121.0
+    with pytest.raises(RuntimeError, match="2 steps logged and 2 timed, expected 3"):
+        gpu_check.row_results(row, out, 301.0)  # a process that exited without its last step is an error

@@ -93,8 +93,10 @@ def calibrate(paths, base: Hardware) -> Hardware:
     """Sustained rates and fixed costs from one or more ``calibration.json`` files of
     ``bench/gpu_check.py`` (one model shape; the rows of every file together):
 
-    - the update: FLOP rate R and a fixed time U per micro-batch, t = FLOPs / R + U, from GRPO's update
-      at two or more lengths (least squares; one length: U = 0, R = FLOPs / t);
+    - the update: FLOP rate R and a fixed time U per micro-batch, t = FLOPs / R + U, from the updates at
+      two or more lengths (least squares; one length: U = 0, R = FLOPs / t): every row's where the check
+      timed it to completion (``update_timing: synchronised...``; the update does not depend on the
+      scorer), else GRPO's;
     - generation: the fixed cost of a decode step of the backend that generated (``generation_backend``):
       what its time leaves beside the prefill and the decode's roofline; for transformers' eager
       ``generate`` this is also taken as the fixed cost of one forward call of the trainer's model
@@ -124,10 +126,12 @@ def calibrate(paths, base: Hardware) -> Hardware:
     # a GPU queues kernels ahead of the host; a CPU runs them itself (the check records which it ran on)
     base = dataclasses.replace(base, asynchronous=header.get("device", "CPU") != "CPU")
 
-    # the update: t = F / R + U over GRPO's lengths
+    # the update: t = F / R + U over the lengths of the rows whose update was timed to completion (the
+    # update is the same work whatever the method scored), else over GRPO's
+    complete = [r for r in rows if r.get("update_timing", "").startswith("synchronised") and r["update_s"] > 0]
     points = sorted({(scaled(update_work(shape, r["prompt_tokens"], r["completion_length"], r["batch"],
                                          bool(r.get("gradient_checkpointing")), 0), r["batch"]).flops, r["update_s"])
-                     for r in grpo if r["update_s"] > 0})
+                     for r in (complete or grpo) if r["update_s"] > 0})
     if not points:
         raise PlanError(f"--calibration {paths[0]}: field 'update_s' of every GRPO row is 0")
     rate, fixed = points[-1][0] / points[-1][1], 0.0

@@ -44,6 +44,7 @@ class StepPlan:
     scoring: float
     update: float
     processes: int  # GPUs a run holds
+    scoring_calls: float = 0.0  # the scoring phase's model calls (forwards and OAR-G's backwards)
 
     @property
     def step(self) -> float:
@@ -102,7 +103,7 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
                  sequences)
     if hw.update_fixed_s is not None:  # measured: a fixed time per micro-batch stands for its calls' cost
         upd.calls, upd.fixed_s = 0.0, hw.update_fixed_s * sequences / micro
-    return StepPlan(generation, scoring, upd.seconds(hw, shape.layers), processes)
+    return StepPlan(generation, scoring, upd.seconds(hw, shape.layers), processes, score.calls)
 
 
 # ---------------------------------------------------------------------------------- the config
