@@ -221,3 +221,21 @@ def test_scoring_forwards_run_without_cudnn_attention(tokenizer_and_models, meth
         handle.remove()
     assert seen and all(flags == (False, True, True, True) for flags in seen)
     assert before is True and torch.backends.cuda.cudnn_sdp_enabled() is True
+
+
+def test_torch_default_attention_leaves_torch_its_choice_with_the_same_scores(tokenizer_and_models):
+    """``attention="torch_default"`` (oar.scoring_attention) scores with every kernel enabled; on a CPU
+    the kernels are the same either way, so the scores are bit for bit the same; an unknown choice is an
+    error naming the field."""
+    tokenizer, models = tokenizer_and_models
+    model, probes = models["qwen2"], batch_of_probes(tokenizer, 3)
+    seen = []
+    handle = model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    try:
+        default = score("oar_g", model, probes, ScorerConfig(chunk_tokens=64, attention="torch_default"))
+    finally:
+        handle.remove()
+    assert seen and all(seen)
+    assert torch.equal(default.scores, score("oar_g", model, probes, ScorerConfig(chunk_tokens=64)).scores)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        ScorerConfig(attention="cudnn")

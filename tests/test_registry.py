@@ -337,6 +337,26 @@ def test_exact_oar_p_leaves_window_tokens_out_of_run_settings():
     assert registry(cfg).run_settings("smollm2", "oar_p", 0)["oar"]["window_tokens"] == 32
 
 
+def test_scoring_attention_is_in_run_settings_only_off_its_default():
+    """The scorers' attention kernels at their default (no cuDNN) add no key to a run's settings, so runs
+    made before the setting existed are not retrained; torch's own choice is passed on, and a value
+    outside the schema's stops at config load naming the key."""
+    from oar.training.settings import SettingsError, resolve_settings
+
+    settings = registry().run_settings("smollm2", "oar_g", 0)
+    assert "scoring_attention" not in settings["oar"]
+    assert resolve_settings(settings)["oar"]["scoring_attention"] == "no_cudnn"
+    cfg = load(FIXTURE)
+    cfg["training"]["oar"]["scoring_attention"] = "torch_default"
+    assert registry(cfg).run_settings("smollm2", "oar_g", 0)["oar"]["scoring_attention"] == "torch_default"
+    with pytest.raises(SettingsError, match="'oar.scoring_attention' must be one of"):
+        resolve_settings({**settings, "oar": {**settings["oar"], "scoring_attention": "cudnn"}})
+    bad = load(FIXTURE)
+    bad["training"]["oar"]["scoring_attention"] = "cudnn"
+    with pytest.raises(Exception, match="'cudnn' is not one of"):  # the schema's enum, at validation
+        registry(bad)
+
+
 def test_the_step_credit_log_is_in_run_settings_only_when_asked():
     """Off (the default) it adds no key, so runs made before the setting existed are not retrained; on,
     every method's run carries it, GRPO's too (the mediator is compared across arms)."""

@@ -103,7 +103,8 @@ def calibrate(paths, base: Hardware) -> Hardware:
       (``call_s``); the first step's, where recorded (``first_generate_s``);
     - each scorer: its fixed cost per model call on the schedule it ran on (``scorer_schedule``): what
       its ``score_s`` leaves beside its FLOPs at R, over its model calls (the plan's count, scaled to the
-      counted forwards where the file records ``score_forwards``).
+      counted forwards where the file records ``score_forwards``); the rows that scored without cuDNN's
+      attention (``scoring_attention: no_cudnn``, the default) where there are such, else the others.
 
     The FLOP rate replaces the peak (utilisation 1); the decode bandwidth stays the base's assumption (a
     decode of a few sequences is bound by fixed costs and says nothing of bandwidth)."""
@@ -178,13 +179,17 @@ def calibrate(paths, base: Hardware) -> Hardware:
         compute = work.flops / measured.flops
         left = r["score_s"] if work.overlapped and base.asynchronous else r["score_s"] - compute
         key = ("oar_g" if r["method"] == "grad_norm" else r["method"], r["scorer_schedule"])
-        per_call.setdefault(key, []).append(max(0.0, left) / calls if calls else 0.0)
+        # rows that scored without cuDNN's attention (the default) stand for the scorer where a file has
+        # them beside rows with torch's own kernels (bench/gpu_check.py --attention-ab)
+        per_call.setdefault(key, []).append((r.get("scoring_attention", "torch_default") == "no_cudnn",
+                                             max(0.0, left) / calls if calls else 0.0))
     device = header.get("device", "unknown device")
     return dataclasses.replace(measured, name=f"{device} (calibrated)",
                                memory_gb=header.get("memory_gb") or base.memory_gb,
                                measured=f"{', '.join(str(p) for p in paths)} ({device})",
-                               scorer_call_s=tuple((m, s, statistics.median(v))
-                                                   for (m, s), v in sorted(per_call.items())))
+                               scorer_call_s=tuple((m, s, statistics.median(
+                                   [c for current, c in v if current] or [c for _, c in v]))
+                                   for (m, s), v in sorted(per_call.items())))
 
 
 def _check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) -> Work:

@@ -438,10 +438,12 @@ class Registry(JobResources, JobOptions):
         if method in USES_PROBE and probe is not None:
             oar["probe"] = probe
         oar.update(self.grading())  # rewards and probes grade as evaluation does
-        for added_later in ("window_tokens", "log_step_credit"):
-            if not oar.get(added_later):
-                # at its default (exact OAR-P; no step-credit log): left out so that runs made before the
-                # setting existed keep their settings, and Snakemake does not retrain them
+        for added_later, default in (("window_tokens", 0), ("log_step_credit", False),
+                                     ("scoring_attention", "no_cudnn")):
+            if oar.get(added_later, default) == default:
+                # at its default (exact OAR-P; no step-credit log; scoring without cuDNN's attention): left
+                # out so that runs made before the setting existed keep their settings, and Snakemake does
+                # not retrain them
                 oar.pop(added_later, None)
         # only a dose reads the ratio: left out of every other run's settings, which stay as they were
         oar.pop("final_step_ratio", None)

@@ -8,19 +8,29 @@ milliseconds on the host, cached by shape). On an H200 the scorers' forwards ran
 most of each scoring call with the GPU idle: OAR-G about 0.4 s of device work in a 3.6 s call, exact
 OAR-P about 4 s in 11.4 s (``bench/gpu_check.py``'s profiles).
 
-Scoring therefore runs with cuDNN's kernel disabled: torch then takes flash attention where no mask is
-needed, the memory-efficient kernel where one is (the packed copies' block masks), math otherwise; none
-of them builds anything per shape. The training update keeps torch's choice (its shapes repeat within a
-step). On a CPU the choice is unchanged: cuDNN is a CUDA kernel.
+Scoring therefore runs with cuDNN's kernel disabled by default (``oar.scoring_attention: no_cudnn``):
+torch then takes flash attention where no mask is needed, the memory-efficient kernel where one is (the
+packed copies' block masks), math otherwise; none of them builds anything per shape.
+``torch_default`` leaves torch's choice, to measure one against the other (``bench/gpu_check.py
+--attention-ab``). The training update keeps torch's choice (its shapes repeat within a step). On a CPU
+the choice is unchanged either way: cuDNN is a CUDA kernel.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from oar.method.names import ATTENTION_CHOICES
 SCORING_KERNELS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
 
 
-def scoring_attention():
-    """Context in which the scorers' forwards (and OAR-G's backward) run: every SDPA kernel but cuDNN's."""
-    return sdpa_kernel(list(SCORING_KERNELS))
+def scoring_attention(choice: str = "no_cudnn"):
+    """Context in which the scorers' forwards (and OAR-G's backward) run: every SDPA kernel but cuDNN's
+    (``no_cudnn``), or torch's own choice (``torch_default``)."""
+    if choice == "no_cudnn":
+        return sdpa_kernel(list(SCORING_KERNELS))
+    if choice == "torch_default":
+        return contextlib.nullcontext()
+    raise ValueError(f"scoring attention must be one of {ATTENTION_CHOICES}, got {choice!r}")

@@ -108,7 +108,7 @@ def score(
         was_training = model.training
         model.eval()
         try:
-            with scoring_attention():  # no per-shape kernel builds (oar.method.attention_kernels)
+            with scoring_attention(config.attention):  # no per-shape kernel builds (oar.method.attention_kernels)
                 row_scores = SCORERS[method](model, [probes[i] for i in rows], [kinds[i] for i in rows], config)
         finally:
             model.train(was_training)

@@ -43,3 +43,5 @@ def scorer_of(method: str) -> str | None:
     return None if method == BASELINE else INTERVENED.get(method, method)
 
 PROBES = ("lt_logits", "as_mean", "as_joint")  # outcome probes (oar.method.probes reads each off the logits)
+# the scorers' attention kernels on a GPU (oar.method.attention_kernels)
+ATTENTION_CHOICES = ("no_cudnn", "torch_default")

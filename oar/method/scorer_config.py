@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oar.method.names import PROBES
+from oar.method.names import ATTENTION_CHOICES, PROBES
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class ScorerConfig:
         only this many reasoning tokens from the substituted one, and the conclusion and answer, are
         recomputed; the later reasoning keeps its clean keys and values (cost ~R x (window + tail)
         token-forwards). 0 recomputes the whole suffix, the exact definition.
+    attention: the SDPA kernels of the scoring forwards (``oar.method.attention_kernels``): ``no_cudnn``
+        (every kernel but cuDNN's, which builds a graph per new shape) or ``torch_default``.
     """
 
     probe: str = "as_mean"
@@ -41,6 +43,7 @@ class ScorerConfig:
     seed: int = 0
     span_tokens: int = 1
     window_tokens: int = 0
+    attention: str = "no_cudnn"
 
     def __post_init__(self):
         if self.probe not in PROBES:
@@ -53,3 +56,5 @@ class ScorerConfig:
             raise ValueError(f"span_tokens must be an integer >= 1, got {self.span_tokens!r}")
         if isinstance(self.window_tokens, bool) or not isinstance(self.window_tokens, int) or self.window_tokens < 0:
             raise ValueError(f"window_tokens must be an integer >= 0, got {self.window_tokens!r}")
+        if self.attention not in ATTENTION_CHOICES:
+            raise ValueError(f"attention must be one of {ATTENTION_CHOICES}, got {self.attention!r}")

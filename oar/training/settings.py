@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from oar.method.names import BASELINE, METHODS, PROBES
+from oar.method.names import ATTENTION_CHOICES, BASELINE, METHODS, PROBES
 
 
 class SettingsError(ValueError):
@@ -64,6 +64,8 @@ class OARSettings:
     substitute: str = _setting("pad", "OAR-P's substitute: 'pad' or a one-token text")
     span_tokens: int = _setting(1, "OAR-P substitutes this many consecutive reasoning tokens at once (1: exact)")
     window_tokens: int = _setting(0, "OAR-P recomputes only this many reasoning tokens after a substitution (0: exact)")
+    scoring_attention: str = _setting("no_cudnn", f"the scorers' attention kernels on a GPU, one of {ATTENTION_CHOICES} "
+                                                  "(oar.method.attention_kernels)")
     score_all: bool = _setting(False, "also score responses with A = 0 (their loss terms are zero anyway): cost "
                                       "measurements")
     log_step_credit: bool = _setting(False, "log each step's share of the weight on the chain task's decisive tokens, "
@@ -91,6 +93,9 @@ class OARSettings:
         window = self.window_tokens
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise SettingsError(f"settings key 'oar.window_tokens' must be an integer >= 0, got {window!r}")
+        if self.scoring_attention not in ATTENTION_CHOICES:
+            raise SettingsError(f"settings key 'oar.scoring_attention' must be one of {ATTENTION_CHOICES}, got "
+                                f"{self.scoring_attention!r}")
 
     @classmethod
     def of(cls, block: Mapping[str, Any]) -> OARSettings:
