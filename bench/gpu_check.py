@@ -132,7 +132,7 @@ def hash_parity_reward(completions, **kwargs) -> list[float]:
 
 # ------------------------------------------------------------------------------- scorer settings
 
-OAR_KEYS = ("chunk_tokens", "probe", "span_tokens", "window_tokens", "noise_sigma")
+OAR_KEYS = ("chunk_tokens", "probe", "span_tokens", "window_tokens", "noise_sigma", "scoring_attention")
 # which model of a workflow config each shape stands for (its source's layer shapes)
 SHAPE_OF_SOURCE = {"qwen2.5-1.5b": "qwen2.5-1.5b", "qwen2.5-7b": "qwen2.5-7b"}
 
@@ -188,21 +188,26 @@ class Row:
     window: int = 0
     planned_s: float = 0.0
     note: str = ""
+    attention: str = ""  # the scorers' attention kernels when not the config's (--attention-ab's twins)
+
+    @property
+    def tag(self) -> str:
+        return (self.method + (f"-w{self.window}" if self.window else "")
+                + (f"-{self.attention}" if self.attention else ""))
 
     @property
     def name(self) -> str:
-        return f"{self.method}" + (f"-w{self.window}" if self.window else "") + "-" + "-".join(
-            str(t) for t in dict.fromkeys(self.lengths))
+        return f"{self.tag}-" + "-".join(str(t) for t in dict.fromkeys(self.lengths))
 
     def label(self, tokens: int | None = None) -> str:
         kind = {"oar_p": "exact OAR-P" if not self.window else f"OAR-P (window {self.window})",
                 "oar_g": "OAR-G", "grpo": "GRPO"}[self.method]
-        return f"{kind} at {tokens or self.lengths[-1]:,} tokens"
+        kernels = f" ({self.attention} attention)" if self.attention else ""
+        return f"{kind}{kernels} at {tokens or self.lengths[-1]:,} tokens"
 
     def parts(self) -> list[tuple[str, int]]:
         """(result name, tokens) of every length this row measures."""
-        tag = self.method + (f"-w{self.window}" if self.window else "")
-        return [(f"{tag}-{t}", t) for t in dict.fromkeys(self.lengths)]
+        return [(f"{self.tag}-{t}", t) for t in dict.fromkeys(self.lengths)]
 
 
 PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokenizer (TRL's num_tokens on the H200)
@@ -239,13 +244,14 @@ def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
     total, seen = ROW_OVERHEAD_S, set()
     for i, tokens in enumerate(row.lengths):
         settings = {"run_id": "check", "method": row.method,
-                    "oar": {**oar, "window_tokens": row.window, "score_all": True},
+                    "oar": {**oar, "window_tokens": row.window, "score_all": True,
+                            "scoring_attention": row.attention or oar["scoring_attention"]},
                     "trainer": {"max_completion_length": tokens, "per_device_train_batch_size": args.batch,
                                 "gradient_accumulation_steps": 1, "num_generations": args.num_generations,
                                 "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
                                 "beta": 0.0}}
         step = step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
-        if i == 0 and row.method != "grpo":  # the profiled scoring call, and the processing of its trace
+        if i == 0 and row.method != "grpo" and not row.attention:  # the profiled scoring call, and its trace
             total += (PROFILE_FACTOR - 1) * step.scoring + PROFILE_S_PER_LAYER_CALL * shape.layers * step.scoring_calls
         total += step.step
         seen.add(tokens)
@@ -319,7 +325,7 @@ def profile_summary(prof, calls: int, seconds: float) -> dict:
                     for e in top]}
 
 
-def train_one(settings: dict, out_dir: Path, lengths: list[int]) -> None:
+def train_one(settings: dict, out_dir: Path, lengths: list[int], profile_scoring: bool = True) -> None:
     """``oar.training.run``'s trainer and metrics file, step i's responses forced to ``lengths[i]`` tokens,
     the parity reward, no checkpoint, synchronised step timing, per-step peaks and a profile of the first
     step's scoring call."""
@@ -347,7 +353,7 @@ def train_one(settings: dict, out_dir: Path, lengths: list[int]) -> None:
             calls = [0]
             handle = self.accelerator.unwrap_model(self.model).register_forward_pre_hook(
                 lambda *_: calls.__setitem__(0, calls[0] + 1))
-            profile = self.state.global_step == 0 and self.args.oar_method != "grpo"
+            profile = profile_scoring and self.state.global_step == 0 and self.args.oar_method != "grpo"
             activities = [torch.profiler.ProfilerActivity.CPU] + (
                 [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
             context = torch.profiler.profile(activities=activities) if profile else contextlib.nullcontext()
@@ -410,13 +416,15 @@ def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict,
     settings = {
         "run_id": f"gpu-check-{row.name}", "method": row.method, "seed": 0, "model": str(model),
         "train_file": str(problems), "model_dtype": dtype,
-        "oar": {**oar, "score_all": True, "window_tokens": row.window},
+        "oar": {**oar, "score_all": True, "window_tokens": row.window,
+                "scoring_attention": row.attention or oar["scoring_attention"]},
         "trainer": {"max_steps": len(row.lengths), "num_generations": args.num_generations,
                     "per_device_train_batch_size": args.batch, "max_completion_length": max(row.lengths),
                     "gradient_checkpointing": args.gradient_checkpointing},
     }
     started = time.perf_counter()
-    spec = json.dumps({"settings": settings, "lengths": row.lengths})
+    # an --attention-ab twin is timed, not profiled: its scorer's profile is its first row's
+    spec = json.dumps({"settings": settings, "lengths": row.lengths, "profile": not row.attention})
     try:
         subprocess.run([sys.executable, __file__, "--one-method", spec, str(out), "--threads", str(args.threads)],
                        check=True, timeout=timeout)
@@ -455,7 +463,8 @@ def row_results(row: Row, out: Path, seconds: float, complete: bool = True) -> d
             continue
         logged, clocked = [lines[i] for i in at], [steps[i] for i in at]
         first_here = row.lengths.index(tokens) == at[0]  # no earlier step generated this length
-        r = {"method": row.method, "window_tokens": row.window, "process": row.name, "steps": len(row.lengths),
+        r = {"method": row.method, "window_tokens": row.window, "scoring_attention": row.attention or None,
+             "process": row.name, "steps": len(row.lengths),
              "steady_steps": len(at), "process_s": seconds,
              "generate_s": statistics.median(x["time_generate_s"] or 0.0 for x in logged),
              "generate_first_at_length": first_here and len(at) == 1,
@@ -566,7 +575,8 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
                      "num_generations": args.num_generations, "chunk_tokens": oar["chunk_tokens"],
                      "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
                      "generation_backend": "transformers", "gradient_checkpointing": args.gradient_checkpointing,
-                     **phase_rates(r, args), "row": name})
+                     **phase_rates(r, args), "scoring_attention": r.get("scoring_attention") or oar["scoring_attention"],
+                     "row": name})
     return {
         "complete": complete,
         "rows_planned": [name for r in planned for name, _ in r.parts()],
@@ -689,6 +699,11 @@ def default_rows(args, oar: dict) -> list[Row]:
             else:
                 lengths = [short] * args.steps + [args.response_tokens]
         rows.append(Row(method, lengths, window))
+        if args.attention_ab and method != "grpo":
+            # the same scorer with the other attention kernels, at its first length only (its warm-up
+            # and steady steps): scoring time against scoring time on one machine
+            other = next(c for c in ("no_cudnn", "torch_default") if c != oar["scoring_attention"])
+            rows.append(Row(method, [lengths[0]] * args.steps, window, attention=other))
     return rows
 
 
@@ -708,7 +723,7 @@ def main() -> None:
                         help="weights: auto = bfloat16 on CUDA (with bf16 autocast), float32 on CPU")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     for key, kind in (("chunk_tokens", int), ("probe", str), ("span_tokens", int), ("window_tokens", int),
-                      ("noise_sigma", float)):
+                      ("noise_sigma", float), ("scoring_attention", str)):
         parser.add_argument(f"--{key.replace('_', '-')}", type=kind,
                             help=f"must agree with the config's oar.{key} (default: the config's)")
     parser.add_argument("--budget-s", type=float,
@@ -716,6 +731,9 @@ def main() -> None:
     parser.add_argument("--calibration", nargs="+", type=Path,
                         help="calibration.json files the plan's rates come from "
                              "(default: bench/calibration/h200-2026-11-stacked)")
+    parser.add_argument("--attention-ab", action="store_true",
+                        help="also each scorer with the other attention kernels of oar.scoring_attention "
+                             "(no_cudnn / torch_default), at its first length")
     parser.add_argument("--plan-only", action="store_true", help="print the plan and stop")
     parser.add_argument("--eval", action="store_true", help="also time the evaluation backends")
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
@@ -729,7 +747,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.one_method:
         spec = json.loads(args.one_method[0])
-        train_one(spec["settings"], Path(args.one_method[1]), spec["lengths"])
+        train_one(spec["settings"], Path(args.one_method[1]), spec["lengths"], spec.get("profile", True))
         return
     if args.batch % args.num_generations:
         parser.error("--batch must be a multiple of --num-generations")
@@ -762,7 +780,8 @@ def main() -> None:
     print(f"Plan ({args.calibration_label}; {ROW_OVERHEAD_S:.0f} s a row to start, load and set up; first step "
           "at the first step's measured decode rate):", file=sys.stderr)
     for r in planned:
-        print(f"  {r.method}" + (f" (window {r.window})" if r.window else "") + f": steps of {r.lengths} tokens, "
+        print(f"  {r.method}" + (f" (window {r.window})" if r.window else "")
+              + (f" ({r.attention} attention)" if r.attention else "") + f": steps of {r.lengths} tokens, "
               f"{r.planned_s:,.0f} s" + (f" ({r.note})" if r.note else ""), file=sys.stderr)
     for line in said:
         if "skipped" in line:

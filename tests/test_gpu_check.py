@@ -189,3 +189,20 @@ def test_a_row_cut_off_keeps_the_lengths_whose_steps_finished(tmp_path):
     assert r["update_s"] == pytest.approx(0.21) and r["first_step_s"] == 121.0
     with pytest.raises(RuntimeError, match="2 steps logged and 2 timed, expected 3"):
         gpu_check.row_results(row, out, 301.0)  # a process that exited without its last step is an error
+
+
+@pytest.mark.slow
+def test_attention_ab_times_each_scorer_with_the_other_kernels_too(tmp_path):
+    """--attention-ab adds, for each scorer, a row with the other choice of oar.scoring_attention (torch's
+    own kernels beside the default no_cudnn), timed but not profiled, each row saying which it ran."""
+    work = tmp_path / "work"
+    done = _run(TINY + ["--methods", "grpo", "oar_g", "--attention-ab", "--work", str(work)], timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = _table(work / "gpu_check.md")
+    assert {"GRPO at 12 tokens", "OAR-G at 12 tokens", "OAR-G (torch_default attention) at 12 tokens"} <= set(rows)
+    record = json.loads((work / "calibration.json").read_text())
+    kernels = {r["row"]: r["scoring_attention"] for r in record["rows"]}
+    assert kernels == {"grpo-12": "no_cudnn", "oar_g-12": "no_cudnn", "oar_g-torch_default-12": "torch_default"}
+    assert set(record["profiles"]) == {"oar_g-12"}
+    assert "scoring_attention no_cudnn (config/schema.yaml's default of training.oar.scoring_attention)" in \
+        (work / "gpu_check.md").read_text()
