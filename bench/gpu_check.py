@@ -532,21 +532,19 @@ def predicted_peak_mib(args, model: Path, dtype: str, oar: dict, method: str, to
 
 
 def phase_flops(r: dict, shape, oar: dict, args) -> tuple[float, float]:
-    """(scoring FLOPs, update FLOPs) of one steady step of result row ``r`` by the cost plan's counters
-    (``oar.experiment.cost_model``), at the row's measured prompt and completion lengths: what its
+    """(scoring FLOPs, update FLOPs) of one steady step of result row ``r`` by the cost plan's counters, at
+    the row's measured prompt and completion lengths (the calibration's own reading of a row): what its
     achieved TFLOP/s are computed from."""
-    from oar.experiment.cost_model import Assumptions, reasoning_probe, scaled, scoring_work, update_work
+    from oar.experiment.calibration import _check_scoring_work
+    from oar.experiment.cost_model import SCHEDULE, scaled, update_work
 
-    prompt, completion = r["prompt_tokens"], r["completion_length"]
-    sequences = args.batch
-    update = scaled(update_work(shape, prompt, completion, args.batch, args.gradient_checkpointing, 0), sequences)
+    update = scaled(update_work(shape, r["prompt_tokens"], r["completion_length"], args.batch,
+                                args.gradient_checkpointing, 0), args.batch)
     if r["method"] == "grpo":
         return 0.0, update.flops
-    reasoning, probe = reasoning_probe(prompt, completion)
-    keep = 1 if oar["probe"] == "lt_logits" else Assumptions().answer_tokens + 1  # as the plan counts it
-    score = scoring_work(shape, r["method"], {**oar, "window_tokens": r["window_tokens"]}, prompt, reasoning, probe,
-                         keep, sequences * r["frac_scored"], args.num_generations)
-    return score.flops, update.flops
+    row = {**r, **{k: oar[k] for k in ("chunk_tokens", "span_tokens", "probe")}, "batch": args.batch,
+           "num_generations": args.num_generations}
+    return _check_scoring_work(shape, row, SCHEDULE).flops, update.flops
 
 
 def phase_rates(r: dict, args) -> dict:
