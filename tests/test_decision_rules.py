@@ -127,6 +127,25 @@ def test_boundaries_spend_alpha_as_declared_and_power_agrees_with_simulation():
         sequential.obf_boundaries([0.5, 0.4, 1.0], 0.05)
 
 
+def test_conditional_power_agrees_with_a_simulation_from_the_interim_look():
+    fractions = [1 / 3, 2 / 3, 1]
+    bounds = sequential.obf_boundaries(fractions, 0.05)
+    rng = np.random.default_rng(4)
+    for z, drift in [(0.35, 0.0), (0.35, 1.5), (1.8, 2.5), (-1.0, 3.0)]:
+        # paths that stood at z at the first look, with the drift's mean increments afterwards
+        steps = np.diff(fractions)
+        inc = rng.normal(0, 1, (200_000, 2)) * np.sqrt(steps) + drift * steps
+        s = z * math.sqrt(fractions[0]) + np.cumsum(inc, axis=1)
+        crossed = (s / np.sqrt(fractions[1:]) >= np.asarray(bounds[1:])).any(axis=1).mean()
+        assert sequential.conditional_power(bounds, fractions, 0, z, drift) == pytest.approx(crossed, abs=4e-3)
+    # from the second look only the last remains: a single normal tail
+    cp = sequential.conditional_power(bounds, fractions, 1, 1.0, 2.0)
+    start = 1.0 * math.sqrt(2 / 3)
+    assert cp == pytest.approx(stats.norm.sf((bounds[2] - start - 2.0 / 3) / math.sqrt(1 / 3)), abs=1e-6)
+    with pytest.raises(ValueError, match="later look"):
+        sequential.conditional_power(bounds, fractions, 2, 0.0, 0.0)
+
+
 def test_read_looks_stops_at_the_first_crossing():
     rng = np.random.default_rng(3)
     clearly_below = list(rng.normal(-1.0, 1.0, 60) / 100)  # gains of -1 point, SD 1: stops at the first look
@@ -406,6 +425,34 @@ def test_the_upper_bound_table_reads_each_look_and_the_derailment_outcome():
     assert "GRPO | 1/40 | 2%" in md
     assert "3.200 (0.0007)" in md and "34 pairs fit in 4 hours" in md
     assert md.rstrip().endswith("DECLARED")
+
+
+def test_a_continuing_test_states_its_power_at_the_measured_sd_and_its_conditional_power():
+    seeds = list(range(100, 160))
+    rng = np.random.default_rng(12)
+    noisy = rng.normal(0.0, 0.11, 20)
+    noisy = noisy - noisy.mean() + 0.005  # mean +0.5 points, SD about 11 (a derailing testbed)
+    reading = upper_bound.read_upper_bound(_outcomes(list(noisy), seeds[:20]), _design(), seeds, 0.45)
+    ahead = reading["outlook"]
+    assert reading["looks"][0]["status"] == "continue" and ahead["look"] == 1
+    bounds = [r["boundary_z"] for r in reading["looks"]]
+    fractions = [1 / 3, 2 / 3, 1]
+    sd = reading["looks"][0]["sd"]
+    assert ahead["power_at_sd"] == pytest.approx(sequential.power(bounds, fractions, 0.015 / sd * math.sqrt(60)))
+    z = (0.015 - 0.005) / (sd / math.sqrt(20))
+    cond = {c["gain_from"]: c["power"] for c in ahead["conditional"]}
+    assert cond["measured"] == pytest.approx(
+        sequential.conditional_power(bounds, fractions, 0, z, (0.015 - 0.005) / sd * math.sqrt(60)))
+    # at SD 11 the design the pilot's SD 3 planned has little power left, and less given a positive gain
+    assert cond["measured"] < cond["assumed"] < ahead["power_at_sd"] < 0.5
+    _, md = upper_bound.upper_bound_table(reading, _design(), upper_bound.plan(_design()))
+    assert f"power {ahead['power_at_sd']:.2f} at a true gain of 0.0 points (planned: 0.98 at SD 3.08" in md
+    assert "No futility rule is declared" in md
+    # a test that stopped, or has read no look, has nothing ahead
+    clear = list(rng.normal(-0.01, 0.01, 20))
+    assert upper_bound.read_upper_bound(_outcomes(clear, seeds[:20]), _design(), seeds, 0.45)["outlook"] is None
+    assert upper_bound.outlook([{"look": 1, "pairs": 20, "boundary_z": 3.2, "fraction": 1 / 3,
+                                 "status": "not reached"}], _design()) is None
 
 
 # ------------------------------------------------------------------------------ declared contrasts (mechanism)

@@ -14,6 +14,8 @@ earlier ones. :func:`crossing_probabilities` computes it by recursive numerical 
   (``"classic"``, O'Brien and Fleming's own).
 - :func:`power` and :func:`expected_pairs`: the chance of crossing by the last look, and the expected
   number of pairs, for a true standardised effect per pair.
+- :func:`conditional_power`: the chance that a later look crosses, given where an interim look stood
+  (the future increments are a fresh Brownian motion, so it is the same crossing problem, shifted).
 - :func:`read_looks`: the non-superiority test of paired differences at each look that has its pairs:
   H0 the mean gain is at least ``margin``; it is rejected at the first look whose t statistic falls
   below ``-c_k`` (the boundary's nominal one-sided level, on the t scale with n - 1 df).
@@ -150,6 +152,26 @@ def expected_pairs(bounds: Sequence[float], looks: Sequence[int], drift: float) 
         total += p * n
         stay -= p
     return float(total + stay * looks[-1])
+
+
+def conditional_power(bounds: Sequence[float], fractions: Sequence[float], look: int, z: float,
+                      drift: float) -> float:
+    """Probability that a look after ``look`` (0-based) crosses its boundary, given that the Z statistic
+    stood at ``z`` there (below its boundary), when the mean of Z at full information is ``drift``.
+
+    From fraction ``t_k`` on, ``S(t) = S(t_k) + drift (t - t_k) + W(t - t_k)`` with W a fresh Brownian
+    motion; on the clock ``u = t - t_k`` (scaled to end at 1) crossing ``c_j sqrt(t_j)`` is crossing
+    ``(c_j sqrt(t_j) - S(t_k)) / sqrt(u_j)`` on the Z scale, which :func:`crossing_probabilities` computes."""
+    t = _check_fractions(fractions)
+    b = np.asarray(bounds, dtype=float)
+    if len(b) != len(t):
+        raise ValueError(f"{len(b)} boundaries for {len(t)} looks")
+    if not 0 <= look < len(t) - 1:
+        raise ValueError(f"look {look}: a conditional power needs a later look (looks 0-{len(t) - 2})")
+    start = z * math.sqrt(t[look])
+    u = t[look + 1:] - t[look]
+    shifted = (b[look + 1:] * np.sqrt(t[look + 1:]) - start) / np.sqrt(u)
+    return float(sum(crossing_probabilities(shifted, u / u[-1], drift * math.sqrt(u[-1]))))
 
 
 def drift_for(effect: float, sd: float, pairs: int) -> float:

@@ -29,7 +29,8 @@ from scipy import stats
 
 from oar.analysis.formatting import fmt_num, fmt_p, markdown_table
 from oar.analysis.labels import METHOD_NAMES
-from oar.analysis.sequential import SPENDING, drift_for, expected_pairs, obf_boundaries, power, read_looks
+from oar.analysis.sequential import (SPENDING, conditional_power, drift_for, expected_pairs, obf_boundaries, power,
+                                     read_looks)
 
 KEY = "analysis.upper_bound"
 # metrics of a run's first logged step that the untrained policy's rollouts decide (the same for every arm of
@@ -182,7 +183,34 @@ def read_upper_bound(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: S
     rows = (read_looks(kept, looks, design["margin"], design["alpha"], design["spending"], design["looks"][-1])
             if kept else [])
     return {"pairs": pairs, "looks": rows, "seeds_run": len(done), "seeds_declared": len(seeds),
-            "derailment": derailment_outcome(pairs, arm, baseline), "base_accuracy": base_accuracy}
+            "derailment": derailment_outcome(pairs, arm, baseline), "base_accuracy": base_accuracy,
+            "outlook": outlook(rows, design)}
+
+
+def outlook(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Where a test that continues is heading, at the SD measured so far rather than the planned one:
+    the whole design's power at that SD and the planning's assumed gain, and the conditional power (the
+    chance that a later look stops the test, given the last look read) at the assumed gain and at the
+    gain measured so far. Normal approximation on the looks' Z scale. None unless the last look read
+    says continue. It decides nothing: no futility rule is declared, so stopping early leaves the test
+    undecided and continuing is the declared design."""
+    read = [r for r in looks if "mean" in r]
+    if not read or read[-1]["status"] != "continue" or not read[-1]["sd"] > 0:
+        return None
+    last = read[-1]
+    k = last["look"] - 1
+    bounds = [r["boundary_z"] for r in looks]
+    fractions = [r["fraction"] for r in looks]
+    total = looks[-1]["pairs"]
+    margin, sd = float(design["margin"]), float(last["sd"])
+    z = (margin - last["mean"]) / (sd / math.sqrt(last["pairs"]))
+    assumed = float(design["planning"]["assumed_gain"])
+    gains = [("assumed", assumed), ("measured", float(last["mean"]))]
+    return {"look": last["look"], "pairs": last["pairs"], "sd": sd, "z": z, "assumed_gain": assumed,
+            "power_at_sd": power(bounds, fractions, drift_for(margin - assumed, sd, total)),
+            "conditional": [{"gain_from": name, "gain": g,
+                             "power": conditional_power(bounds, fractions, k, z, drift_for(margin - g, sd, total))}
+                            for name, g in gains]}
 
 
 def derailment_outcome(pairs: Sequence[Mapping[str, Any]], arm: str, baseline: str) -> dict[str, Any]:
@@ -239,13 +267,31 @@ def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], pla
     frame_rows.append({"kind": "derailment", **{k: v for k, v in d.items()}})
     if d["n"]:
         parts.append(f"\nDerailment (an outcome, not an exclusion): a run whose final accuracy falls more than "
-                     f"{below:.1f} points below the untrained policy's ({fmt_num(reading['base_accuracy'], 1, 100.0)}%). "
+                     f"{below:.1f} points below the untrained policy's ({fmt_num(reading['base_accuracy'], 1, 100.0)}%).\n\n"
                      + markdown_table(["arm", "derailed runs", "rate"],
                                       [[arm, f"{d[design['arm']]}/{d['n']}", f"{100 * d[design['arm']] / d['n']:.0f}%"],
                                        [base, f"{d[design['baseline']]}/{d['n']}",
                                         f"{100 * d[design['baseline']] / d['n']:.0f}%"]])
                      + f"\nSeeds where only {arm} derailed: {d['arm_only']}; only {base}: {d['baseline_only']}; "
                      f"exact McNemar p {fmt_p(d['p_mcnemar'])}.\n")
+    ahead = reading.get("outlook")
+    if ahead:
+        frame_rows.append({"kind": "outlook", "look": ahead["look"], "pairs": ahead["pairs"], "sd": ahead["sd"],
+                           "power_at_sd": ahead["power_at_sd"],
+                           **{f"conditional_power_{c['gain_from']}": c["power"] for c in ahead["conditional"]}})
+        planned_sd = ""
+        if planned:
+            planned_sd = " (planned: " + ", ".join(f"{s['power']:.2f} at SD {100 * s['sd']:.2f}"
+                                                   for s in planned["scenarios"]) + ")"
+        cond = {c["gain_from"]: c for c in ahead["conditional"]}
+        parts.append(f"\nAt the SD measured so far ({fmt_num(ahead['sd'], 2, 100.0)} points over {ahead['pairs']} pairs) "
+                     f"the whole design has power {ahead['power_at_sd']:.2f} at a true gain of "
+                     f"{100 * ahead['assumed_gain']:.1f} points{planned_sd}. Conditional power (normal approximation): "
+                     f"given look {ahead['look']}, a later look stops the test with probability "
+                     f"{cond['assumed']['power']:.2f} at a true gain of {100 * ahead['assumed_gain']:.1f} points and "
+                     f"{cond['measured']['power']:.2f} at the gain measured so far "
+                     f"({100 * cond['measured']['gain']:+.2f} points). No futility rule is declared: stopping "
+                     "here decides nothing, continuing is the declared design.\n")
     if planned:
         scen = "; ".join(f"SD {100 * s['sd']:.2f} points: power {s['power']:.2f}, expected {s['expected_pairs']:.0f} pairs"
                          for s in planned["scenarios"])
