@@ -535,7 +535,7 @@ def phase_flops(r: dict, shape, oar: dict, args) -> tuple[float, float]:
     """(scoring FLOPs, update FLOPs) of one steady step of result row ``r`` by the cost plan's counters, at
     the row's measured prompt and completion lengths (the calibration's own reading of a row): what its
     achieved TFLOP/s are computed from."""
-    from oar.experiment.calibration import _check_scoring_work
+    from oar.experiment.calibration import check_scoring_work
     from oar.experiment.cost_model import SCHEDULE, scaled, update_work
 
     update = scaled(update_work(shape, r["prompt_tokens"], r["completion_length"], args.batch,
@@ -544,7 +544,7 @@ def phase_flops(r: dict, shape, oar: dict, args) -> tuple[float, float]:
         return 0.0, update.flops
     row = {**r, **{k: oar[k] for k in ("chunk_tokens", "span_tokens", "probe")}, "batch": args.batch,
            "num_generations": args.num_generations}
-    return _check_scoring_work(shape, row, SCHEDULE).flops, update.flops
+    return check_scoring_work(shape, row, SCHEDULE).flops, update.flops
 
 
 def phase_rates(r: dict, args) -> dict:

@@ -270,7 +270,7 @@ def _synthetic_record(rate=1e12, update_fixed=0.05, decode_fixed=0.02, oar_p_cal
                      "generation_backend": "transformers", "generate_s": generate, "score_s": 0.0,
                      "update_s": update, "step_s": generate + update, "frac_scored": 0.0})
     oar_p = {**rows[0], "method": "oar_p", "frac_scored": 1.0, "chunk_tokens": 128, "scorer_schedule": "stacked"}
-    work = cal._check_scoring_work(shape, oar_p)
+    work = cal.check_scoring_work(shape, oar_p)
     oar_p["score_s"] = work.flops / rate + work.calls * oar_p_call  # a CPU-like device: compute + calls
     rows.append(oar_p)
     return {"device": "CPU", "memory_gb": 80.0, "batch": 8, "shape": SHAPE_SPEC, "rows": rows}
@@ -290,7 +290,7 @@ def test_calibration_recovers_the_rates_its_times_were_made_from(tmp_path):
     record = _synthetic_record()
     shape = shape_of(Qwen2Config(**SHAPE_SPEC))
     record["device"] = "a GPU"
-    record["rows"][-1]["score_s"] = cal._check_scoring_work(shape, record["rows"][-1]).calls * 0.03
+    record["rows"][-1]["score_s"] = cal.check_scoring_work(shape, record["rows"][-1]).calls * 0.03
     path.write_text(json.dumps(record))
     gpu = cal.calibrate(path, hw_kinds.Hardware("base", 1e15, 1e12, 80, mfu=1.0, bandwidth_util=1.0))
     assert gpu.asynchronous and gpu.scorer_call("oar_p", "stacked") == pytest.approx(0.03, rel=1e-6)
@@ -434,11 +434,11 @@ def test_stacked_schedule_after_the_scorer_change():
     hw = cal.calibrate(H200, hw_kinds.hardware("h200"))
     assert hw.scorer_call("oar_p", "stacked") is None and hw.scorer_call("oar_p", "per_response") > hw.call_s
     (shape, row), = [(s, r) for s, r in _h200_rows() if r["method"] == "oar_p"]
-    old = cal._check_scoring_work(shape, row, "per_response")
-    new = cal._check_scoring_work(shape, row, "stacked")
+    old = cal.check_scoring_work(shape, row, "per_response")
+    new = cal.check_scoring_work(shape, row, "stacked")
     assert new.flops == pytest.approx(old.flops, rel=0.05) and new.calls <= old.calls
     paper = {**row, "chunk_tokens": 2048}
-    new_paper, old_paper = (cal._check_scoring_work(shape, paper, s) for s in ("stacked", "per_response"))
+    new_paper, old_paper = (cal.check_scoring_work(shape, paper, s) for s in ("stacked", "per_response"))
     reasoning, probe = cm.reasoning_probe(row["prompt_tokens"], row["completion_length"])
     suffix_tokens = 8 * sum(probe - row["prompt_tokens"] - a for a in range(int(reasoning)))
     bound = math.ceil(suffix_tokens / 2048) + math.ceil(8 * probe / 2048)

@@ -203,7 +203,7 @@ def outlook(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any]) -> di
     fractions = [r["fraction"] for r in looks]
     total = looks[-1]["pairs"]
     margin, sd = float(design["margin"]), float(last["sd"])
-    z = (margin - last["mean"]) / (sd / math.sqrt(last["pairs"]))
+    z = -last["t"]  # the look's own t statistic, oriented so that crossing the boundary rejects
     assumed = float(design["planning"]["assumed_gain"])
     gains = [("assumed", assumed), ("measured", float(last["mean"]))]
     return {"look": last["look"], "pairs": last["pairs"], "sd": sd, "z": z, "assumed_gain": assumed,

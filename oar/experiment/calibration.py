@@ -172,7 +172,7 @@ def calibrate(paths, base: Hardware) -> Hardware:
     for r in rows:
         if r["method"] == "grpo" or not r.get("frac_scored"):
             continue
-        work = _check_scoring_work(shape, r)
+        work = check_scoring_work(shape, r)
         calls = work.calls
         if r.get("score_forwards") and work.forwards:
             calls *= r["score_forwards"] / work.forwards
@@ -192,7 +192,7 @@ def calibrate(paths, base: Hardware) -> Hardware:
                                    for (m, s), v in sorted(per_call.items())))
 
 
-def _check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) -> Work:
+def check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) -> Work:
     """The scoring work of one row of a calibration file (the check's settings), on its own schedule or
     ``schedule``."""
     reasoning, probe = reasoning_probe(row["prompt_tokens"], row["completion_length"])
