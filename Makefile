@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 test explain test-slurm install-profile progress
+.PHONY: setup run run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 test explain test-slurm test-cpu-kinds install-profile progress
 setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
@@ -125,6 +125,17 @@ test-slurm: setup
 	[ $$rc -eq 0 ] || exit $$rc; \
 	OAR_TEST_SLURM=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm
 
+# `make test-cpu-kinds`: the pinned CPU kernels on CPUs of other kinds (an Intel with AVX2 only, an AMD),
+# emulated here by QEMU's user-mode emulator (tests/cpu_kinds, about 3 min). It installs qemu-user with apt
+# where it is missing (as root); where it cannot, it says so and skips.
+test-cpu-kinds: setup
+	@if ! command -v qemu-x86_64 >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get install -y -q qemu-user >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q qemu-user >/dev/null; } || exit 1; \
+	  else echo "make test-cpu-kinds: SKIPPED (no qemu-x86_64: apt-get install qemu-user, as root)"; exit 0; fi; \
+	fi; \
+	OAR_TEST_CPU_KINDS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cpu_kinds
+
 # `make rehearse`: the paper's DAG on CPU (config/rehearsal.yaml over config/paper.yaml: tiny models under
 # the paper's names, the 7B stand-in as 2 processes) through the SLURM profile on the one-node cluster,
 # checked by tests/slurm/test_rehearsal_on_slurm.py (docs/rehearsal.md: an hour on 2 cores).
@@ -166,6 +177,7 @@ Try it
 Test
   test             the pytest suite (CPU, ~15 min on 2 quiet cores, 35-45 with other work on them)
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
+  test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user; ~3 min)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
   gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the 1.5B shape, paper settings (8 min on an H200)

@@ -7,15 +7,18 @@ from its first update. Three switches fix the choice, each read once, when its l
 - ``ATEN_CPU_CAPABILITY`` (torch's own kernels: element-wise ops, reductions, softmax, attention): torch
   takes ``avx2``, ``avx512`` or ``default`` without checking the CPU (an unsupported level crashes with
   an illegal instruction) and ignores any other value with a warning;
-- ``MKL_CBWR`` (MKL's conditional numerical reproducibility: matrix products): ``AVX2,STRICT`` runs
-  MKL's AVX2 code path on any CPU that has AVX2, and STRICT also makes the result independent of the
-  arrays' memory alignment, for a fixed number of threads;
+- ``MKL_CBWR`` (MKL's conditional numerical reproducibility: matrix products, and the square roots in
+  AdamW): ``AVX2,STRICT`` runs MKL's AVX2 code path on any Intel CPU that has AVX2, and STRICT also makes
+  the result independent of the arrays' memory alignment, for a fixed number of threads. On other
+  vendors' CPUs (AMD) MKL silently keeps its own branch (AUTO) for ``AVX2`` and ``AVX512``; only
+  ``COMPATIBLE`` is taken there;
 - ``ONEDNN_MAX_CPU_ISA`` (oneDNN: a cap on the ISA its JIT kernels use).
 
 `apply` sets them from ``OAR_CPU_KERNELS`` (``avx2``, ``avx512`` or ``default``; the workflow exports it
 from the config key ``cpu_kernels``) before torch runs anything; ``import oar`` calls it. A level the CPU
-does not offer, or an unknown one, stops with an error naming it. `capability` is what torch reports
-afterwards; provenance records it with the pins. The number of threads is the other input to the order
+does not offer, or an unknown one, stops with an error naming it. `capability` is what torch and MKL
+report afterwards (MKL's branch read back through its own query, so a branch MKL did not take stops the
+job too); provenance records it with the pins. The number of threads is the other input to the order
 of sums; the workflow fixes it per job (``resources.<kind>.threads``).
 
 This module imports nothing heavy: it must run before torch.
@@ -40,6 +43,10 @@ LEVELS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
 }
 # what torch.backends.cpu.get_cpu_capability() reports at each level
 CAPABILITY = {"default": "DEFAULT", "avx2": "AVX2", "avx512": "AVX512"}
+# MKL's code branches by the number its query returns (oneMKL's named constants MKL_CBWR_*); 1: CNR off
+MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2", 9: "AVX",
+                10: "AVX2", 12: "AVX512", 14: "AVX512_E1", 15: "AVX512_E2", 16: "AVX512_E3", 17: "AVX512_E4",
+                18: "AVX2_E1", 19: "AVX512_E5"}
 
 
 class CpuKernelsError(RuntimeError):
@@ -103,18 +110,45 @@ def apply(environ=os.environ) -> str | None:
     return level
 
 
+def mkl_branch() -> str | None:
+    """The code branch MKL runs (its CNR query, asked of the MKL that torch carries): ``AVX2`` where the
+    pin took, ``AUTO`` where MKL kept its own choice, ``OFF`` unpinned; None where torch has no MKL."""
+    import ctypes
+
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        return None
+    try:  # torch links MKL into libtorch_cpu and exports MKL's service functions from it
+        query = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")).mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    query.argtypes, query.restype = [ctypes.c_int], ctypes.c_int
+    code = query(1)  # MKL_CBWR_BRANCH
+    return MKL_BRANCHES.get(code, f"code {code}")
+
+
 def capability() -> dict[str, str | None]:
-    """Provenance: torch's CPU capability (when torch is loaded) and the pins in force. Raises
-    CpuKernelsError when torch runs at another level than ``OAR_CPU_KERNELS`` asks for."""
-    record: dict[str, str | None] = {"capability": None, VARIABLE: os.environ.get(VARIABLE) or None}
+    """Provenance: torch's CPU capability, MKL's branch and the pins in force (torch's and MKL's only where
+    torch is loaded, or a pin is set: then torch is loaded to check it). Raises CpuKernelsError when torch
+    or MKL runs another level than ``OAR_CPU_KERNELS`` asks for."""
+    record: dict[str, str | None] = {"capability": None, "mkl_branch": None, VARIABLE: os.environ.get(VARIABLE) or None}
     for name in LEVELS["default"][1]:
         record[name] = os.environ.get(name)
-    if "torch" in sys.modules:
+    level = record[VARIABLE]
+    if "torch" in sys.modules or level:
         import torch
 
         record["capability"] = torch.backends.cpu.get_cpu_capability()
-        level = record[VARIABLE]
+        record["mkl_branch"] = mkl_branch()
         if level and record["capability"] != CAPABILITY.get(level):
             raise CpuKernelsError(f"{VARIABLE}={level}: torch runs at {record['capability']}, "
                                   f"not {CAPABILITY.get(level)}")
+        wanted = LEVELS[level][1]["MKL_CBWR"].split(",")[0] if level in LEVELS else None
+        if wanted and record["mkl_branch"] not in (None, wanted):
+            raise CpuKernelsError(
+                f"{VARIABLE}={level}: MKL runs its {record['mkl_branch']} branch, not {wanted} (MKL takes its "
+                f"AVX2 and AVX512 branches only on Intel CPUs), so this CPU cannot give the pinned runs' "
+                f"bits: run without a pin (snakemake --config cpu_kernels=none; the numbers then agree "
+                f"within seed noise)")
     return record

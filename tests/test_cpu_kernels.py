@@ -95,6 +95,27 @@ def test_mkl_runs_its_pinned_code_path():
     assert "CNR:AVX2,STRICT" in proc.stdout  # MKL_VERBOSE's report of each call's reproducibility branch
 
 
+def test_mkl_reports_the_branch_it_runs():
+    if not offered("avx2"):
+        pytest.skip("not an x86-64 CPU with AVX2")
+    code = "import json, oar; from oar.cpu_kernels import capability; print(json.dumps(capability()))"
+    assert json.loads(run(code, "avx2").stdout.splitlines()[-1])["mkl_branch"] == "AVX2"
+    assert json.loads(run("import torch; " + code, None).stdout.splitlines()[-1])["mkl_branch"] == "OFF"
+
+
+def test_a_branch_mkl_did_not_take_stops_naming_it():
+    """What an AMD CPU does (tests/cpu_kinds shows it on an emulated one): MKL keeps its own branch. Here
+    MKL is started on its AUTO branch before the pin is declared."""
+    if not offered("avx2"):
+        pytest.skip("not an x86-64 CPU with AVX2")
+    code = ("import os, torch; torch.randn(4, 4) @ torch.randn(4, 4); "
+            "os.environ.update(OAR_CPU_KERNELS='avx2', MKL_CBWR='AVX2,STRICT', ONEDNN_MAX_CPU_ISA='AVX2'); "
+            "from oar.cpu_kernels import capability; capability()")
+    proc = run(code, None, ATEN_CPU_CAPABILITY="avx2", MKL_CBWR="AUTO,STRICT")
+    assert proc.returncode != 0
+    assert "OAR_CPU_KERNELS=avx2: MKL runs its AUTO branch, not AVX2" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_pinned_training_is_bitwise_repeatable_and_differs_from_a_wider_level():
     if not offered("avx2"):
         pytest.skip("not an x86-64 CPU with AVX2")
@@ -115,5 +136,6 @@ def test_provenance_records_the_capability():
 
     record = provenance({"x": 1})["cpu_kernels"]
     assert record["capability"] == torch.backends.cpu.get_cpu_capability()
-    assert set(record) == {"capability", "OAR_CPU_KERNELS", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"}
+    assert set(record) == {"capability", "mkl_branch", "OAR_CPU_KERNELS", "ATEN_CPU_CAPABILITY", "MKL_CBWR",
+                           "ONEDNN_MAX_CPU_ISA"}
     assert cpu_kernels.apply({}) is None  # nothing pinned without OAR_CPU_KERNELS

@@ -47,6 +47,9 @@ def main(argv=None):
     started = time.perf_counter()
     import json
 
+    # before the pretraining: a CPU that cannot run the pinned kernels stops here, not after it
+    record = provenance(vars(args), inputs={"fetched": next(iter(args.fetched), None)}, seed=args.seed)
+
     if args.pretrain and args.source != "chain":
         raise ValueError(f"--pretrain is for source 'chain', not {args.source!r}")
     if args.source == "chain":
@@ -73,7 +76,7 @@ def main(argv=None):
         "checksums": checksum(path),
         # on a cluster this job reads hub sources from the cache only (the Snakefile sets these)
         "hub": {k: os.environ.get(k) for k in ("HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")},
-        "provenance": provenance(vars(args), inputs={"fetched": next(iter(args.fetched), None)}, seed=args.seed),
+        "provenance": record,
     }
     atomic_write_json(args.summary, summary)
     print(f"model {args.source!r} -> {path}")

@@ -1,0 +1,80 @@
+"""The pinned CPU kernels on CPUs of other kinds, emulated on this machine by QEMU's user-mode emulator
+(`qemu-x86_64 -cpu MODEL`): the program sees that CPU's CPUID (vendor and instruction sets), by which
+torch, MKL and oneDNN pick their kernels, and each instruction is executed exactly.
+
+`make test-cpu-kinds` installs qemu-user (root, apt) and sets OAR_TEST_CPU_KINDS=1; without it these tests
+are skipped. About 3 minutes: an emulated process runs 20-50 times slower than a native one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_cpu_kernels import TRAIN  # noqa: E402  (a few AdamW updates of a small Llama: its weights' digest)
+
+from oar.cpu_kernels import LEVELS, CpuKernelsError, environment  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+EMULATOR = shutil.which("qemu-x86_64")
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("OAR_TEST_CPU_KINDS") != "1",
+                       reason="needs QEMU's user-mode emulator: run `make test-cpu-kinds` (sets OAR_TEST_CPU_KINDS=1)"),
+    pytest.mark.slow,
+]
+INTEL_AVX2 = "Haswell"  # an Intel CPU with AVX2 and FMA, no AVX-512
+AMD_AVX2 = "EPYC-Rome"  # an AMD one
+
+
+def offered(level: str) -> bool:
+    try:
+        environment(level)
+    except CpuKernelsError:
+        return False
+    return True
+
+
+def python(code: str, level: str | None, cpu: str | None = None) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python, natively (``cpu`` None) or on the emulated ``cpu``, pinned to ``level``."""
+    assert EMULATOR, "qemu-x86_64 not found: `make test-cpu-kinds` installs it (apt-get install qemu-user)"
+    env = {k: v for k, v in os.environ.items() if k not in ("OAR_CPU_KERNELS", *LEVELS["default"][1])}
+    if level is not None:
+        env["OAR_CPU_KERNELS"] = level
+    launcher = [] if cpu is None else [EMULATOR, "-cpu", cpu]
+    return subprocess.run([*launcher, sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_an_avx2_only_intel_cpu_trains_the_pinned_bits():
+    if not offered("avx2"):
+        pytest.skip("this machine cannot run the avx2 level natively")
+    native = last_json(python(TRAIN, "avx2"))
+    emulated = last_json(python(TRAIN, "avx2", INTEL_AVX2))
+    unpinned = last_json(python(TRAIN, None, INTEL_AVX2))
+    assert unpinned["capability"] == "AVX2"  # the emulated CPU offers no more than AVX2
+    assert emulated["capability"] == native["capability"] == "AVX2"
+    assert emulated["mkl_branch"] == native["mkl_branch"] == "AVX2"
+    assert emulated["digest"] == native["digest"]  # the same weights, bit for bit
+
+
+def test_an_amd_cpu_stops_a_pin_that_mkl_does_not_take():
+    record = ("import json, oar; from oar.cpu_kernels import capability, mkl_branch; import torch; "
+              "print(json.dumps({'torch': torch.backends.cpu.get_cpu_capability(), 'mkl': mkl_branch()}))")
+    unpinned = last_json(python(record, None, AMD_AVX2))
+    assert unpinned == {"torch": "AVX2", "mkl": "OFF"}
+    # torch honours the pin, MKL keeps its own branch on a CPU that is not Intel's: the job stops, naming it
+    pinned = python("import oar; from oar.cpu_kernels import capability; capability()", "avx2", AMD_AVX2)
+    assert pinned.returncode != 0
+    assert "OAR_CPU_KERNELS=avx2: MKL runs its AUTO branch, not AVX2" in pinned.stderr, pinned.stderr[-2000:]
