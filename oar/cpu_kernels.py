@@ -44,9 +44,9 @@ LEVELS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
 # what torch.backends.cpu.get_cpu_capability() reports at each level
 CAPABILITY = {"default": "DEFAULT", "avx2": "AVX2", "avx512": "AVX512"}
 # MKL's code branches by the number its query returns (oneMKL's named constants MKL_CBWR_*); 1: CNR off
+# (others are reported as "code N")
 MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2", 9: "AVX",
-                10: "AVX2", 12: "AVX512", 14: "AVX512_E1", 15: "AVX512_E2", 16: "AVX512_E3", 17: "AVX512_E4",
-                18: "AVX2_E1", 19: "AVX512_E5"}
+                10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
 
 
 class CpuKernelsError(RuntimeError):
