@@ -819,10 +819,11 @@ def main() -> None:
         text = report(args, device, dtype, oar, where, results, planned, predicted, build_s, said, evaluations,
                       complete)
         record = calibration_record(args, model, device, dtype, oar, results, evaluations, planned, complete)
-        atomic_write_text(args.work / "calibration.json", json.dumps(record, indent=1) + "\n")
         atomic_write_text(args.work / "gpu_check.md", text)
         if args.out:
             atomic_write_text(args.out, text)
+        # last: a calibration.json on disk means the tables of the same rows are there too
+        atomic_write_text(args.work / "calibration.json", json.dumps(record, indent=1) + "\n")
         return text
 
     for row in planned:
