@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_cpu_kernels import TRAIN  # noqa: E402  (a few AdamW updates of a small Llama: its weights' digest)
+# TRAIN: a few AdamW updates of a small Llama, printing its weights' digest; offered: this CPU runs a level
+from test_cpu_kernels import TRAIN, offered  # noqa: E402
 
-from oar.cpu_kernels import LEVELS, CpuKernelsError, environment  # noqa: E402
+from oar.cpu_kernels import LEVELS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EMULATOR = shutil.which("qemu-x86_64")
@@ -31,14 +32,6 @@ pytestmark = [
 ]
 INTEL_AVX2 = "Haswell"  # an Intel CPU with AVX2 and FMA, no AVX-512
 AMD_AVX2 = "EPYC-Rome"  # an AMD one
-
-
-def offered(level: str) -> bool:
-    try:
-        environment(level)
-    except CpuKernelsError:
-        return False
-    return True
 
 
 def python(code: str, level: str | None, cpu: str | None = None) -> subprocess.CompletedProcess:
