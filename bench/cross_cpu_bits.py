@@ -35,9 +35,10 @@ from pathlib import Path
 import yaml
 
 from harness import markdown_table
+from oar.cpu_kernels import LEVELS, VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
-PIN_VARIABLES = ("OAR_CPU_KERNELS", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+PIN_VARIABLES = (VARIABLE, *LEVELS["default"][1])  # cleared, so that --level alone decides
 
 
 def weights_digest(folder: Path) -> str:
@@ -129,7 +130,7 @@ def main() -> None:
         launcher = [] if cpu == "native" else [emulator, "-cpu", cpu]
         env = {k: v for k, v in os.environ.items() if k not in PIN_VARIABLES} | {"PYTHONPATH": str(ROOT)}
         if args.level != "none":
-            env["OAR_CPU_KERNELS"] = args.level
+            env[VARIABLE] = args.level
         with tempfile.TemporaryDirectory() as work:
             proc = subprocess.run([*launcher, sys.executable, __file__, "--one", json.dumps(spec), work],
                                   capture_output=True, text=True, env=env, cwd=ROOT)

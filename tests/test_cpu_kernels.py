@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -37,13 +38,15 @@ print(json.dumps({"digest": digest, **capability()}))
 """
 
 
-def run(code: str, level: str | None, **extra: str) -> subprocess.CompletedProcess:
+def run(code: str, level: str | None, launcher: Sequence[str] = (), **extra: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python pinned to ``level`` (None: unpinned), with ``extra`` in its environment;
+    ``launcher``: a command that runs it (tests/cpu_kinds: QEMU's emulator of another CPU)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("OAR_CPU_KERNELS", *LEVELS["default"][1], "OMP_NUM_THREADS")} | extra
     if level is not None:
         env["OAR_CPU_KERNELS"] = level
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([*launcher, sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
 
 
 def offered(level: str) -> bool:

@@ -3,7 +3,7 @@
 torch, MKL and oneDNN pick their kernels, and each instruction is executed exactly.
 
 `make test-cpu-kinds` installs qemu-user (root, apt) and sets OAR_TEST_CPU_KINDS=1; without it these tests
-are skipped. About 3 minutes: an emulated process runs 20-50 times slower than a native one.
+are skipped. About 3 minutes: an emulated process runs tens to hundreds of times slower than a native one.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# TRAIN: a few AdamW updates of a small Llama, printing its weights' digest; offered: this CPU runs a level
-from test_cpu_kernels import TRAIN, offered  # noqa: E402
-
-from oar.cpu_kernels import LEVELS  # noqa: E402
+# TRAIN: a few AdamW updates of a small Llama, printing its weights' digest; offered: this CPU runs a level;
+# run: a fresh pinned Python
+from test_cpu_kernels import TRAIN, offered, run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EMULATOR = shutil.which("qemu-x86_64")
@@ -37,12 +36,7 @@ AMD_AVX2 = "EPYC-Rome"  # an AMD one
 def python(code: str, level: str | None, cpu: str | None = None) -> subprocess.CompletedProcess:
     """``code`` in a fresh Python, natively (``cpu`` None) or on the emulated ``cpu``, pinned to ``level``."""
     assert EMULATOR, "qemu-x86_64 not found: `make test-cpu-kinds` installs it (apt-get install qemu-user)"
-    env = {k: v for k, v in os.environ.items() if k not in ("OAR_CPU_KERNELS", *LEVELS["default"][1])}
-    if level is not None:
-        env["OAR_CPU_KERNELS"] = level
-    launcher = [] if cpu is None else [EMULATOR, "-cpu", cpu]
-    return subprocess.run([*launcher, sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return run(code, level, launcher=[] if cpu is None else [EMULATOR, "-cpu", cpu])
 
 
 def last_json(proc: subprocess.CompletedProcess) -> dict:
