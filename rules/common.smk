@@ -169,6 +169,13 @@ def step_error_summaries():
     return summaries(runs, [REG.paired["benchmark"]])
 
 
+def decided_run_files():
+    """The records (run.yaml) of the trained runs the decided tables read: the main group's and the
+    dose-response's, for the commits they were made at."""
+    runs = [r for group in ("main", "dose") for r in GROUPS[group] if not is_base(r)]
+    return [f"{R}/runs/{r}/run.yaml" for r in runs]
+
+
 def decision_rules():
     """The config's decision rules as in effect (the interim look aside), for their declaring commits."""
     design = config["analysis"].get("upper_bound")

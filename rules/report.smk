@@ -47,6 +47,7 @@ rule table:
         dose_response=REG.dose_response,
         configfiles=[os.path.abspath(f) for f in workflow.configfiles],
         decision_rules=decision_rules(),
+        decided_runs=decided_run_files(),
     script:
         "../workflow_scripts/tables.py"
 

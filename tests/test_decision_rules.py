@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from scipy import stats
 
 from oar.analysis import sequential, statistics, upper_bound
@@ -403,6 +404,50 @@ def test_the_declaring_commit_is_the_one_that_gave_the_rule_its_present_value(tm
     assert provenance.declaration("analysis.primary", {"arms": ["x"]}, [cfg])["status"] == "set on the command line"
 
 
+def test_each_run_is_checked_against_the_declaring_commit(tmp_path):
+    import shutil
+
+    from oar.analysis import provenance
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    cfg = repo / "run.yaml"
+    _git(repo, "init", "-q")
+    (repo / "code.py").write_text("x = 1\n")
+    _git(repo, "add", "code.py")
+    before = _git(repo, "commit", "-qm", "code before the rule")
+    cfg.write_text("analysis:\n  primary: {arms: [truth]}\n")
+    _git(repo, "add", "run.yaml")
+    declaring = _git(repo, "commit", "-qm", "the rule")
+    (repo / "code.py").write_text("x = 2\n")
+    _git(repo, "add", "code.py")
+    after = _git(repo, "commit", "-qm", "code after the rule")
+
+    def run_file(name, commit, dirty=False):
+        path = tmp_path / name / "run.yaml"
+        path.parent.mkdir()
+        path.write_text(yaml.safe_dump({"settings": {}, "provenance": {"git": {"commit": commit, "dirty": dirty}}}))
+        return path
+
+    d = provenance.declaration("analysis.primary", {"arms": ["truth"]}, [cfg])
+    assert d["commit"] == declaring
+    made_after = [run_file("a1", after), run_file("a2", declaring), run_file("a3", after, dirty=True)]
+    text = provenance.runs_text([d], made_after)
+    assert f"Runs read: 3, made at commits {after[:12]} (2), {declaring[:12]} (1); 1 of them with uncommitted" in text
+    assert f"`analysis.primary`: declared before all 3 runs" in text and "not declared in advance" not in text
+    # a run made before the rule was committed: the rule was not declared in advance of it
+    text = provenance.runs_text([d], [*made_after, run_file("b", before)])
+    assert f"**not declared in advance of 1 of the 4 runs** (made at commits that do not descend from " \
+           f"{declaring[:12]}: {before[:12]} (1))" in text
+    # a commit this repository does not have, and a run without a record, are said, not passed
+    text = provenance.runs_text([d], [*made_after, run_file("c", "f" * 40), run_file("u", "unknown"),
+                                      tmp_path / "missing" / "run.yaml"])
+    assert "declared before the 3 runs it can be checked against" in text
+    assert "cannot be checked for 1 runs" in text and "2 record no commit" in text
+
+
 def test_without_git_the_declaration_says_so(tmp_path, monkeypatch):
     from oar.analysis import provenance
 
@@ -608,7 +653,8 @@ def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_
         params=SimpleNamespace(upper_bound=reg.upper_bound, paired_benchmark="chain5_test",
                                configfiles=[str(root / "config" / "decisive.yaml"),
                                             str(root / "config" / "upper-bound.yaml")],
-                               decision_rules={"analysis.primary": None, "analysis.upper_bound": design}))
+                               decision_rules={"analysis.primary": None, "analysis.upper_bound": design},
+                               decided_runs=[tmp_path / "runs" / r / "run.yaml" for r in outcomes["run"]]))
     frame, md = job.build(smk)
     assert "20 of 60 declared seeds run" in md and "(42.0%)" in md
     assert (frame["kind"] == "look").sum() == 3
@@ -616,6 +662,8 @@ def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_
     # the design is declared by a commit of config/upper-bound.yaml, or the note says why not
     assert "`analysis.upper_bound` in `upper-bound.yaml`" in note
     assert "declared in commit" in note or "no commit declares it" in note
+    # the runs' own records: none here, and the note says so rather than passing them
+    assert "Runs read: 40; none records the commit it was made at, so no rule can be checked" in note
 
 
 def test_training_curves_carry_the_step_credit_only_where_a_run_logged_it(tmp_path):

@@ -76,6 +76,7 @@ def test_paired_differences_pair_every_seed_per_model(workflow):
         assert d["diff_mean"] == pytest.approx((own[d["metric"]] - base[d["metric"]]).mean())
     md = (results / "tables" / "paired_differences.md").read_text()
     assert md.startswith("## Paired differences") and "chain_a" in md and "OAR-G" in md
+    assert "Runs read: 14" in md  # the commits its runs were made at, from each run's record
     for name in ("main_comparison", "length_sweep"):
         assert (results / "figures" / f"{name}.png").stat().st_size > 1000
     sweep = pd.read_csv(results / "tables" / "length_sweep.csv").set_index(["model", "method"])

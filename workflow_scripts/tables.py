@@ -134,12 +134,13 @@ DECIDED = ("paired_differences", "decisive", "upper_bound", "mechanism")  # tabl
 
 
 def declared(smk) -> str:
-    """Beneath a table that applies declared decision rules: where each was declared (its commit)."""
+    """Beneath a table that applies declared decision rules: where each was declared (its commit), the
+    commits its runs were made at, and whether each rule came before them."""
     if smk.wildcards.name not in DECIDED:
         return ""
     from oar.analysis import provenance
-    return provenance.declarations_text(
-        [provenance.declaration(k, v, smk.params.configfiles) for k, v in smk.params.decision_rules.items()])
+    found = [provenance.declaration(k, v, smk.params.configfiles) for k, v in smk.params.decision_rules.items()]
+    return provenance.declarations_text(found) + provenance.runs_text(found, smk.params.decided_runs)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,15 @@ unbroken run of the file's history, newest first, in which the key has its prese
 fixed the rule as it is now applied. Every way this can fail is said, never papered over: git missing or
 the file outside a repository (``no git record``), the file's value not yet committed (``uncommitted``),
 or a value in effect that no config file holds (``set on the command line``).
+
+A rule is declared in advance of a run when the run was made at a commit that descends from the rule's
+declaring commit; :func:`runs_text` checks that for every run a table reads, from each run's ``run.yaml``.
 """
 
 from __future__ import annotations
 
 import subprocess
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -117,3 +121,65 @@ def declarations_text(found: Sequence[Mapping[str, Any]]) -> str:
     return ("\nDecision rules applied here and where they were declared (the commit that gave each its present "
             "value; a rule committed after its runs were made was not declared in advance):\n\n"
             + "\n".join(lines) + "\n")
+
+
+def run_commit(run_file: str | Path) -> tuple[str | None, bool]:
+    """The commit a training run was made at and whether its tree had uncommitted changes, from its
+    ``run.yaml`` (None where the file or its git record is missing)."""
+    path = Path(run_file)
+    data = _load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    git = ((data or {}).get("provenance") or {}).get("git") or {}
+    commit = git.get("commit")
+    return (None if commit in (None, "unknown") else commit), bool(git.get("dirty"))  # "unknown": git was missing
+
+
+def _descends(root: Path, ancestor: str, commit: str) -> bool | None:
+    """Whether ``commit`` is ``ancestor`` or one of its descendants (None: git cannot tell, e.g. the commit
+    is not in this repository)."""
+    done = _git(root, "merge-base", "--is-ancestor", ancestor, commit)
+    if done is None or done.returncode not in (0, 1):
+        return None
+    return done.returncode == 0
+
+
+def _commits_phrase(counts: Counter) -> str:
+    return ", ".join(f"{c[:12]} ({n})" for c, n in counts.most_common())
+
+
+def runs_text(found: Sequence[Mapping[str, Any]], run_files: Sequence[str | Path]) -> str:
+    """Beneath the declarations: the commits the table's runs were made at, and for each committed rule
+    whether every run was made after it (at a descendant of its declaring commit)."""
+    if not run_files:
+        return ""
+    made = [run_commit(f) for f in run_files]
+    commits = Counter(c for c, _ in made if c)
+    unrecorded = sum(1 for c, _ in made if not c)
+    dirty = sum(1 for c, d in made if c and d)
+    lines = [f"\nRuns read: {len(made)}, made at commit{'s' if len(commits) > 1 else ''} "
+             f"{_commits_phrase(commits)}" if commits else f"\nRuns read: {len(made)}"]
+    if dirty:
+        lines[0] += f"; {dirty} of them with uncommitted changes"
+    if unrecorded == len(made):
+        lines[0] += "; none records the commit it was made at, so no rule can be checked against them"
+    elif unrecorded:
+        lines[0] += f"; {unrecorded} record no commit (their rules cannot be checked)"
+    lines[0] += ".\n"
+    for d in found:
+        if d["status"] != "committed" or not commits:
+            continue
+        root = Path(d["file"]).parent
+        verdicts = {c: _descends(root, d["commit"], c) for c in commits}
+        before = {c: n for c, n in commits.items() if verdicts[c] is False}
+        unknown = {c: n for c, n in commits.items() if verdicts[c] is None}
+        ok = sum(commits.values()) - sum(before.values()) - sum(unknown.values())
+        if before:
+            n = sum(before.values())
+            lines.append(f"- `{d['key']}`: **not declared in advance of {n} of the {len(made)} runs** (made at "
+                         f"commits that do not descend from {d['commit'][:12]}: {_commits_phrase(Counter(before))})")
+        elif ok:
+            lines.append(f"- `{d['key']}`: declared before {'the' if unknown or unrecorded else 'all'} {ok} runs "
+                         f"it can be checked against (each made at a descendant of {d['commit'][:12]})")
+        if unknown:
+            lines.append(f"- `{d['key']}`: cannot be checked for {sum(unknown.values())} runs (git does not know "
+                         f"their commits here: {_commits_phrase(Counter(unknown))})")
+    return "\n".join(lines) + "\n"
