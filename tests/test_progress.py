@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oar.experiment.progress import Job, estimate, finished_jobs, pending_jobs
+from oar.experiment.progress import Job, estimate, finished_jobs, pending_jobs, run_started
 
 DRY_RUN = """\
 Building DAG of jobs...
@@ -62,6 +62,69 @@ def test_jobs_left_are_priced_by_their_finished_kind(tmp_path):
     text = result.line(elapsed_s=600, cores=2)
     assert text.startswith("4 of 8 jobs done (50%), 10.0 min since snakemake started; about 4 min left on 2 cores")
     assert "1 of the 4 left are of kinds not finished yet" in text
+
+
+def test_jobs_that_do_no_work_are_priced_at_nothing():
+    """run_settings writes a YAML inside Snakemake (no benchmark file ever) and a target rule only gathers
+    inputs: neither may be priced as a training run, which would put hours on an interim look's line."""
+    listing = DRY_RUN.replace("localrule main_table:", """\
+[Fri Nov 27 01:57:48 2026]
+localrule run_settings:
+    output: results/runs/chain_f1/grpo-seed1/settings.yaml
+    wildcards: run=chain_f1/grpo-seed1
+
+localrule upper_bound:
+    input: results/tables/upper_bound.md, results/tables/paired_differences.md
+    jobid: 0
+    reason: Input files updated by another job
+    resources: tmpdir=/tmp
+
+localrule main_table:""")
+    pending = pending_jobs(listing.splitlines())
+    assert [(j.rule, j.writes) for j in pending] == [("train", True), ("train", True), ("evaluate", True),
+                                                     ("run_settings", True), ("upper_bound", False),
+                                                     ("main_table", True)]
+    finished = {Job("train", "chain_f1/grpo-seed0"): 60.0, Job("train", "chain_f1/oar_p-seed0"): 200.0,
+                Job("evaluate", "chain_f1/grpo-seed0/chain_test"): 30.0}
+    result = estimate(pending, finished, cores=1)
+    # the two that do no work add nothing and are not guessed; the table is priced by every job's median (60)
+    assert result.left_s == pytest.approx(200 + 60 + 30 + 60) and result.guessed == 1 and result.pending == 6
+
+
+def test_a_kind_is_priced_by_the_jobs_this_run_finished_where_it_has_any(tmp_path):
+    """An interim look's earlier jobs ran beside other work (twice as slow): the jobs finished since the
+    run in progress began price their kind; a kind with none keeps the folder's older jobs."""
+    import os
+
+    results = tmp_path / "results"
+    write_benchmark(results, "train/chain_f1/grpo-seed0", 600)
+    write_benchmark(results, "evaluate/chain_f1/grpo-seed0/chain_test", 30)
+    write_benchmark(results, "train/chain_f1/grpo-seed2", 300)
+    for name in ("train/chain_f1/grpo-seed0", "evaluate/chain_f1/grpo-seed0/chain_test"):
+        os.utime(results / "benchmarks" / f"{name}.tsv", (1000.0, 1000.0))  # ended before the run began
+    os.utime(results / "benchmarks" / "train/chain_f1/grpo-seed2.tsv", (2000.0, 2000.0))
+    assert set(finished_jobs(results, since=1500.0)) == {Job("train", "chain_f1/grpo-seed2")}
+    pending = [Job("train", "chain_f1/grpo-seed1"), Job("evaluate", "chain_f1/grpo-seed1/chain_test")]
+    result = estimate(pending, finished_jobs(results), 1, recent=finished_jobs(results, since=1500.0))
+    assert result.left_s == pytest.approx(300 + 30)  # not the folder's median (450) for GRPO's run
+    assert estimate(pending, finished_jobs(results), 1).left_s == pytest.approx(450 + 30)
+
+
+def test_the_run_started_when_its_log_is_named_not_when_it_was_last_written(tmp_path):
+    import os
+    from datetime import datetime
+
+    logs = tmp_path / ".snakemake" / "log"
+    logs.mkdir(parents=True)
+    older = logs / "2026-11-26T225512.925401.snakemake.log"
+    newest = logs / "2026-11-27T015938.013635.snakemake.log"
+    whole_second = logs / "2026-11-27T010000.snakemake.log"
+    for path in (newest, whole_second, older):  # the older run's log written last: its mtime is the newest
+        path.write_text("log\n")
+    os.utime(older, None)
+    (logs / "notes.txt").write_text("not a log")
+    assert run_started(logs) == pytest.approx(datetime(2026, 11, 27, 1, 59, 38, 13635).timestamp())
+    assert run_started(tmp_path / "none") is None
 
 
 def test_no_estimate_before_a_job_finishes_and_nothing_left_at_the_end(tmp_path):

@@ -8,7 +8,8 @@ Shell, beside a running ``make run`` (another terminal), or after it was stopped
 
 The jobs still to run come from ``snakemake --dry-run --nolock --rerun-incomplete`` with the given
 target and options (jobs running now, whose outputs Snakemake marks incomplete, count as left); the finished ones, with their wall times, from the benchmark files
-of the results folder. The estimate prices each job left at the median of the finished jobs of its kind.
+of the results folder. The estimate prices each job left at the median of the finished jobs of its kind
+(those that finished since the run in progress began, where there are any).
 """
 
 import subprocess
@@ -23,10 +24,6 @@ sys.path.insert(0, str(ROOT / "workflow_scripts"))
 from _script_io import script_parser  # noqa: E402
 
 
-def started_s() -> float | None:
-    """Seconds since the newest Snakemake log of this checkout began (the run in progress), if any."""
-    logs = sorted((ROOT / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda p: p.stat().st_mtime)
-    return time.time() - logs[-1].stat().st_ctime if logs else None
 
 
 def dry_run(snakemake_args, workdir: Path = ROOT) -> subprocess.CompletedProcess:
@@ -38,14 +35,16 @@ def dry_run(snakemake_args, workdir: Path = ROOT) -> subprocess.CompletedProcess
 
 
 def line(args) -> tuple[str, int]:
-    from oar.experiment.progress import estimate, finished_jobs, pending_jobs
+    from oar.experiment.progress import estimate, finished_jobs, pending_jobs, run_started
 
     proc = dry_run(args.snakemake)
     if proc.returncode != 0:
         raise SystemExit(f"snakemake --dry-run failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
     pending = [job for job in pending_jobs(proc.stdout.splitlines()) if job.rule != "all"]
-    result = estimate(pending, finished_jobs(args.results), args.cores)
-    return result.line(started_s(), args.cores), result.pending
+    start = run_started(ROOT / ".snakemake" / "log")  # the newest run of this checkout: the one in progress
+    recent = finished_jobs(args.results, since=start) if start is not None else None
+    result = estimate(pending, finished_jobs(args.results), args.cores, recent)
+    return result.line(None if start is None else time.time() - start, args.cores), result.pending
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,8 @@
 """How far a workflow run has come, and an estimate of what is left, from its own finished jobs.
 
 The estimate prices every job still to run at the median wall time of the finished jobs of its kind in
-the same results folder (a training run by its method: an OAR-P run costs about three GRPO runs), falls
+the same results folder (a training run by its method: an OAR-P run costs about three GRPO runs; those
+that finished since the run in progress began, where its kind has any), falls
 back to the median of its rule, then of every finished job, and spreads the sum over the cores. It knows
 nothing of the machine: on a loaded or slower machine the finished jobs were slower too, and so is the
 estimate. Before any job of a kind has finished, that kind is priced by the others; the line says so.
@@ -13,8 +14,13 @@ import csv
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+
+# Rules that do no work of their own: run_settings writes one run's settings inside Snakemake's process (in
+# milliseconds, no benchmark file). Priced at nothing, as are target rules without outputs.
+NO_WORK_RULES = frozenset({"run_settings"})
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,7 @@ class Job:
 
     rule: str
     name: str = ""
+    writes: bool = field(default=True, compare=False)  # False: a target rule's job (inputs only, no outputs)
 
     @property
     def kind(self) -> tuple[str, str]:
@@ -56,9 +63,12 @@ class Estimate:
         return text
 
 
-def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int) -> Estimate:
+def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int,
+             recent: Mapping[Job, float] | None = None) -> Estimate:
     """Seconds left: each pending job at the median wall time of its finished kind, else of its rule, else
-    of every finished job, summed and divided by ``cores``."""
+    of every finished job, summed and divided by ``cores``. A kind with jobs in ``recent`` (those finished
+    since the run in progress began) is priced by those alone: a folder's earlier jobs may have run on a
+    busier or quieter machine."""
     if cores < 1:
         raise ValueError(f"cores must be >= 1, got {cores}")
     by_kind: dict[tuple[str, str], list[float]] = {}
@@ -66,11 +76,17 @@ def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int) 
     for job, seconds in finished.items():
         by_kind.setdefault(job.kind, []).append(seconds)
         by_rule.setdefault(job.rule, []).append(seconds)
+    recent_by_kind: dict[tuple[str, str], list[float]] = {}
+    for job, seconds in (recent or {}).items():
+        recent_by_kind.setdefault(job.kind, []).append(seconds)
+    by_kind.update(recent_by_kind)
     everything = list(finished.values())
     if not everything:
         return Estimate(len(finished), len(pending), None if pending else 0.0, 0)
     left, guessed = 0.0, 0
     for job in pending:
+        if job.rule in NO_WORK_RULES or not job.writes:
+            continue
         if job.kind in by_kind:
             left += statistics.median(by_kind[job.kind])
         else:
@@ -79,12 +95,15 @@ def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int) 
     return Estimate(len(finished), len(pending), left / cores, guessed)
 
 
-def finished_jobs(results: Path) -> dict[Job, float]:
+def finished_jobs(results: Path, since: float | None = None) -> dict[Job, float]:
     """Wall seconds of every finished job, from the benchmark files Snakemake writes when a job ends
-    (``<results>/benchmarks/<rule>/<wildcards>.tsv``, column ``s``)."""
+    (``<results>/benchmarks/<rule>/<wildcards>.tsv``, column ``s``); with ``since`` (seconds since the
+    epoch), only the jobs that ended after it."""
     found: dict[Job, float] = {}
     root = Path(results) / "benchmarks"
     for path in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
+        if since is not None and path.stat().st_mtime < since:
+            continue
         relative = path.relative_to(root).with_suffix("")
         rule, name = relative.parts[0], "/".join(relative.parts[1:])
         try:
@@ -101,21 +120,32 @@ _WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
 
 
 def pending_jobs(dry_run: Iterable[str]) -> list[Job]:
-    """The jobs a ``snakemake --dry-run`` listing would run: each ``rule X:`` block with its wildcards."""
+    """The jobs a ``snakemake --dry-run`` listing would run: each ``rule X:`` block with its wildcards and
+    whether it lists outputs (a target rule's job does not)."""
     jobs: list[Job] = []
-    rule = None
-    for line in dry_run:
-        if (match := _RULE.match(line)) is not None:
+    rule, name, writes = None, "", False
+    for line in [*dry_run, ""]:
+        if (match := _RULE.match(line)) is not None or (rule is not None and not line.strip()):
             if rule is not None:
-                jobs.append(Job(rule))
-            rule = match.group(1)
+                jobs.append(Job(rule, name, writes))
+            rule, name, writes = (match.group(1) if match else None), "", False
         elif rule is not None and (match := _WILDCARDS.match(line)) is not None:
-            values = [part.split("=", 1)[1] for part in match.group(1).split(", ") if "=" in part]
-            jobs.append(Job(rule, "/".join(values)))
-            rule = None
-        elif rule is not None and not line.strip():
-            jobs.append(Job(rule))
-            rule = None
-    if rule is not None:
-        jobs.append(Job(rule))
+            name = "/".join(part.split("=", 1)[1] for part in match.group(1).split(", ") if "=" in part)
+        elif rule is not None and line.lstrip().startswith("output:"):
+            writes = True
     return jobs
+
+
+def run_started(log_dir: Path) -> float | None:
+    """When the newest Snakemake run of a checkout began (seconds since the epoch), from the names of its
+    logs (``.snakemake/log/<local start time, ISO without colons>.snakemake.log``); None without one."""
+    starts = []
+    for path in Path(log_dir).glob("*.snakemake.log") if Path(log_dir).is_dir() else []:
+        stamp = path.name.removesuffix(".snakemake.log")
+        for form in ("%Y-%m-%dT%H%M%S.%f", "%Y-%m-%dT%H%M%S"):
+            try:
+                starts.append(datetime.strptime(stamp, form).timestamp())  # local time, as Snakemake names it
+                break
+            except ValueError:
+                continue
+    return max(starts) if starts else None
