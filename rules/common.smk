@@ -172,7 +172,9 @@ def step_error_summaries():
 def decided_run_files():
     """The records (run.yaml) of the trained runs the decided tables read: the main group's and the
     dose-response's, for the commits they were made at."""
-    runs = dict.fromkeys(r for group in ("main", "dose") for r in GROUPS[group] if not is_base(r))
+    runs = dict.fromkeys(
+        r for group in ("main", "dose") for r in GROUPS[group] if not is_base(r)
+    )
     return [f"{R}/runs/{r}/run.yaml" for r in runs]
 
 
