@@ -110,6 +110,34 @@ def test_a_kind_is_priced_by_the_jobs_this_run_finished_where_it_has_any(tmp_pat
     assert estimate(pending, finished_jobs(results), 1).left_s == pytest.approx(450 + 30)
 
 
+def test_a_job_is_priced_by_the_benchmark_folder_it_shares():
+    """The analysis rules write their benchmark files to one folder (analysis/), the table rule to tables/:
+    a pending job of such a rule is priced by the finished jobs of its folder, not by every job's median."""
+    listing = """\
+rule accuracy:
+    input: results-x/eval/chain_d8/grpo-seed1/chain5_test/summary.json
+    output: results-x/analysis/accuracy/main.csv
+    benchmark: results-x/benchmarks/analysis/accuracy-main.tsv
+    wildcards: group=main
+
+rule table:
+    output: results-x/tables/upper_bound.csv, results-x/tables/upper_bound.md
+    benchmark: results-x/benchmarks/tables/upper_bound.tsv
+    wildcards: name=upper_bound
+
+rule report:
+    output: results-x/report.html
+    benchmark: results-x/benchmarks/report.tsv
+"""
+    pending = pending_jobs(listing.splitlines())
+    assert [(j.rule, j.kind) for j in pending] == [("accuracy", ("analysis", "")), ("table", ("tables", "")),
+                                                   ("report", ("report", ""))]
+    finished = {Job("analysis", "credit-main"): 4.0, Job("tables", "paired_differences"): 6.0,
+                Job("train", "chain_d8/grpo-seed0"): 380.0}
+    result = estimate(pending, finished, cores=1)
+    assert result.left_s == pytest.approx(4 + 6 + 6) and result.guessed == 1  # the report: every job's median
+
+
 def test_the_run_started_when_its_log_is_named_not_when_it_was_last_written(tmp_path):
     import os
     from datetime import datetime

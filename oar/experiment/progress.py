@@ -30,14 +30,18 @@ class Job:
     rule: str
     name: str = ""
     writes: bool = field(default=True, compare=False)  # False: a target rule's job (inputs only, no outputs)
+    # the folder of <results>/benchmarks/ its benchmark file goes to (a finished job's "rule"): the analysis
+    # rules share analysis/, the table rule writes to tables/
+    folder: str = field(default="", compare=False)
 
     @property
     def kind(self) -> tuple[str, str]:
-        """(rule, method) for a training or evaluation job of a run (``grpo-seed0`` -> ``grpo``), else (rule, "")."""
+        """(benchmark folder or rule, method) for a training or evaluation job of a run (``grpo-seed0`` ->
+        ``grpo``), else (benchmark folder or rule, "")."""
         parts = self.name.split("/")
         run = parts[1] if len(parts) > 1 else parts[0]
         method = run.split("-", 1)[0] if self.rule in ("train", "evaluate") and "-" in run else ""
-        return self.rule, method
+        return self.folder or self.rule, method
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int,
             left += statistics.median(by_kind[job.kind])
         else:
             guessed += 1
-            left += statistics.median(by_rule.get(job.rule, everything))
+            left += statistics.median(by_rule.get(job.kind[0], everything))
     return Estimate(len(finished), len(pending), left / cores, guessed)
 
 
@@ -117,20 +121,23 @@ def finished_jobs(results: Path, since: float | None = None) -> dict[Job, float]
 
 _RULE = re.compile(r"^(?:local)?rule (\w+):")
 _WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
+_BENCHMARK = re.compile(r"^\s+benchmark: (?:.*/)?benchmarks/([^/]+)/")
 
 
 def pending_jobs(dry_run: Iterable[str]) -> list[Job]:
-    """The jobs a ``snakemake --dry-run`` listing would run: each ``rule X:`` block with its wildcards and
-    whether it lists outputs (a target rule's job does not)."""
+    """The jobs a ``snakemake --dry-run`` listing would run: each ``rule X:`` block with its wildcards,
+    whether it lists outputs (a target rule's job does not) and its benchmark file's folder."""
     jobs: list[Job] = []
-    rule, name, writes = None, "", False
+    rule, name, writes, folder = None, "", False, ""
     for line in [*dry_run, ""]:
         if (match := _RULE.match(line)) is not None or (rule is not None and not line.strip()):
             if rule is not None:
-                jobs.append(Job(rule, name, writes))
-            rule, name, writes = (match.group(1) if match else None), "", False
+                jobs.append(Job(rule, name, writes, folder))
+            rule, name, writes, folder = (match.group(1) if match else None), "", False, ""
         elif rule is not None and (match := _WILDCARDS.match(line)) is not None:
             name = "/".join(part.split("=", 1)[1] for part in match.group(1).split(", ") if "=" in part)
+        elif rule is not None and (match := _BENCHMARK.match(line)) is not None:
+            folder = match.group(1)
         elif rule is not None and line.lstrip().startswith("output:"):
             writes = True
     return jobs
