@@ -24,8 +24,6 @@ sys.path.insert(0, str(ROOT / "workflow_scripts"))
 from _script_io import script_parser  # noqa: E402
 
 
-
-
 def dry_run(snakemake_args, workdir: Path = ROOT) -> subprocess.CompletedProcess:
     """Snakemake's listing of the jobs left, beside a run in progress: without the lock, and with the
     outputs a running job has begun to write (marked incomplete until it finishes) listed as left
