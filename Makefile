@@ -181,7 +181,7 @@ Try it
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
 
 Test
-  test             the pytest suite (CPU, ~15 min on 2 quiet cores, 35-45 with other work on them)
+  test             the pytest suite (CPU, on two worker processes; ~20 min on 2 quiet cores, ~32 with other work on them)
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
   test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user; ~3 min)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
