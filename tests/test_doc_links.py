@@ -8,6 +8,7 @@ dropped, spaces made `-`.
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +32,9 @@ def prose_lines(path: Path) -> list[str]:
     return lines
 
 
-def anchors(path: Path) -> set[str]:
-    return {anchor(line.lstrip("#")) for line in prose_lines(path) if re.match(r"#{1,6} ", line)}
+@cache  # a page is linked many times
+def anchors(path: Path) -> frozenset[str]:
+    return frozenset(anchor(line.lstrip("#")) for line in prose_lines(path) if re.match(r"#{1,6} ", line))
 
 
 def test_anchor_follows_githubs_rule():
