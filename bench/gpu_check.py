@@ -180,15 +180,21 @@ def scorer_settings(config_path: Path, shape: str, options: dict) -> tuple[dict,
 
 @dataclasses.dataclass
 class Row:
-    """One process: a method trained for ``len(lengths)`` steps, step i forced to ``lengths[i]`` tokens.
-    Every length it runs is a result row; step 1 (warm-up, profiled) is in none of them."""
+    """One process: a method trained for ``len(run_lengths)`` steps, step i forced to ``run_lengths[i]``
+    tokens. Every length it runs is a result row; step 1 (warm-up, profiled) is in none of them."""
 
     method: str
-    lengths: list
+    lengths: list  # the planned steps
     window: int = 0
     planned_s: float = 0.0
     note: str = ""
     attention: str = ""  # the scorers' attention kernels when not the config's (--attention-ab's twins)
+    wanted: list = dataclasses.field(default_factory=list)  # the steps asked for, before the budget sized them
+    tried: list = dataclasses.field(default_factory=list)  # steps after the planned ones, in whatever time is left
+
+    @property
+    def run_lengths(self) -> list:
+        return self.lengths + self.tried
 
     @property
     def tag(self) -> str:
@@ -197,7 +203,7 @@ class Row:
 
     @property
     def name(self) -> str:
-        return f"{self.tag}-" + "-".join(str(t) for t in dict.fromkeys(self.lengths))
+        return f"{self.tag}-" + "-".join(str(t) for t in dict.fromkeys(self.run_lengths))
 
     def label(self, tokens: int | None = None) -> str:
         kind = {"oar_p": "exact OAR-P" if not self.window else f"OAR-P (window {self.window})",
@@ -206,8 +212,18 @@ class Row:
         return f"{kind}{kernels} at {tokens or self.lengths[-1]:,} tokens"
 
     def parts(self) -> list[tuple[str, int]]:
-        """(result name, tokens) of every length this row measures."""
+        """(result name, tokens) of every length this row measures, the tried ones included."""
+        return [(f"{self.tag}-{t}", t) for t in dict.fromkeys(self.run_lengths)]
+
+    def planned_parts(self) -> list[tuple[str, int]]:
+        """(result name, tokens) of the lengths the plan holds: the check is complete when these finished."""
         return [(f"{self.tag}-{t}", t) for t in dict.fromkeys(self.lengths)]
+
+    def try_dropped_lengths(self) -> None:
+        """Give back, as tried steps, the longer lengths the budget dropped from the end of the row."""
+        kept = len(self.lengths)
+        if self.wanted[:kept] == self.lengths:
+            self.tried = [t for t in self.wanted[kept:] if t not in self.lengths]
 
 
 PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokenizer (TRL's num_tokens on the H200)
@@ -267,7 +283,7 @@ def plan_rows(rows: list[Row], shape, hw, oar: dict, args, budget: float | None)
     left = None if budget is None else budget - BUILD_S
     for row in rows:
         row.planned_s = row_seconds(row, shape, hw, oar, args)
-        wanted = list(row.lengths)
+        wanted = row.wanted = list(row.lengths)
         while left is not None and row.planned_s > left:
             distinct = list(dict.fromkeys(row.lengths))
             if row.lengths.count(row.lengths[0]) > MIN_STEPS:  # fewer steps first
@@ -418,13 +434,13 @@ def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict,
         "train_file": str(problems), "model_dtype": dtype,
         "oar": {**oar, "score_all": True, "window_tokens": row.window,
                 "scoring_attention": row.attention or oar["scoring_attention"]},
-        "trainer": {"max_steps": len(row.lengths), "num_generations": args.num_generations,
-                    "per_device_train_batch_size": args.batch, "max_completion_length": max(row.lengths),
+        "trainer": {"max_steps": len(row.run_lengths), "num_generations": args.num_generations,
+                    "per_device_train_batch_size": args.batch, "max_completion_length": max(row.run_lengths),
                     "gradient_checkpointing": args.gradient_checkpointing},
     }
     started = time.perf_counter()
     # an --attention-ab twin is timed, not profiled: its scorer's profile is its first row's
-    spec = json.dumps({"settings": settings, "lengths": row.lengths, "profile": not row.attention})
+    spec = json.dumps({"settings": settings, "lengths": row.run_lengths, "profile": not row.attention})
     try:
         subprocess.run([sys.executable, __file__, "--one-method", spec, str(out), "--threads", str(args.threads)],
                        check=True, timeout=timeout)
@@ -453,18 +469,19 @@ def row_results(row: Row, out: Path, seconds: float, complete: bool = True) -> d
 
     lines, steps = read("metrics.jsonl"), read("steps.jsonl")
     done = min(len(lines), len(steps))
-    if complete and (len(lines) != len(row.lengths) or len(steps) != len(row.lengths)):
-        raise RuntimeError(f"{out}: {len(lines)} steps logged and {len(steps)} timed, expected {len(row.lengths)}")
+    lengths = row.run_lengths
+    if complete and (len(lines) != len(lengths) or len(steps) != len(lengths)):
+        raise RuntimeError(f"{out}: {len(lines)} steps logged and {len(steps)} timed, expected {len(lengths)}")
     profile = json.loads((out / "profile.json").read_text()) if (out / "profile.json").exists() else None
     results = {}
     for name, tokens in row.parts():
-        at = [i for i, t in enumerate(row.lengths) if t == tokens and i > 0]  # step 1 carries one-off warm-up
+        at = [i for i, t in enumerate(lengths) if t == tokens and i > 0]  # step 1 carries one-off warm-up
         if not at or at[-1] >= done:
             continue
         logged, clocked = [lines[i] for i in at], [steps[i] for i in at]
-        first_here = row.lengths.index(tokens) == at[0]  # no earlier step generated this length
+        first_here = lengths.index(tokens) == at[0]  # no earlier step generated this length
         r = {"method": row.method, "window_tokens": row.window, "scoring_attention": row.attention or None,
-             "process": row.name, "steps": len(row.lengths),
+             "process": row.name, "steps": len(lengths),
              "steady_steps": len(at), "process_s": seconds,
              "generate_s": statistics.median(x["time_generate_s"] or 0.0 for x in logged),
              "generate_first_at_length": first_here and len(at) == 1,
@@ -479,8 +496,10 @@ def row_results(row: Row, out: Path, seconds: float, complete: bool = True) -> d
              "peak_memory_mb": max(x["peak_mb"] for x in clocked),
              "score_peak_mb": max((x["score_peak_memory_mb"] or 0.0) for x in logged),
              "update_timing": "synchronised, optimizer step included"}
-        if row.lengths[0] == tokens:
+        if lengths[0] == tokens:
             r["first_generate_s"] = lines[0]["time_generate_s"]
+        if tokens in row.tried:
+            r["beyond_plan"] = True  # run in the time the planned rows left
         if profile is not None:
             r["profile"] = profile
             r["profiled_tokens"] = row.lengths[0]
@@ -577,7 +596,8 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
                      "row": name})
     return {
         "complete": complete,
-        "rows_planned": [name for r in planned for name, _ in r.parts()],
+        "rows_planned": [name for r in planned for name, _ in r.planned_parts()],
+        "rows_tried_beyond_plan": [name for r in planned for name, t in r.parts() if t in r.tried],
         "device": device,
         "memory_gb": torch.cuda.get_device_properties(0).total_memory / 1e9 if device != "CPU" else None,
         "dtype": dtype,
@@ -608,7 +628,7 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
             + ", ".join(f"{k} {oar[k]} ({where[k]})" for k in OAR_KEYS)
             + f"; generation: transformers generate (vLLM {'importable' if vllm else 'not importable'}); "
             f"model folder built in {build_s:.0f} s")
-    wanted = sum(len(r.parts()) for r in planned)
+    wanted = sum(len(r.planned_parts()) for r in planned)
     state = "" if complete else (f"\n\n**Partial: {len(results)} of {wanted} planned rows finished** "
                                  "(the rest did not run or were cut off).")
     lines = [head + state, "",
@@ -622,9 +642,12 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
             r = results.get(name)
             label = row.label(tokens)
             if r is None:
+                state = "not finished in the time left (tried beyond the plan)" if tokens in row.tried else "not run"
                 lines.append(f"| {label} | | | | | | | | {PAPER_RATIO[row.method]:.1f} | | | | "
-                             f"{predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | not run | | |")
+                             f"{predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | {state} | | |")
                 continue
+            if tokens in row.tried:
+                label += " (beyond the plan)"
             rates = phase_rates(r, args)
             base = next((b for b in results.values() if b["method"] == "grpo"
                          and b["completion_length"] == r["completion_length"]), None)
@@ -732,6 +755,10 @@ def main() -> None:
     parser.add_argument("--attention-ab", action="store_true",
                         help="also each scorer with the other attention kernels of oar.scoring_attention "
                              "(no_cudnn / torch_default), at its first length")
+    parser.add_argument("--try-beyond-plan", action="store_true",
+                        help="the last row then also runs the longer lengths the budget dropped from it, in "
+                             "whatever time is left (the plan's rates can be too slow for a changed scorer); "
+                             "one cut off at the end of the budget is reported as not finished, not an error")
     parser.add_argument("--plan-only", action="store_true", help="print the plan and stop")
     parser.add_argument("--eval", action="store_true", help="also time the evaluation backends")
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
@@ -784,6 +811,13 @@ def main() -> None:
     for line in said:
         if "skipped" in line:
             print(f"  {line}", file=sys.stderr)
+    if args.try_beyond_plan and planned and planned[-1].wanted:
+        last = planned[-1]
+        last.try_dropped_lengths()
+        if last.tried:
+            said.append(f"{last.label(last.tried[-1])}: then run beyond the plan, in the time the budget has left")
+            print(f"  {last.method}: then steps of {last.tried} tokens beyond the plan, in the time the budget "
+                  "has left (a step cut off at its end is reported as not finished)", file=sys.stderr)
     print(f"  total {total:,.0f} s" + (f" of a {args.budget_s:,.0f} s budget" if args.budget_s else ""),
           file=sys.stderr, flush=True)
     if args.plan_only:
@@ -805,10 +839,10 @@ def main() -> None:
     if args.out:
         args.out.unlink(missing_ok=True)
     model = build_model_folder(args.shape, args.work / f"model-{args.shape}",
-                               256 + max(max(r.lengths) for r in planned))
+                               256 + max(max(r.run_lengths) for r in planned))
     build_s = time.perf_counter() - started
     problems = write_problems(args.work / "problems.jsonl",
-                              max(args.batch * max(len(r.lengths) for r in planned), args.eval_batch))
+                              max(args.batch * max(len(r.run_lengths) for r in planned), args.eval_batch))
     device = torch.cuda.get_device_name() if on_gpu else "CPU"
     predicted = {name: predicted_peak_mib(args, model, dtype, oar, r.method, tokens, r.window)
                  for r in planned for name, tokens in r.parts()}
@@ -826,6 +860,9 @@ def main() -> None:
         atomic_write_text(args.work / "calibration.json", json.dumps(record, indent=1) + "\n")
         return text
 
+    def finished() -> bool:  # every planned length has its result (a tried one may be missing)
+        return all(name in results for r in planned for name, _ in r.planned_parts())
+
     for row in planned:
         left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - started)
         try:
@@ -834,6 +871,9 @@ def main() -> None:
             results.update(cut.results)
             print(f"{row.name}: cut off at the end of the budget, {len(cut.results)} of its lengths finished",
                   file=sys.stderr)
+            if row.tried and all(name in results for name, _ in row.planned_parts()):
+                said.append(f"{row.label(row.tried[-1])}: tried beyond the plan, not finished in the "
+                            f"{max(left, 0):,.0f} s left for its process")
             write(complete=False)
             break
         write(complete=False)
@@ -841,12 +881,12 @@ def main() -> None:
         for backend in ("transformers", "vllm"):
             evaluations[backend] = (None if backend == "vllm" and importlib.util.find_spec("vllm") is None
                                     else time_evaluation(backend, model, args, dtype))
-    text = write(complete=len(results) == sum(len(r.parts()) for r in planned))
+    text = write(complete=finished())
     print(text)
     print(f"outputs: {args.work / 'gpu_check.md'}" + (f", {args.out}" if args.out else "")
           + f"; calibration for python -m oar.experiment.cost_plan --calibration: {args.work / 'calibration.json'}; "
           f"each row's metrics, steps and profile under {args.work}/<row>/; {time.perf_counter() - started:.0f} s")
-    if len(results) < sum(len(r.parts()) for r in planned):
+    if not finished():
         sys.exit(1)
 
 

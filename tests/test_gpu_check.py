@@ -206,3 +206,44 @@ def test_attention_ab_times_each_scorer_with_the_other_kernels_too(tmp_path):
     assert set(record["profiles"]) == {"oar_g-12"}
     assert "scoring_attention no_cudnn (config/schema.yaml's default of training.oar.scoring_attention)" in \
         (work / "gpu_check.md").read_text()
+
+
+def test_try_beyond_plan_gives_the_last_row_back_the_length_the_budget_dropped():
+    """--try-beyond-plan: the plan is unchanged (exact OAR-P sized to two steps at 256 tokens), and its
+    process then runs the 1,024-token step it dropped in whatever time the budget has left."""
+    done = _run(["--plan-only", "--budget-s", "480", "--try-beyond-plan"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows, total = _plan(done.stderr)
+    assert rows["oar_p"][0] == [256, 256] and total <= 480
+    assert "oar_p: then steps of [1024] tokens beyond the plan" in done.stderr
+
+
+def test_a_step_tried_beyond_the_plan_is_a_result_when_it_finished_and_missing_when_cut_off(tmp_path):
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    row = gpu_check.Row("oar_p", [256, 256], wanted=[256, 256, 1024])
+    row.try_dropped_lengths()
+    assert row.tried == [1024] and row.run_lengths == [256, 256, 1024] and row.name == "oar_p-256-1024"
+    assert row.planned_parts() == [("oar_p-256", 256)] and row.parts()[-1] == ("oar_p-1024", 1024)
+    out = tmp_path / row.name
+    out.mkdir()
+    logged = [{"time_generate_s": 10.0, "time_score_s": 2.0, "completion_length": float(t), "frac_scored": 1.0,
+               "score_peak_memory_mb": 4000.0} for t in row.run_lengths]
+    timed = [{"step": i + 1, "tokens": t, "step_s": 13.0, "update_s": 0.3, "peak_mb": 15000.0,
+              "score_forwards": 40, "prompt_tokens": 93.0} for i, t in enumerate(row.run_lengths)]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in logged))
+    (out / "steps.jsonl").write_text("".join(json.dumps(x) + "\n" for x in timed))
+    results = gpu_check.row_results(row, out, 100.0)
+    assert results["oar_p-1024"]["beyond_plan"] is True and "beyond_plan" not in results["oar_p-256"]
+    assert results["oar_p-1024"]["generate_first_at_length"] is True
+    # cut off in the tried step: the planned length is kept, the tried one is missing
+    (out / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in logged[:2]))
+    (out / "steps.jsonl").write_text("".join(json.dumps(x) + "\n" for x in timed[:2]))
+    assert list(gpu_check.row_results(row, out, 100.0, complete=False)) == ["oar_p-256"]
+    # a row sized by halving its lengths has no dropped tail to try
+    halved = gpu_check.Row("oar_g", [512, 512], wanted=[1024, 1024])
+    halved.try_dropped_lengths()
+    assert halved.tried == []
