@@ -229,12 +229,13 @@ class Row:
 PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokenizer (TRL's num_tokens on the H200)
 ROW_OVERHEAD_S = 20.0  # a 1.5B row's process beyond its steps on the H200: start, imports, weights, trainer
 BUILD_S = 8.0  # the 1.5B model folder, built once (H200)
-# The profiled first scoring call, measured on the H200 (1.5B shape): the call itself ran 1.8-2.3x its
-# unprofiled time, and the profiler then spent 85 s (exact OAR-P, 256 tokens, 164 model calls) and 19 s
-# (OAR-G, 1,024 tokens, 24) on the trace: about 0.4 ms a kernel launch, 50-60 launches a layer a call.
-PROFILE_FACTOR = 2.0
-PROFILE_S_PER_LAYER_CALL = 0.023
-CALIBRATION = REPO / "bench" / "calibration" / "h200-2026-11-stacked"
+# The profiled first scoring call, measured on the H200 (1.5B shape, bench/calibration/h200-2026-11-no-cudnn):
+# the call itself ran about 3x its unprofiled steady time (3.0x exact OAR-P, 3.3x OAR-G), and the profiler
+# then spent about 114 s (exact OAR-P, 256 tokens, 164 planned model calls, 54 kernel launches a layer a
+# call) and 32 s (OAR-G, 1,024 tokens, 24 planned, 86 launches a layer a call: its backward) on the trace.
+PROFILE_FACTOR = 3.0
+PROFILE_S_PER_LAYER_CALL = {"oar_p": 0.025, "oar_g": 0.048}
+CALIBRATION = REPO / "bench" / "calibration" / "h200-2026-11-no-cudnn"
 MIN_STEPS, MIN_TOKENS = 2, 256
 
 
@@ -268,7 +269,8 @@ def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
                                 "beta": 0.0}}
         step = step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
         if i == 0 and row.method != "grpo" and not row.attention:  # the profiled scoring call, and its trace
-            total += (PROFILE_FACTOR - 1) * step.scoring + PROFILE_S_PER_LAYER_CALL * shape.layers * step.scoring_calls
+            total += ((PROFILE_FACTOR - 1) * step.scoring
+                      + PROFILE_S_PER_LAYER_CALL[row.method] * shape.layers * step.scoring_calls)
         total += step.step
         seen.add(tokens)
     return total
@@ -751,7 +753,7 @@ def main() -> None:
                         help="seconds the whole check may take: rows are planned, sized and skipped to fit")
     parser.add_argument("--calibration", nargs="+", type=Path,
                         help="calibration.json files the plan's rates come from "
-                             "(default: bench/calibration/h200-2026-11-stacked)")
+                             "(default: bench/calibration/h200-2026-11-no-cudnn)")
     parser.add_argument("--attention-ab", action="store_true",
                         help="also each scorer with the other attention kernels of oar.scoring_attention "
                              "(no_cudnn / torch_default), at its first length")

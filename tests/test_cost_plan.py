@@ -386,6 +386,32 @@ def test_calibrated_plan_holds_each_measured_phase_of_the_current_scorers_h200_r
     assert {r["row"] for r in rows} == {"grpo-1024", "oar_g-1024", "oar_p-256"}
 
 
+NO_CUDNN = Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11-no-cudnn" / "calibration.json"
+
+
+def test_calibrated_plan_holds_each_measured_phase_of_the_scorers_without_cudnn_attention():
+    """The same rows with scoring outside cuDNN's attention kernel (bench/calibration/h200-2026-11-no-cudnn),
+    and exact OAR-P at 1,024 tokens beside 256: the update fitted over its two lengths, each scorer's
+    per-call cost the median over its rows; every phase planned within 25% (exact OAR-P's generation at
+    1,024 tokens is the first at that length in its process, planned as such). A model call now costs
+    about half what it did with cuDNN's kernel or less (measured: OAR-G 0.40x, exact OAR-P 0.50x)."""
+    hw = cal.calibrate([NO_CUDNN], hw_kinds.hardware("h200"))
+    before = cal.calibrate([STACKED], hw_kinds.hardware("h200"))
+    per_call = {m: s for m, schedule, s in hw.scorer_call_s if schedule == "stacked"}
+    per_call_before = {m: s for m, schedule, s in before.scorer_call_s if schedule == "stacked"}
+    assert set(per_call) == {"oar_g", "oar_p"}
+    assert all(per_call[m] < 0.6 * per_call_before[m] for m in per_call), (per_call, per_call_before)
+    data, rows = cal.calibration_rows(NO_CUDNN)
+    shape = shape_of(Qwen2Config(**data["shape"]))
+    for row in rows:
+        assert row["scoring_attention"] == "no_cudnn"
+        plan = _check_plan(shape, row, hw, first_step=bool(row.get("generate_first_at_length")))
+        for phase, key in PHASES:
+            planned, measured = getattr(plan, phase), row[key]
+            assert abs(planned - measured) <= 0.25 * measured + 0.01, (row["row"], phase, planned, measured)
+    assert {r["row"] for r in rows} == {"grpo-1024", "oar_g-1024", "oar_p-256", "oar_p-1024"}
+
+
 def test_one_length_places_generation_but_not_the_update_at_the_other():
     """Calibrated at one length only, the decode's fixed cost places the other length's GRPO generation
     within 5%; the update, without its fixed cost (two lengths fit it), is off by 2x or more."""
