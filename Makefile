@@ -17,32 +17,39 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,workflow,tensorboard]'
 	touch $(STAMP)
 
+# The configs' pinned CPU kernels where this CPU can honour them; on a CPU that cannot (an AMD one, whose MKL
+# keeps its own branch, or one without AVX2), cpu_kernels=none, said on the terminal: another draw.
+cpu_pin = $$($(BIN)/python -c 'import sys; from oar.cpu_kernels import override; print(override(sys.argv[1:]))' $(1))
+
 run: setup
-	$(BIN)/snakemake --cores 2 all
+	$(BIN)/snakemake --cores 2 all --config $(call cpu_pin,config/config.yaml)
 
 # The default plus its length sweep and ablations (config/ablations.yaml, merged over it); the main runs
 # already in results/ are reused.
 run-ablations: setup
-	$(BIN)/snakemake --cores 2 all --configfile config/config.yaml config/ablations.yaml
+	$(BIN)/snakemake --cores 2 all --configfile config/config.yaml config/ablations.yaml \
+	    --config $(call cpu_pin,config/config.yaml config/ablations.yaml)
 
 # The decisive run (config/decisive.yaml): two distractor levels, the truth gates beside GRPO, OAR-P,
 # OAR-G and entropy, ten paired seeds, in its own results folder.
 run-decisive: setup
-	$(BIN)/snakemake --cores 2 all --configfile config/decisive.yaml --config results=results-decisive
+	$(BIN)/snakemake --cores 2 all --configfile config/decisive.yaml --config results=results-decisive \
+	    $(call cpu_pin,config/decisive.yaml)
 
 # Its part without OAR-P (config/decisive-part.yaml): both levels, GRPO, the truth gates, OAR-G and entropy; the
 # tables that read it. Its runs are the full design's, so run-decisive reuses them.
 DECISIVE_PART_TABLES = $(foreach t,main_table paired_differences decisive gradient_share,results-decisive/tables/$(t).md)
 run-decisive-part: setup
 	$(BIN)/snakemake --cores 2 $(DECISIVE_PART_TABLES) --configfile config/decisive.yaml config/decisive-part.yaml \
-	    --config results=results-decisive
+	    --config results=results-decisive $(call cpu_pin,config/decisive.yaml config/decisive-part.yaml)
 
 # The upper-bound test (config/upper-bound.yaml over config/decisive.yaml): GRPO and the graded truth gate on
 # chain_d8, fresh seeds read at declared looks. LOOK=k runs only the seeds up to look k (the same run ids).
 # A later look adds its seeds and keeps the runs an earlier look read, even where the code has changed
 # since (Snakemake's `code` trigger is left out): a read look is never rerun. The table lists the commits
 # its runs were made at.
-UPPER_BOUND_CONFIG = --configfile config/decisive.yaml config/upper-bound.yaml --config results=results-upper-bound
+UPPER_BOUND_CONFIG = --configfile config/decisive.yaml config/upper-bound.yaml --config results=results-upper-bound \
+	$(call cpu_pin,config/decisive.yaml config/upper-bound.yaml)
 run-upper-bound: setup
 	$(BIN)/snakemake --cores 2 upper_bound --rerun-triggers mtime params input software-env $(UPPER_BOUND_CONFIG) \
 	    $(if $(LOOK),'analysis={upper_bound: {through_look: $(LOOK)}}')
@@ -56,11 +63,12 @@ upper-bound-plan: setup
 # contrasts and the mediator; the truth gate at five ratios of the last step's weight (the dose-response).
 run-mechanism: setup
 	$(BIN)/snakemake --cores 2 mechanism --configfile config/decisive.yaml config/mechanism.yaml \
-	    --config results=results-mechanism
+	    --config results=results-mechanism $(call cpu_pin,config/decisive.yaml config/mechanism.yaml)
 
 # The SmolLM2-135M experiment (config/smollm2.yaml) in its own results folder.
 run-smollm2: setup
-	$(BIN)/snakemake --cores 2 all --configfile config/smollm2.yaml --config results=results-smollm2
+	$(BIN)/snakemake --cores 2 all --configfile config/smollm2.yaml --config results=results-smollm2 \
+	    $(call cpu_pin,config/smollm2.yaml)
 
 explain: setup
 	$(BIN)/python -m oar.analysis.explain

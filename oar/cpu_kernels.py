@@ -65,6 +65,33 @@ def cpu_flags() -> set[str] | None:
     return set()
 
 
+def cpu_vendor() -> str | None:
+    """The CPU's vendor from /proc/cpuinfo (``GenuineIntel``, ``AuthenticAMD``); None where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def unhonoured(level: str, flags: set[str] | None = None, vendor: str | None = None) -> str | None:
+    """Why this CPU cannot run ``level`` as pinned, before anything runs (None: it can): an instruction it
+    lacks, another architecture, or, for the vector levels, a CPU that is not Intel's, on which MKL keeps
+    its own branch (what `capability` would find after the first matrix product)."""
+    try:
+        environment(level, flags)
+    except CpuKernelsError as error:
+        return str(error)
+    vendor = cpu_vendor() if vendor is None else vendor
+    if level in ("avx2", "avx512") and vendor != "GenuineIntel":
+        return (f"{VARIABLE}={level}: this CPU is {vendor or 'of an unknown vendor'}, and MKL takes its "
+                f"{level.upper()} branch only on Intel CPUs")
+    return None
+
+
 def environment(level: str, flags: set[str] | None = None) -> dict[str, str]:
     """The libraries' settings for ``level``; raises CpuKernelsError when the level is unknown or this
     CPU (``flags``, default /proc/cpuinfo) lacks an instruction it needs."""
@@ -152,3 +179,26 @@ def capability() -> dict[str, str | None]:
                 f"bits: run without a pin (snakemake --config cpu_kernels=none; the numbers then agree "
                 f"within seed noise)")
     return record
+
+
+def override(config_files: list[str]) -> str:
+    """``cpu_kernels=none`` where this CPU cannot honour the level the config files pin (the last file
+    that sets ``cpu_kernels`` decides, as Snakemake merges them), else nothing: what `make run` and its
+    siblings add to Snakemake's ``--config``, so that the README's commands run on any CPU, pinned where
+    the pin holds. The reason goes to stderr."""
+    import yaml
+
+    level = None
+    for path in config_files:
+        with open(path, encoding="utf-8") as f:
+            config = yaml.safe_load(f) or {}
+        if "cpu_kernels" in config:
+            level = config["cpu_kernels"]
+    if level in (None, "none"):
+        return ""
+    reason = unhonoured(level)
+    if reason is None:
+        return ""
+    print(f"{reason}: running unpinned (cpu_kernels=none); the numbers are another draw of the experiment, "
+          "not the published tables (docs/reproducibility.md)", file=sys.stderr)
+    return "cpu_kernels=none"

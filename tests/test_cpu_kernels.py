@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from oar import cpu_kernels
-from oar.cpu_kernels import CAPABILITY, LEVELS, CpuKernelsError, environment
+from oar.cpu_kernels import CAPABILITY, LEVELS, CpuKernelsError, environment, override, unhonoured
 
 ROOT = Path(__file__).resolve().parents[1]
 # A few updates of a small Llama on one thread, the testbed's kind of work: its weights' bytes
@@ -91,16 +91,16 @@ def test_torch_that_already_ran_at_another_level_is_an_error():
 
 
 def test_mkl_runs_its_pinned_code_path():
-    if not offered("avx2"):
-        pytest.skip("not an x86-64 CPU with AVX2")
+    if unhonoured("avx2"):
+        pytest.skip(unhonoured("avx2"))
     proc = run("import oar, torch; torch.randn(16, 16) @ torch.randn(16, 16)", "avx2", MKL_VERBOSE="1")
     assert proc.returncode == 0, proc.stderr
     assert "CNR:AVX2,STRICT" in proc.stdout  # MKL_VERBOSE's report of each call's reproducibility branch
 
 
 def test_mkl_reports_the_branch_it_runs():
-    if not offered("avx2"):
-        pytest.skip("not an x86-64 CPU with AVX2")
+    if unhonoured("avx2"):
+        pytest.skip(unhonoured("avx2"))
     code = "import json, oar; from oar.cpu_kernels import capability; print(json.dumps(capability()))"
     assert json.loads(run(code, "avx2").stdout.splitlines()[-1])["mkl_branch"] == "AVX2"
     assert json.loads(run("import torch; " + code, None).stdout.splitlines()[-1])["mkl_branch"] == "OFF"
@@ -120,13 +120,52 @@ def test_a_branch_mkl_did_not_take_stops_naming_it():
 
 
 def test_pinned_training_is_bitwise_repeatable_and_differs_from_a_wider_level():
-    if not offered("avx2"):
-        pytest.skip("not an x86-64 CPU with AVX2")
+    if unhonoured("avx2"):
+        pytest.skip(unhonoured("avx2"))
     first, second, native = (json.loads(run(TRAIN, level).stdout.splitlines()[-1]) for level in ("avx2", "avx2", None))
     assert first == second and first["capability"] == "AVX2" and first["MKL_CBWR"] == "AVX2,STRICT"
     assert native["OAR_CPU_KERNELS"] is None and native["ATEN_CPU_CAPABILITY"] is None
     if native["capability"] != "AVX2":  # a wider CPU: its own kernels add in another order
         assert native["digest"] != first["digest"]
+
+
+def test_the_vector_levels_are_honoured_on_intel_cpus_only():
+    """MKL takes its AVX2 and AVX512 branches only on Intel CPUs: the check before anything runs says so."""
+    avx2 = {"avx", "avx2", "fma"}
+    assert unhonoured("avx2", flags=avx2, vendor="GenuineIntel") is None
+    assert "this CPU is AuthenticAMD, and MKL takes its AVX2 branch only on Intel CPUs" in \
+        unhonoured("avx2", flags=avx2, vendor="AuthenticAMD")
+    assert "does not offer avx512f" in unhonoured("avx512", flags=avx2, vendor="GenuineIntel")
+    assert unhonoured("default", flags=set(), vendor="AuthenticAMD") is None  # MKL takes COMPATIBLE anywhere
+
+
+def test_the_check_agrees_with_what_mkl_does_on_this_machine():
+    """Where the check says avx2 is honoured here, a pinned process runs MKL's AVX2 branch; where it says
+    not, the pinned process stops as its provenance is read."""
+    if not offered("avx2"):
+        pytest.skip("not an x86-64 CPU with AVX2")
+    code = "import json, oar; from oar.cpu_kernels import capability; print(json.dumps(capability()))"
+    proc = run(code, "avx2")
+    if unhonoured("avx2") is None:
+        assert proc.returncode == 0 and json.loads(proc.stdout.splitlines()[-1])["mkl_branch"] == "AVX2"
+    else:
+        assert proc.returncode != 0 and "MKL runs its AUTO branch, not AVX2" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_make_run_unpins_only_where_the_pin_cannot_hold(tmp_path, capsys):
+    """`make run` and its siblings add override()'s answer to Snakemake's --config: nothing where the
+    configs' pin holds, cpu_kernels=none with the reason on stderr where it does not; the last config
+    file that sets the key decides."""
+    assert override([str(ROOT / "config" / "config.yaml")]) == ("" if unhonoured("avx2") is None else "cpu_kernels=none")
+    unpinned = tmp_path / "unpinned.yaml"
+    unpinned.write_text("cpu_kernels: none\n")
+    assert override([str(ROOT / "config" / "config.yaml"), str(unpinned)]) == ""
+    impossible = tmp_path / "arm.yaml"
+    impossible.write_text("cpu_kernels: avx9\n")
+    capsys.readouterr()
+    assert override([str(impossible)]) == "cpu_kernels=none"
+    said = capsys.readouterr().err
+    assert "unknown level 'avx9'" in said and "running unpinned (cpu_kernels=none)" in said
 
 
 def test_provenance_records_the_capability():
