@@ -862,8 +862,11 @@ def main() -> None:
         atomic_write_text(args.work / "calibration.json", json.dumps(record, indent=1) + "\n")
         return text
 
-    def finished() -> bool:  # every planned length has its result (a tried one may be missing)
-        return all(name in results for r in planned for name, _ in r.planned_parts())
+    def row_finished(row: Row) -> bool:  # every planned length has its result (a tried one may be missing)
+        return all(name in results for name, _ in row.planned_parts())
+
+    def finished() -> bool:
+        return all(row_finished(r) for r in planned)
 
     for row in planned:
         left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - started)
@@ -873,7 +876,7 @@ def main() -> None:
             results.update(cut.results)
             print(f"{row.name}: cut off at the end of the budget, {len(cut.results)} of its lengths finished",
                   file=sys.stderr)
-            if row.tried and all(name in results for name, _ in row.planned_parts()):
+            if row.tried and row_finished(row):
                 said.append(f"{row.label(row.tried[-1])}: tried beyond the plan, not finished in the "
                             f"{max(left, 0):,.0f} s left for its process")
             write(complete=False)

@@ -53,28 +53,28 @@ class CpuKernelsError(RuntimeError):
     """A pin that cannot be honoured; the message names the level and what is missing."""
 
 
-def cpu_flags() -> set[str] | None:
-    """The CPU's feature flags from /proc/cpuinfo; None where there is none (not Linux)."""
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` of /proc/cpuinfo ("" where the file has none); None where there is no such file
+    (not Linux)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        return None
-    return set()
-
-
-def cpu_vendor() -> str | None:
-    """The CPU's vendor from /proc/cpuinfo (``GenuineIntel``, ``AuthenticAMD``); None where there is none."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         return None
-    return None
+    return ""
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo; None where there is none (not Linux)."""
+    flags = _cpuinfo("flags")
+    return None if flags is None else set(flags.split())
+
+
+def cpu_vendor() -> str | None:
+    """The CPU's vendor from /proc/cpuinfo (``GenuineIntel``, ``AuthenticAMD``); None where it is not said."""
+    return _cpuinfo("vendor_id") or None
 
 
 def unhonoured(level: str, flags: set[str] | None = None, vendor: str | None = None) -> str | None:
