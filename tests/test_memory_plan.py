@@ -110,7 +110,7 @@ def test_per_model_oar_settings_override_training_oar():
     config = memory_plan.load_config(ROOT / "config" / "paper.yaml")
     registry = Registry(config, TRAINER_KEYS)
     assert registry.run_settings("qwen2.5-7b", "oar_g", 0)["oar"]["chunk_tokens"] == 4096
-    assert registry.run_settings("qwen2.5-math-1.5b", "oar_p", 0)["oar"]["chunk_tokens"] == 2048
+    assert registry.run_settings("qwen2.5-math-1.5b", "oar_p", 0)["oar"]["chunk_tokens"] == 8192
     assert registry.run_settings("qwen2.5-7b", "oar_g", 0)["oar"]["tau"] == 0.4  # the rest from training.oar
 
     bad = copy.deepcopy(config)
