@@ -25,6 +25,9 @@ from oar.training.settings import OARSettings
 CALIBRATION_ROW_FIELDS = ("method", "prompt_tokens", "completion_length", "batch", "generate_s", "score_s",
                           "update_s", "step_s")
 CALIBRATED_METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy")
+# phases a scorer's row may leave out (null, named in its ``unmeasured``) where only its generation and
+# scoring were recorded, e.g. from the trainer's logged metrics of a process stopped before it wrote its row
+UNMEASURABLE = ("update_s", "step_s")
 
 
 def calibration_rows(path: str | Path) -> tuple[dict, list[dict]]:
@@ -75,8 +78,15 @@ def calibration_rows(path: str | Path) -> tuple[dict, list[dict]]:
             raise PlanError(f"{where}: field 'rows[{n}].method' is missing or not a string")
         if row["method"] not in CALIBRATED_METHODS:
             raise PlanError(f"{where}: field 'rows[{n}].method': {row['method']!r} is not one of {CALIBRATED_METHODS}")
+        unmeasured = row.get("unmeasured", [])
+        if not isinstance(unmeasured, list) or not set(unmeasured) <= set(UNMEASURABLE) or (
+                unmeasured and row["method"] == "grpo"):
+            raise PlanError(f"{where}: field 'rows[{n}].unmeasured': {unmeasured!r} is not a list of "
+                            f"{UNMEASURABLE} (and a GRPO row has every phase measured)")
         for key in CALIBRATION_ROW_FIELDS[1:]:
             value = row.get(key)
+            if key in unmeasured and value is None:
+                continue
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise PlanError(f"{where}: field {key!r} of the {row['method']} row (rows[{n}].{key}) is missing "
                                 "or not a number >= 0")
@@ -124,8 +134,6 @@ def calibrate(paths, base: Hardware) -> Hardware:
         rows += file_rows
     shape = shape_of(Qwen2Config(**shape_spec))
     grpo = [r for r in rows if r["method"] == "grpo"]
-    # a GPU queues kernels ahead of the host; a CPU runs them itself (the check records which it ran on)
-    base = dataclasses.replace(base, asynchronous=header.get("device", "CPU") != "CPU")
 
     # the update: t = F / R + U over the lengths of the rows whose update was timed to completion (the
     # update is the same work whatever the method scored), else over GRPO's
@@ -167,8 +175,8 @@ def calibrate(paths, base: Hardware) -> Hardware:
                                    first_step_decode_s=statistics.median(firsts) if firsts else None,
                                    call_s=decode_s if backend == "transformers" else None)
 
-    # scorers: the fixed cost per model call, per method and schedule
-    per_call: dict[tuple[str, str], list[float]] = {}
+    # scorers: each one's fixed cost per model call on its schedule, and one sustained scoring rate
+    samples = []  # (method and schedule, scored without cuDNN's attention, calls, FLOPs, seconds)
     for r in rows:
         if r["method"] == "grpo" or not r.get("frac_scored"):
             continue
@@ -176,20 +184,49 @@ def calibrate(paths, base: Hardware) -> Hardware:
         calls = work.calls
         if r.get("score_forwards") and work.forwards:
             calls *= r["score_forwards"] / work.forwards
-        compute = work.flops / measured.flops
-        left = r["score_s"] if work.overlapped and base.asynchronous else r["score_s"] - compute
         key = ("oar_g" if r["method"] == "grad_norm" else r["method"], r["scorer_schedule"])
-        # rows that scored without cuDNN's attention (the default) stand for the scorer where a file has
-        # them beside rows with torch's own kernels (bench/gpu_check.py --attention-ab)
-        per_call.setdefault(key, []).append((r.get("scoring_attention", "torch_default") == "no_cudnn",
-                                             max(0.0, left) / calls if calls else 0.0))
+        samples.append((key, r.get("scoring_attention", "torch_default") == "no_cudnn", calls, work.flops,
+                        r["score_s"]))
+    # rows that scored without cuDNN's attention (the default) stand for the scorer where a file has them
+    # beside rows with torch's own kernels (bench/gpu_check.py --attention-ab)
+    chosen = []
+    for key in sorted({k for k, *_ in samples}):
+        mine = [s for s in samples if s[0] == key]
+        chosen += [(k, calls, flops, sec) for k, current, calls, flops, sec in ([s for s in mine if s[1]] or mine)]
+    scoring_rate, per_call = fit_scoring(chosen, measured.flops)
+    measured = dataclasses.replace(measured, scoring_flops=scoring_rate)
     device = header.get("device", "unknown device")
     return dataclasses.replace(measured, name=f"{device} (calibrated)",
                                memory_gb=header.get("memory_gb") or base.memory_gb,
                                measured=f"{', '.join(str(p) for p in paths)} ({device})",
-                               scorer_call_s=tuple((m, s, statistics.median(
-                                   [c for current, c in v if current] or [c for _, c in v]))
-                                   for (m, s), v in sorted(per_call.items())))
+                               scorer_call_s=tuple((m, sched, sec) for (m, sched), sec in sorted(per_call.items())))
+
+
+def fit_scoring(samples, update_rate: float) -> tuple[float | None, dict]:
+    """A scoring call's time as ``calls x c + FLOPs / S``: each scorer's fixed cost per model call ``c``
+    (per method and schedule) and one sustained scoring rate ``S`` for every scorer, fitted by least squares
+    in relative error over ``samples`` ((method and schedule, calls, FLOPs, seconds) of each row). ``S`` is
+    fitted only where some scorer's rows differ in FLOPs per call by 1.5x or more (forwards of different
+    sizes: ``chunk_tokens``), else it is the update's ``update_rate`` (returned as None) and each ``c`` the
+    median of what its rows leave beside their FLOPs at that rate. A call's fixed cost does not hide behind
+    the compute of the calls queued after it: on the H200 a scorer's 8,192-token forwards took their FLOPs'
+    time plus their calls' fixed cost, not the larger of the two."""
+    import numpy as np
+
+    keys = sorted({k for k, *_ in samples})
+    spread = any(max(r) >= 1.5 * min(r) for r in ([f / c for k, c, f, _ in samples if k == key and c > 0]
+                                                  for key in keys) if r)
+    if spread:
+        a = np.array([[c if k == key else 0.0 for key in keys] + [f] for k, c, f, _ in samples])
+        t = np.array([sec for *_, sec in samples])
+        scale = np.abs(a).max(axis=0)
+        weighted = a / scale / t[:, None]  # relative error: every row counts alike, short or long
+        if np.linalg.matrix_rank(weighted) == len(keys) + 1:
+            x = np.linalg.lstsq(weighted, np.ones_like(t), rcond=None)[0] / scale
+            if (x > 0).all():
+                return 1.0 / float(x[-1]), {key: float(c) for key, c in zip(keys, x[:-1])}
+    return None, {key: statistics.median(max(0.0, sec - f / update_rate) / c if c else 0.0
+                                         for k, c, f, sec in samples if k == key) for key in keys}
 
 
 def check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) -> Work:

@@ -100,16 +100,13 @@ class Work:
     decode: list = dataclasses.field(default_factory=list)  # [(flops, bytes, count)] decode steps
     forwards: float = 0.0  # of the calls, the forward calls (what a forward hook counts)
     fixed_s: float = 0.0  # seconds beyond FLOPs and calls (the update's measured fixed cost)
-    overlapped: bool = False  # no host synchronisation between the calls: on an asynchronous device the
-    # calls' fixed cost hides behind the compute (or the compute behind it)
 
     def seconds(self, hw: Hardware, layers: int, call_s: float | None = None,
-                decode_step_s: float | None = None) -> float:
+                decode_step_s: float | None = None, flops: float | None = None) -> float:
         """``call_s``: fixed cost per call (default ``hw.fixed_call_s``); ``decode_step_s``: per decode
-        step (default the same)."""
+        step (default the same); ``flops``: the FLOP rate (default ``hw.flops``)."""
         call = hw.fixed_call_s(layers) if call_s is None else call_s
-        compute, fixed = self.flops / hw.flops, self.calls * call
-        t = (max(compute, fixed) if self.overlapped and hw.asynchronous else compute + fixed) + self.fixed_s
+        t = self.flops / (hw.flops if flops is None else flops) + self.calls * call + self.fixed_s
         step = call if decode_step_s is None else decode_step_s
         for flops, nbytes, count in self.decode:
             t += count * (max(flops / hw.flops, nbytes / hw.bytes_per_s) + step)
@@ -156,7 +153,7 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
     ``stacked`` (``oar.method.substitution`` now): the copies of all responses packed by the scorer's own
     packing (``oar.method.copy_packing``): rows of copies of one response over its prefix, rows x width
     <= ``chunk_tokens``; the clean probes in micro-batches of rows x probe <= ``chunk_tokens``; no host
-    synchronisation inside the loops (``overlapped``).
+    synchronisation inside the loops.
     ``per_response`` (before): one response at a time, its clean forward alone, then chunks of
     ``chunk_tokens // suffix`` copies from the chunk's first position (``chunk_tokens // (K + tail)``
     with a window), a host synchronisation every chunk."""
@@ -168,8 +165,7 @@ def oar_p_work(shape: Shape, prompt: float, reasoning: float, probe: float, keep
                       responses)
     clean_rows = max(1, int(chunk_tokens // probe))
     clean_calls = math.ceil(responses / clean_rows)
-    work = Work(flops=responses * forward_flops(shape, probe, keep=keep), calls=clean_calls, forwards=clean_calls,
-                overlapped=True)
+    work = Work(flops=responses * forward_flops(shape, probe, keep=keep), calls=clean_calls, forwards=clean_calls)
     copies = oar_p_copies(prompt, reasoning, probe, span, window)
     for fwd in stacked_forwards(copies, responses, chunk_tokens):
         # every row runs its width over the forward's cached prefix (masked, still computed); the output
@@ -208,20 +204,24 @@ def _oar_p_per_response(shape: Shape, prompt: float, reasoning: int, probe: floa
 
 
 def oar_g_work(shape: Shape, prompt: float, probe: float, keep: int, chunk_tokens: int, clean: bool = True,
-               group: int = 1) -> Work:
-    """One response, as ``oar.method.gradient_scorers._embedding_gradients`` runs it: its prompt once without
-    gradient into a KV cache (shared by the ``group`` responses of a GRPO group), then on top of that cache
-    a no-grad clean forward (OAR-G; grad_norm has none), a forward with grad on the input embeddings and
-    its backward to the inputs only (``torch.autograd.grad(..., inputs)``: no weight gradients), of
-    ``reasoning | conclude | answer`` alone, in micro-batches of ``chunk_tokens // suffix`` probes."""
+               group: int = 1, responses: float = 1.0) -> Work:
+    """``responses`` responses in one scoring call, as ``oar.method.gradient_scorers._embedding_gradients``
+    runs them: each distinct prompt once without gradient into a KV cache (shared by the ``group``
+    responses of a GRPO group), then on top of that cache a no-grad clean forward (OAR-G; grad_norm has
+    none), a forward with grad on the input embeddings and its backward to the inputs only
+    (``torch.autograd.grad(..., inputs)``: no weight gradients), of ``reasoning | conclude | answer`` alone,
+    in micro-batches of whole probes, ``chunk_tokens // suffix`` of them at most (a call's last micro-batch
+    may be partly empty: 8 probes of 1,030 tokens in 8,192-token micro-batches take 2 of them)."""
     suffix = probe - prompt
     per_batch = max(1, int(chunk_tokens // suffix))
     fwd = forward_flops(shape, suffix, prompt, keep=keep)
-    work = Work(flops=forward_flops(shape, prompt, keep=1) / group + (2 if clean else 1) * fwd
-                + backward_flops(shape, suffix, prompt, keep=keep, weights=False))
-    prompt_passes = 1 / (group * max(1, int(chunk_tokens // max(prompt, 1))))
-    work.calls = (3 if clean else 2) / per_batch + prompt_passes
-    work.forwards = (2 if clean else 1) / per_batch + prompt_passes
+    work = Work(flops=responses * (forward_flops(shape, prompt, keep=1) / group + (2 if clean else 1) * fwd
+                                   + backward_flops(shape, suffix, prompt, keep=keep, weights=False)))
+    batches = math.ceil(responses / per_batch - 1e-9)
+    prompts = max(1.0, responses / group)
+    prompt_passes = math.ceil(prompts / max(1, int(chunk_tokens // max(prompt, 1))) - 1e-9)
+    work.calls = (3 if clean else 2) * batches + prompt_passes
+    work.forwards = (2 if clean else 1) * batches + prompt_passes
     return work
 
 
@@ -241,7 +241,7 @@ def update_work(shape: Shape, prompt: float, completion: float, micro_batch: int
 def scaled(work: Work, n: float) -> Work:
     """``work`` done ``n`` times."""
     return Work(work.flops * n, work.calls * n, [(f, b, c * n) for f, b, c in work.decode], work.forwards * n,
-                work.fixed_s * n, work.overlapped)
+                work.fixed_s * n)
 
 
 def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoning: float, probe: float, keep: int,
@@ -252,9 +252,7 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
         span, window = (oar.get(name, getattr(OARSettings, name)) for name in ("span_tokens", "window_tokens"))
         return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, span, window, responses=scored, schedule=schedule)
     if method in ("oar_g", "grad_norm"):
-        work = scaled(oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g", group=group), scored)
-        work.overlapped = schedule == "stacked"  # noise drawn on the device, results moved once per call
-        return work
+        return oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g", group=group, responses=scored)
     if method == "entropy":
         seq = prompt + reasoning
         per = 1 / max(1, int(chunk // seq))

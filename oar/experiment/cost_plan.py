@@ -94,7 +94,7 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
     score = scoring_work(shape, scorer, oar, prompt, reasoning, probe, keep, scored, trainer["num_generations"],
                          schedule)
     calibrated = "oar_g" if scorer == "grad_norm" else scorer
-    scoring = score.seconds(hw, shape.layers, call_s=hw.scorer_call(calibrated, schedule))
+    scoring = score.seconds(hw, shape.layers, call_s=hw.scorer_call(calibrated, schedule), flops=hw.scoring_flops)
 
     extra = int(bool(trainer.get("use_vllm")) and trainer.get("vllm_importance_sampling_correction", True))
     extra += int(float(trainer.get("beta", 0.0)) != 0.0)
@@ -227,6 +227,8 @@ def table(plan: Plan) -> str:
                  f"{hw.decode_backend} generation only); "
                  + "".join(f"{m} {sched} scoring {sec * 1e3:.1f} ms a model call; "
                            for m, sched, sec in hw.scorer_call_s)
+                 + (f"scoring's FLOPs at {hw.scoring_flops / 1e12:.3g} TFLOP/s (fitted beside those costs); "
+                    if hw.scoring_flops else "scoring's FLOPs at the update's rate; ")
                  + f"decode {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
                  f"{hw.bytes_per_s / 1e12:.2f} TB/s; vLLM's calls {hw.layer_overhead_s * 1e6:.0f} us per layer "
                  "(assumed)")

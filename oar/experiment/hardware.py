@@ -2,9 +2,10 @@
 bf16) and the share of them assumed sustained, or the sustained rates and fixed costs measured by
 ``bench/gpu_check.py`` (:func:`oar.experiment.calibration.calibrate`).
 
-Each model call also costs a fixed time (kernel launches, Python): what dominates small models, CPUs,
-and eager transformers forwards on a GPU. Work without host synchronisations overlaps its calls' fixed
-cost with its compute on a GPU (``asynchronous``).
+Each model call also costs a fixed time (kernel launches, Python, small memory-bound kernels): what
+dominates small models, CPUs, and eager transformers forwards on a GPU. It adds to the call's compute:
+on the H200 it did not hide behind the compute of the calls queued after it, even without host
+synchronisations between them.
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ class Hardware:
     bandwidth_util: float = 0.65  # assumed: sustained share of bandwidth in a decode step
     layer_overhead_s: float = 20e-6  # assumed: fixed time per layer per forward call (a dozen kernel launches)
     measured: str = ""  # where the sustained figures come from when calibrated
-    # A GPU runs kernels while the host queues the next ones: work without host synchronisations takes the
-    # larger of its compute and its calls' fixed cost, not their sum. A CPU does both itself (False).
-    asynchronous: bool = False
     # Measured fixed costs (None: layers x layer_overhead_s per call, nothing per update)
     call_s: float | None = None  # one eager transformers forward call (the trainer's: prefill, scoring, update)
     update_fixed_s: float | None = None  # per update micro-batch beyond its FLOPs (backward, clipping, AdamW, launches)
@@ -39,6 +37,9 @@ class Hardware:
     first_step_decode_s: float | None = None  # the same in a run's first step (allocator and kernel warm-up)
     # fixed cost per model call of each scorer, measured from score_s, and the schedule it was measured on
     scorer_call_s: tuple = ()  # ((method, schedule, seconds), ...)
+    # the scorers' sustained FLOP rate, fitted beside their per-call costs from forwards of two or more
+    # sizes (None: the update's)
+    scoring_flops: float | None = None
 
     @property
     def flops(self) -> float:
@@ -61,9 +62,9 @@ class Hardware:
 
 
 HARDWARE = {
-    "a100": Hardware("A100 80GB SXM", 312e12, 2.0e12, 80, asynchronous=True),
-    "h100": Hardware("H100 SXM", 989e12, 3.35e12, 80, asynchronous=True),
-    "h200": Hardware("H200", 989e12, 4.8e12, 141, asynchronous=True),
+    "a100": Hardware("A100 80GB SXM", 312e12, 2.0e12, 80),
+    "h100": Hardware("H100 SXM", 989e12, 3.35e12, 80),
+    "h200": Hardware("H200", 989e12, 4.8e12, 141),
 }
 
 
