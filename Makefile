@@ -163,7 +163,7 @@ rehearse: setup
 # `make gpu-preflight`: on one CUDA GPU with torch, transformers, accelerate and TRL installed (no .venv
 # needed: the project runs from PYTHONPATH; no network): where every second of a GRPO, OAR-G and OAR-P step
 # goes at the 1.5B shape with the paper's scorer settings, exact OAR-P at 1,024 tokens included: planned
-# at 7.3 minutes of one H200, within a 12-minute budget; at a smaller GPU_PREFLIGHT_BUDGET the rows are sized
+# at 8.7 minutes of one H200 (measured: about 9.1), within a 12-minute budget; at a smaller GPU_PREFLIGHT_BUDGET the rows are sized
 # to fit and exact OAR-P's 1,024-token step is tried in whatever time is left (bench/gpu_check.py;
 # docs/cost.md). GPU_PREFLIGHT_ARGS adds options, e.g. --shape qwen2.5-7b.
 GPU_PREFLIGHT_WORK ?= results/bench/gpu_check
@@ -196,7 +196,7 @@ Test
   test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user; ~3 min)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
-  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the 1.5B shape, paper settings (planned at 7 min of an H200)
+  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the 1.5B shape, paper settings (about 9 min of an H200)
 
 Set up
   setup            create .venv with the pinned packages (the other targets do this first)

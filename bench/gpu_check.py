@@ -227,15 +227,19 @@ class Row:
 
 
 PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokenizer (TRL's num_tokens on the H200)
-ROW_OVERHEAD_S = 20.0  # a 1.5B row's process beyond its steps on the H200: start, imports, weights, trainer
+ROW_OVERHEAD_S = 23.0  # a 1.5B row's process beyond its steps on the H200: start, imports, weights, trainer
 BUILD_S = 8.0  # the 1.5B model folder, built once (H200)
-# The profiled first scoring call, measured on the H200 (1.5B shape, bench/calibration/h200-2026-11-no-cudnn):
-# the call itself ran about 3x its unprofiled steady time (3.0x exact OAR-P, 3.3x OAR-G), and the profiler
-# then spent about 114 s (exact OAR-P, 256 tokens, 164 planned model calls, 54 kernel launches a layer a
-# call) and 32 s (OAR-G, 1,024 tokens, 24 planned, 86 launches a layer a call: its backward) on the trace.
-PROFILE_FACTOR = 3.0
+# The profiled first scoring call, measured on the H200 (1.5B shape) with the paper config's 8,192-token
+# forwards (bench/calibration/h200-2026-11-8192): the call itself ran 14.7x its unprofiled steady time for
+# exact OAR-P (256 tokens, 38.7 s against 2.6) and 3.4x for OAR-G (1,024 tokens); with 2,048-token
+# forwards 3.0x and 3.3x (h200-2026-11-no-cudnn). The profiler then spent about 114 s (exact OAR-P, 256
+# tokens, 164 planned model calls, 54 kernel launches a layer a call) and 32 s (OAR-G, 1,024 tokens, 24
+# planned, 86 launches a layer a call: its backward) on the trace of the 2,048-token forwards.
+PROFILE_FACTOR = {"oar_p": 14.7, "oar_g": 3.4}
 PROFILE_S_PER_LAYER_CALL = {"oar_p": 0.025, "oar_g": 0.048}
-CALIBRATION = REPO / "bench" / "calibration" / "h200-2026-11-no-cudnn"
+# the H200's rows at 2,048- and 8,192-token scoring forwards: two forward sizes fit the scorers' FLOP rate
+CALIBRATION = tuple(REPO / "bench" / "calibration" / name / "calibration.json"
+                    for name in ("h200-2026-11-no-cudnn", "h200-2026-11-8192"))
 MIN_STEPS, MIN_TOKENS = 2, 256
 
 
@@ -269,7 +273,7 @@ def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
                                 "beta": 0.0}}
         step = step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
         if i == 0 and row.method != "grpo" and not row.attention:  # the profiled scoring call, and its trace
-            total += ((PROFILE_FACTOR - 1) * step.scoring
+            total += ((PROFILE_FACTOR[row.method] - 1) * step.scoring
                       + PROFILE_S_PER_LAYER_CALL[row.method] * shape.layers * step.scoring_calls)
         total += step.step
         seen.add(tokens)
@@ -753,7 +757,7 @@ def main() -> None:
                         help="seconds the whole check may take: rows are planned, sized and skipped to fit")
     parser.add_argument("--calibration", nargs="+", type=Path,
                         help="calibration.json files the plan's rates come from "
-                             "(default: bench/calibration/h200-2026-11-no-cudnn)")
+                             "(default: bench/calibration/h200-2026-11-no-cudnn and h200-2026-11-8192)")
     parser.add_argument("--attention-ab", action="store_true",
                         help="also each scorer with the other attention kernels of oar.scoring_attention "
                              "(no_cudnn / torch_default), at its first length")
@@ -790,13 +794,14 @@ def main() -> None:
     from oar.experiment.hardware import hardware
     from oar.experiment.memory_plan import PlanError
 
-    calibration = args.calibration or sorted(CALIBRATION.glob("*.json"))
+    calibration = args.calibration or list(CALIBRATION)
     try:
         hw = calibrate(calibration, hardware("h200"))
     except PlanError as error:
         parser.error(str(error))
     args.calibration_label = (f"the rates of {hw.measured}" if args.calibration else
-                              f"the rates of {CALIBRATION.relative_to(REPO)} ({hw.name})")
+                              f"the rates of {' and '.join(str(p.parent.relative_to(REPO)) for p in CALIBRATION)} "
+                              f"({hw.name})")
     shape = check_shape(args.shape)
     args.flop_shape, args.oar = shape, oar
     try:
