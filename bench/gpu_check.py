@@ -48,6 +48,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -450,19 +451,28 @@ def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict,
     try:
         subprocess.run([sys.executable, __file__, "--one-method", spec, str(out), "--threads", str(args.threads)],
                        check=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, Terminated) as stop:  # subprocess.run has killed the process
         # the lengths whose steps all finished before the cut are results; the rest are lost
         partial = row_results(row, out, time.perf_counter() - started, complete=False)
-        raise RowCutOff(partial)
+        raise RowCutOff(partial, terminated=isinstance(stop, Terminated)) from None
     return row_results(row, out, time.perf_counter() - started)
 
 
 class RowCutOff(Exception):
-    """A row's process cut off at the end of the budget; ``results`` holds its lengths that finished."""
+    """A row's process cut off at the end of the budget, or by an outer time limit (``terminated``);
+    ``results`` holds its lengths that finished."""
 
-    def __init__(self, results: dict):
+    def __init__(self, results: dict, terminated: bool = False):
         super().__init__(f"cut off with {len(results)} finished lengths")
-        self.results = results
+        self.results, self.terminated = results, terminated
+
+
+class Terminated(Exception):
+    """SIGTERM reached the check: an outer time limit (SLURM's at the end of a job's time, `timeout`'s)."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 
 
 def row_results(row: Row, out: Path, seconds: float, complete: bool = True) -> dict:
@@ -873,12 +883,21 @@ def main() -> None:
     def finished() -> bool:
         return all(row_finished(r) for r in planned)
 
+    # an outer time limit ends the check as its own budget would: the running row's finished lengths kept,
+    # the files written (partial), then exit 143 (128 + SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     for row in planned:
         left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - started)
         try:
             results.update(time_row(args, row, model, problems, dtype, oar, None if left is None else max(left, 1.0)))
         except RowCutOff as cut:
             results.update(cut.results)
+            if cut.terminated:
+                said.append(f"stopped by SIGTERM (an outer time limit) in {row.name}, {len(cut.results)} of its "
+                            "lengths finished; the rows after it did not run")
+                print(f"{row.name}: {said[-1]}", file=sys.stderr)
+                write(complete=False)
+                sys.exit(128 + signal.SIGTERM)
             print(f"{row.name}: cut off at the end of the budget, {len(cut.results)} of its lengths finished",
                   file=sys.stderr)
             if row.tried and row_finished(row):

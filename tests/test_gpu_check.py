@@ -175,6 +175,37 @@ def test_a_cut_off_check_keeps_its_finished_rows_marked_partial(tmp_path):
     assert "**Partial: 1 of 2 planned rows finished**" in (work / "gpu_check.md").read_text()
 
 
+@pytest.mark.slow
+def test_an_outer_time_limit_keeps_the_running_rows_finished_lengths(tmp_path):
+    """SIGTERM (SLURM's time limit, `timeout`) while exact OAR-P's process is in its last length: the check
+    stops that process, keeps the length whose steps all finished, writes its files marked partial and
+    exits 143. On the H200 an outer limit once cost the whole exact OAR-P row, its three steps finished."""
+    work = tmp_path / "work"
+    args = ["--shape", "tiny", "--response-tokens", "48", "--exact-oar-p-tokens", "8", "--batch", "4",
+            "--num-generations", "2", "--methods", "oar_p", "--work", str(work)]
+    process = subprocess.Popen(CHECK + args, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        steps = []
+        while len(steps) < 2 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            steps = [line for path in work.glob("oar_p-*/steps.jsonl") for line in path.read_text().splitlines()]
+        assert len(steps) == 2 and process.poll() is None, "the check ended before its last length"
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 143, stderr[-3000:]
+    record = json.loads((work / "calibration.json").read_text())
+    assert record["complete"] is False and [r["row"] for r in record["rows"]] == ["oar_p-8"]
+    assert record["rows"][0]["cut_off"] is True and record["rows"][0]["steady_steps"] == 1
+    assert "stopped by SIGTERM (an outer time limit) in oar_p-8-48, 1 of its lengths finished" in \
+        (work / "gpu_check.md").read_text()
+
+
 def test_a_row_cut_off_keeps_the_lengths_whose_steps_finished(tmp_path):
     """A process cut off in its last step (exact OAR-P's step at 1,024 tokens after two at 256): the
     256-token length, whose steps all finished, is a result marked cut off; the 1,024 one is not."""
