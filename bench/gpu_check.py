@@ -133,7 +133,8 @@ def hash_parity_reward(completions, **kwargs) -> list[float]:
 
 # ------------------------------------------------------------------------------- scorer settings
 
-OAR_KEYS = ("chunk_tokens", "probe", "span_tokens", "window_tokens", "noise_sigma", "scoring_attention")
+OAR_KEYS = ("chunk_tokens", "grad_chunk_tokens", "probe", "span_tokens", "window_tokens", "noise_sigma",
+            "scoring_attention")
 # which model of a workflow config each shape stands for (its source's layer shapes)
 SHAPE_OF_SOURCE = {"qwen2.5-1.5b": "qwen2.5-1.5b", "qwen2.5-7b": "qwen2.5-7b"}
 
@@ -556,6 +557,7 @@ def predicted_peak_mib(args, model: Path, dtype: str, oar: dict, method: str, to
 
     shape = shape_of(AutoConfig.from_pretrained(model))
     settings = {"model_dtype": dtype, "oar": {"chunk_tokens": oar["chunk_tokens"], "window_tokens": window,
+                                             "grad_chunk_tokens": oar["grad_chunk_tokens"],
                                              "span_tokens": oar["span_tokens"]},
                 "trainer": {"per_device_train_batch_size": args.batch, "max_completion_length": tokens,
                             "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
@@ -606,6 +608,7 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
     for name, r in results.items():
         rows.append({**{k: v for k, v in r.items() if k not in ("profile", "profiled_tokens")}, "batch": args.batch,
                      "num_generations": args.num_generations, "chunk_tokens": oar["chunk_tokens"],
+                     "grad_chunk_tokens": oar["grad_chunk_tokens"],
                      "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
                      "generation_backend": "transformers", "gradient_checkpointing": args.gradient_checkpointing,
                      **phase_rates(r, args), "scoring_attention": r.get("scoring_attention") or oar["scoring_attention"],
@@ -759,7 +762,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
                         help="weights: auto = bfloat16 on CUDA (with bf16 autocast), float32 on CPU")
     parser.add_argument("--gradient-checkpointing", action="store_true")
-    for key, kind in (("chunk_tokens", int), ("probe", str), ("span_tokens", int), ("window_tokens", int),
+    for key, kind in (("chunk_tokens", int), ("grad_chunk_tokens", int), ("probe", str), ("span_tokens", int), ("window_tokens", int),
                       ("noise_sigma", float), ("scoring_attention", str)):
         parser.add_argument(f"--{key.replace('_', '-')}", type=kind,
                             help=f"must agree with the config's oar.{key} (default: the config's)")

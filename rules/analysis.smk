@@ -151,10 +151,15 @@ rule score_heldout:
     resources:
         **rule_resources("score"),
     params:
-        # window_tokens only when set: exact OAR-P's scores made before the setting existed stay valid
+        # window_tokens and grad_chunk_tokens only when set: scores made before the settings existed stay valid
         **(
             {"window_tokens": config["training"]["oar"]["window_tokens"]}
             if config["training"]["oar"]["window_tokens"]
+            else {}
+        ),
+        **(
+            {"grad_chunk_tokens": config["training"]["oar"]["grad_chunk_tokens"]}
+            if config["training"]["oar"]["grad_chunk_tokens"]
             else {}
         ),
         scorer=lambda wc: wc.scorer,

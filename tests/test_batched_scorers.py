@@ -239,3 +239,25 @@ def test_torch_default_attention_leaves_torch_its_choice_with_the_same_scores(to
     assert torch.equal(default.scores, score("oar_g", model, probes, ScorerConfig(chunk_tokens=64)).scores)
     with pytest.raises(ValueError, match="attention must be one of"):
         ScorerConfig(attention="cudnn")
+
+
+@pytest.mark.parametrize("method", ["oar_g", "grad_norm"])
+def test_grad_chunk_tokens_sizes_the_micro_batches_with_grad_alone(tokenizer_and_models, method):
+    """``grad_chunk_tokens`` (oar.grad_chunk_tokens) is the budget of OAR-G's and grad_norm's micro-batches
+    with grad, apart from ``chunk_tokens``: one probe a micro-batch takes more forwards than all at once,
+    with the same scores (each row draws its own noise); 0 leaves the budget to ``chunk_tokens``; a
+    negative or fractional value is an error naming the field."""
+    tokenizer, models = tokenizer_and_models
+    model, probes = models["qwen2"], batch_of_probes(tokenizer, 5)
+    together = ScorerConfig(chunk_tokens=4096, seed=3)
+    apart = ScorerConfig(chunk_tokens=4096, grad_chunk_tokens=1, seed=3)
+    assert together.grad_budget == 4096 and apart.grad_budget == 1
+    calls_together, _ = harness.calls_and_syncs(model, lambda: score(method, model, probes, together))
+    calls_apart, _ = harness.calls_and_syncs(model, lambda: score(method, model, probes, apart))
+    assert calls_apart > calls_together
+    difference = (score(method, model, probes, together).scores
+                  - score(method, model, probes, apart).scores).abs().max().item()
+    assert difference <= 1e-5, difference
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="grad_chunk_tokens must be an integer >= 0"):
+            ScorerConfig(grad_chunk_tokens=bad)

@@ -58,7 +58,7 @@ def test_plan_catches_what_did_not_fit():
     """The old paper settings (chunk_tokens 8192, the engine awake at the model's 131,072-token context),
     and a smaller engine share, whose KV cache cannot hold one such sequence (vLLM would not start)."""
     config = memory_plan.load_config(ROOT / "config" / "paper.yaml")
-    config["models"]["qwen2.5-7b"]["oar"] = {"chunk_tokens": 8192}
+    config["models"]["qwen2.5-7b"]["oar"] = {"chunk_tokens": 8192, "grad_chunk_tokens": 0}
     config["models"]["qwen2.5-7b"]["trainer"].update(vllm_max_model_length=None, vllm_enable_sleep_mode=False,
                                                       vllm_gpu_memory_utilization=0.25)
     phases = {p.phase: p for p in memory_plan.plan_config(config) if p.model == "qwen2.5-7b"}
@@ -109,8 +109,12 @@ def test_saved_tensor_scaling_predicts_a_direct_measurement_of_another_size(phas
 def test_per_model_oar_settings_override_training_oar():
     config = memory_plan.load_config(ROOT / "config" / "paper.yaml")
     registry = Registry(config, TRAINER_KEYS)
-    assert registry.run_settings("qwen2.5-7b", "oar_g", 0)["oar"]["chunk_tokens"] == 4096
+    # the 7B model's OAR-G micro-batches with grad hold one 3,608-token probe; OAR-P's no-grad forwards
+    # and the 1.5B model's both keep the training default of 8,192 tokens
+    assert registry.run_settings("qwen2.5-7b", "oar_g", 0)["oar"]["grad_chunk_tokens"] == 4096
+    assert registry.run_settings("qwen2.5-7b", "oar_p", 0)["oar"]["chunk_tokens"] == 8192
     assert registry.run_settings("qwen2.5-math-1.5b", "oar_p", 0)["oar"]["chunk_tokens"] == 8192
+    assert "grad_chunk_tokens" not in registry.run_settings("qwen2.5-math-1.5b", "oar_g", 0)["oar"]  # at its 0
     assert registry.run_settings("qwen2.5-7b", "oar_g", 0)["oar"]["tau"] == 0.4  # the rest from training.oar
 
     bad = copy.deepcopy(config)

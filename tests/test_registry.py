@@ -413,6 +413,13 @@ def test_schema_rejects_a_bad_window_naming_the_key(value):
     assert _schema_error_path(cfg) == "training.oar.window_tokens"
 
 
+@pytest.mark.parametrize("value", [-1, 2.5, "big"])
+def test_schema_rejects_a_bad_grad_chunk_naming_the_key(value):
+    cfg = _set(load(FIXTURE), "training.oar.grad_chunk_tokens", value)
+    assert _schema_error_path(cfg) == "training.oar.grad_chunk_tokens"
+    assert resolved(load(FIXTURE))["training"]["oar"]["grad_chunk_tokens"] == 0  # 0: chunk_tokens
+
+
 # ------------------------------------------------------------------------------ the dose-response's runs
 
 

@@ -40,6 +40,8 @@ def parse_args(argv):
     p.add_argument("--noise-sigma", type=float, default=ScorerConfig.noise_sigma,
                    help="OAR-G's Gaussian noise on the embeddings")
     p.add_argument("--chunk-tokens", type=int, default=ScorerConfig.chunk_tokens, help="token budget of one scoring forward")
+    p.add_argument("--grad-chunk-tokens", type=int, default=ScorerConfig.grad_chunk_tokens,
+                   help="token budget of one OAR-G / grad_norm micro-batch with grad (0: --chunk-tokens)")
     p.add_argument("--span-tokens", type=int, default=ScorerConfig.span_tokens,
                    help="OAR-P substitutes this many consecutive reasoning tokens at once (1: exact OAR-P)")
     p.add_argument("--window-tokens", type=int, default=ScorerConfig.window_tokens,
@@ -61,6 +63,7 @@ def main(argv=None):
                           own_conclusion=not args.appended_conclusion, substitute=args.substitute,
                           answer_statement=not args.no_answer_statement)
     config = ScorerConfig(probe=args.probe, noise_sigma=args.noise_sigma, chunk_tokens=args.chunk_tokens,
+                          grad_chunk_tokens=args.grad_chunk_tokens,
                           span_tokens=args.span_tokens, window_tokens=args.window_tokens, seed=args.seed)
     out = []
     total = 0.0

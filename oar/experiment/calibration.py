@@ -234,7 +234,8 @@ def check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) 
     ``schedule``."""
     reasoning, probe = reasoning_probe(row["prompt_tokens"], row["completion_length"])
     keep = 1 if row.get("probe", OARSettings.probe) == "lt_logits" else Assumptions.answer_tokens + 1
-    oar = {name: row.get(name, getattr(OARSettings, name)) for name in ("chunk_tokens", "span_tokens", "window_tokens")}
+    oar = {name: row.get(name, getattr(OARSettings, name))
+           for name in ("chunk_tokens", "grad_chunk_tokens", "span_tokens", "window_tokens")}
     return scoring_work(shape, row["method"], oar, row["prompt_tokens"], reasoning, probe, keep,
                         row["batch"] * row.get("frac_scored", 1.0), row.get("num_generations", row["batch"]),
                         schedule or row.get("scorer_schedule", "per_response"))
@@ -245,7 +246,8 @@ def check_settings(row: Mapping, run_id: str = "check") -> dict:
     ``oar.experiment.cost_plan.step_plan`` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
     return {"run_id": run_id, "method": row["method"],
             "oar": {**{name: row.get(name, getattr(OARSettings, name))
-                       for name in ("chunk_tokens", "span_tokens", "window_tokens", "probe")}, "score_all": True},
+                       for name in ("chunk_tokens", "grad_chunk_tokens", "span_tokens", "window_tokens", "probe")},
+                    "score_all": True},
             "trainer": {"max_completion_length": row["completion_length"], "per_device_train_batch_size": row["batch"],
                         "gradient_accumulation_steps": 1, "num_generations": row.get("num_generations", row["batch"]),
                         "gradient_checkpointing": row.get("gradient_checkpointing", False), "use_vllm":

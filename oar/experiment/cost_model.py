@@ -252,7 +252,8 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
         span, window = (oar.get(name, getattr(OARSettings, name)) for name in ("span_tokens", "window_tokens"))
         return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, span, window, responses=scored, schedule=schedule)
     if method in ("oar_g", "grad_norm"):
-        return oar_g_work(shape, prompt, probe, keep, chunk, clean=method == "oar_g", group=group, responses=scored)
+        return oar_g_work(shape, prompt, probe, keep, oar.get("grad_chunk_tokens") or chunk, clean=method == "oar_g",
+                          group=group, responses=scored)
     if method == "entropy":
         seq = prompt + reasoning
         per = 1 / max(1, int(chunk // seq))

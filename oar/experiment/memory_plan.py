@@ -18,7 +18,7 @@ What a GPU holds at the peak of each phase of one training step, per process (on
   response's prefix for every layer (transformers' cache concatenates per row), so a forward's rows x
   prefix positions are bounded by ``oar.method.copy_packing.CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``. OAR-G runs a forward with grad on
   the input embeddings (eval mode: no gradient checkpointing) of a micro-batch of probes
-  (``chunk_tokens``, at least one probe) and its backward; over float32 weights autocast's bf16 copies
+  (``grad_chunk_tokens``, else ``chunk_tokens``; at least one probe) and its backward; over float32 weights autocast's bf16 copies
   of the weights are held for that backward.
 - **update**: weights, gradients, AdamW state (sharded over the GPUs under FSDP full shard), the
   compute copies (autocast's bf16 weight cache on one GPU; under FSDP two gathered layers and the
@@ -406,7 +406,8 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
            f"tokens, its rows holding {cached:,} cached and new positions (at most "
            f"{CACHED_PER_CHUNK_TOKEN} x chunk_tokens of prefix)"))
     if "oar_g" in methods:
-        rows = max(1, chunk // probe)
+        grad_chunk = oar.get("grad_chunk_tokens") or chunk
+        rows = max(1, grad_chunk // probe)
         grad = per_token(shape.widths, scoring_dtype, "oar_g", layout.mixed_precision, False)["peak"]
         # autocast keeps a bf16 copy of every weight used with grad on; the backward holds them
         casts = {"autocast bf16 weight copies (kept for the backward)": P * 2} if (
@@ -414,7 +415,8 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
         phases.append(Phase(name, describe, "scoring OAR-G", {
             **resident, "engine share": engine, **full_compute, **casts,
             "activations with grad": grad.bytes(rows * probe, shape.layers, shape.vocab),
-        }, f"{rows} probe(s) of {probe:,} tokens per forward (chunk_tokens {chunk:,})"))
+        }, f"{rows} probe(s) of {probe:,} tokens per forward ("
+           + (f"grad_chunk_tokens {grad_chunk:,})" if oar.get("grad_chunk_tokens") else f"chunk_tokens {chunk:,})")))
 
     checkpointing = bool(trainer.get("gradient_checkpointing"))
     # FSDP computes with gathered bf16 weights; one process with its own weights (autocast on top).

@@ -3,7 +3,8 @@ divergence at a noised point) and ``grad_norm`` (the gradient's norm at the clea
 
 Both take the gradient of an objective on the outcome with respect to the reasoning's input embeddings
 (:func:`_embedding_gradients`): each distinct prompt runs once into a KV cache without gradient, and
-only ``reasoning | conclude | answer`` runs with it, in micro-batches of at most ``chunk_tokens`` tokens.
+only ``reasoning | conclude | answer`` runs with it, in micro-batches of at most ``grad_chunk_tokens`` tokens
+(``chunk_tokens`` unless set).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _embedding_gradients(
 ) -> list[Tensor]:
     """Per reasoning token of each probe, ``reduce(gradient, clean embedding)`` [B, n, hidden] -> [B, n]
     (float32), the gradient being the objective's with respect to the input embeddings, in micro-batches
-    of at most ``config.chunk_tokens`` tokens.
+    of at most ``config.grad_budget`` tokens.
 
     Only the reasoning is noised and only its gradient is read, so the prompt before it is the same in
     the clean and the noisy pass and no gradient needs to cross it: each distinct prompt runs once,
@@ -60,7 +61,7 @@ def _embedding_gradients(
         prompt_of, prompt_bank = _prompt_caches(model, probes, flat, flat_starts, pad_id, config.chunk_tokens, fmt)
     starts = [p.reasoning_start for p in probes]
     suffixes = [len(s) - st for s, st in zip(seqs, starts)]
-    groups = micro_batches(suffixes, config.chunk_tokens)
+    groups = micro_batches(suffixes, config.grad_budget)
     table = row_table([(i, starts[i], suffixes[i], 0, 0, 0, starts[i], 0, 0) for g in groups for i in g], device)
     per_row = torch.tensor([[dest[i], reasoning[i]] for g in groups for i in g], dtype=torch.long)
     per_row = per_row.reshape(-1, 2).to(device, non_blocking=True)

@@ -25,6 +25,10 @@ class ScorerConfig:
         every scorer groups probes up to this many tokens. Smaller chunks pad less but launch more
         forwards: 512 was fastest on 2 CPU cores (bench/scoring_cost.py); on a GPU, where a forward's
         fixed cost dominates, use several thousand.
+    grad_chunk_tokens: the same budget for OAR-G's and grad_norm's micro-batches, whose forward with grad
+        and its backward hold far more per token than a no-grad forward; 0 (the default) uses
+        ``chunk_tokens``. Set it where ``chunk_tokens`` is sized for OAR-P's no-grad forwards beyond what
+        OAR-G's fit (config/paper.yaml's 7B model).
     seed: noise (OAR-G) and random-control seed; scores are reproducible for a fixed seed.
     span_tokens: OAR-P substitutes this many consecutive reasoning tokens at once and gives the span's
         divergence to each of its tokens; 1 is the exact one-token-at-a-time definition. A width w
@@ -40,6 +44,7 @@ class ScorerConfig:
     probe: str = "as_mean"
     noise_sigma: float = 1e-3
     chunk_tokens: int = 512
+    grad_chunk_tokens: int = 0
     seed: int = 0
     span_tokens: int = 1
     window_tokens: int = 0
@@ -52,9 +57,17 @@ class ScorerConfig:
             raise ValueError(f"noise_sigma must be > 0, got {self.noise_sigma}")
         if self.chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+        if isinstance(self.grad_chunk_tokens, bool) or not isinstance(self.grad_chunk_tokens, int) or \
+                self.grad_chunk_tokens < 0:
+            raise ValueError(f"grad_chunk_tokens must be an integer >= 0, got {self.grad_chunk_tokens!r}")
         if isinstance(self.span_tokens, bool) or not isinstance(self.span_tokens, int) or self.span_tokens < 1:
             raise ValueError(f"span_tokens must be an integer >= 1, got {self.span_tokens!r}")
         if isinstance(self.window_tokens, bool) or not isinstance(self.window_tokens, int) or self.window_tokens < 0:
             raise ValueError(f"window_tokens must be an integer >= 0, got {self.window_tokens!r}")
         if self.attention not in ATTENTION_CHOICES:
             raise ValueError(f"attention must be one of {ATTENTION_CHOICES}, got {self.attention!r}")
+
+    @property
+    def grad_budget(self) -> int:
+        """Tokens of one micro-batch with grad (OAR-G, grad_norm)."""
+        return self.grad_chunk_tokens or self.chunk_tokens

@@ -61,6 +61,7 @@ class OARConfig(GRPOConfig):
     oar_warmup_steps: int = _from_settings("warmup_steps")
     oar_noise_sigma: float = _from_settings("noise_sigma")
     oar_chunk_tokens: int = _from_settings("chunk_tokens")
+    oar_grad_chunk_tokens: int = _from_settings("grad_chunk_tokens")
     oar_fallback_last_number: bool = _from_settings("fallback_last_number")
     oar_answer_statement: bool = _from_settings("answer_statement")
     oar_own_conclusion: bool = _from_settings("own_conclusion")
@@ -238,6 +239,7 @@ class OARTrainer(GRPOTrainer):
                 probe="lt_logits" if step < args.oar_warmup_steps else args.oar_probe,
                 noise_sigma=args.oar_noise_sigma,
                 chunk_tokens=args.oar_chunk_tokens,
+                grad_chunk_tokens=args.oar_grad_chunk_tokens,
                 span_tokens=args.oar_span_tokens,
                 window_tokens=args.oar_window_tokens,
                 attention=args.oar_scoring_attention,

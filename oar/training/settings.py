@@ -58,6 +58,7 @@ class OARSettings:
     warmup_steps: int = _setting(0, "steps that force the lt_logits probe")
     noise_sigma: float = _setting(1e-3, "OAR-G embedding noise (absolute)")
     chunk_tokens: int = _setting(512, "tokens per scoring forward (memory budget)")
+    grad_chunk_tokens: int = _setting(0, "tokens per OAR-G / grad_norm micro-batch with grad (0: chunk_tokens)")
     fallback_last_number: bool = _setting(True, "use the last number as the answer span when there is no \\boxed{}")
     answer_statement: bool = _setting(True, "without a \\boxed{}, the answer of a 'The answer is ...' statement")
     own_conclusion: bool = _setting(True, "probes continue a response's own concluding statement (oar.method.probes)")
@@ -90,6 +91,9 @@ class OARSettings:
         if not (math.isfinite(ratio) and ratio > 0):
             raise SettingsError(f"settings key 'oar.final_step_ratio' must be a finite number above 0, got "
                                 f"{self.final_step_ratio!r}")
+        grad_chunk = self.grad_chunk_tokens
+        if isinstance(grad_chunk, bool) or not isinstance(grad_chunk, int) or grad_chunk < 0:
+            raise SettingsError(f"settings key 'oar.grad_chunk_tokens' must be an integer >= 0, got {grad_chunk!r}")
         window = self.window_tokens
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise SettingsError(f"settings key 'oar.window_tokens' must be an integer >= 0, got {window!r}")

@@ -102,7 +102,7 @@ def test_one_gpu_and_cpu_jobs_run_on_one_node_as_one_task():
 
 def test_retries_resume_long_training_runs():
     reg = registry(paper())
-    assert reg.retries("train") == 27  # 1 + 27 attempts of 24 h for the longest run (7B exact OAR-P, ~650 h)
+    assert reg.retries("train") == 26  # 1 + 26 attempts of 24 h for the longest run (7B exact OAR-P, ~633 h)
     assert reg.retries("evaluate") is None  # the profile's --retries
 
 
