@@ -762,8 +762,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
                         help="weights: auto = bfloat16 on CUDA (with bf16 autocast), float32 on CPU")
     parser.add_argument("--gradient-checkpointing", action="store_true")
-    for key, kind in (("chunk_tokens", int), ("grad_chunk_tokens", int), ("probe", str), ("span_tokens", int), ("window_tokens", int),
-                      ("noise_sigma", float), ("scoring_attention", str)):
+    for key, kind in (("chunk_tokens", int), ("grad_chunk_tokens", int), ("probe", str), ("span_tokens", int),
+                      ("window_tokens", int), ("noise_sigma", float), ("scoring_attention", str)):
         parser.add_argument(f"--{key.replace('_', '-')}", type=kind,
                             help=f"must agree with the config's oar.{key} (default: the config's)")
     parser.add_argument("--budget-s", type=float,

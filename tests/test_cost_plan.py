@@ -291,7 +291,8 @@ def test_calibration_recovers_the_rates_its_times_were_made_from(tmp_path):
 
 def test_calibration_fits_the_scoring_rate_from_forwards_of_two_sizes(tmp_path):
     """Scorer rows at two chunk sizes (FLOPs per call 1.5x apart or more) give each scorer's fixed cost per
-    call and one scoring FLOP rate, whatever the update's; rows at one size give the update's rate."""
+    call and one scoring FLOP rate, whatever the update's (rows at one size give the update's rate: the test
+    above)."""
     shape = shape_of(Qwen2Config(**SHAPE_SPEC))
     record = _synthetic_record(oar_p_call=0.03)
     scoring_rate, oar_g_call = 4e11, 0.05  # scoring slower than the update's 1e12

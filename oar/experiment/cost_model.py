@@ -49,7 +49,7 @@ from oar.experiment.hardware import Hardware
 from oar.experiment.memory_plan import CONCLUDE_AND_ANSWER_TOKENS, PlanError, oar_p_copies, stacked_forwards
 from oar.experiment.shapes import Shape
 from oar.method.names import BASELINE, MODEL_FREE_SCORERS
-from oar.training.settings import OARSettings
+from oar.training.settings import OARSettings, grad_budget
 
 # -------------------------------------------------------------------------------------- FLOPs
 
@@ -252,8 +252,8 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
         span, window = (oar.get(name, getattr(OARSettings, name)) for name in ("span_tokens", "window_tokens"))
         return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, span, window, responses=scored, schedule=schedule)
     if method in ("oar_g", "grad_norm"):
-        return oar_g_work(shape, prompt, probe, keep, oar.get("grad_chunk_tokens") or chunk, clean=method == "oar_g",
-                          group=group, responses=scored)
+        return oar_g_work(shape, prompt, probe, keep, grad_budget(oar), clean=method == "oar_g", group=group,
+                          responses=scored)
     if method == "entropy":
         seq = prompt + reasoning
         per = 1 / max(1, int(chunk // seq))

@@ -52,7 +52,7 @@ import yaml
 
 from oar.experiment.shapes import Shape, shape_of
 from oar.method.copy_packing import CACHED_PER_CHUNK_TOKEN, PackedForward, pack_copies
-from oar.training.settings import OARSettings
+from oar.training.settings import OARSettings, grad_budget
 
 GB = 1e9
 GPU_GB = 80.0  # the budget: an 80 GB GPU (H100/A100 80GB report ~85 GB total; 80 keeps a margin)
@@ -406,7 +406,7 @@ def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt
            f"tokens, its rows holding {cached:,} cached and new positions (at most "
            f"{CACHED_PER_CHUNK_TOKEN} x chunk_tokens of prefix)"))
     if "oar_g" in methods:
-        grad_chunk = oar.get("grad_chunk_tokens") or chunk
+        grad_chunk = grad_budget(oar)
         rows = max(1, grad_chunk // probe)
         grad = per_token(shape.widths, scoring_dtype, "oar_g", layout.mixed_precision, False)["peak"]
         # autocast keeps a bf16 copy of every weight used with grad on; the backward holds them

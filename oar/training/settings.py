@@ -155,6 +155,12 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 MODEL_DTYPES = ("float32", "bfloat16")
 
 
+def grad_budget(oar: Mapping[str, Any]) -> int:
+    """Tokens of one OAR-G / grad_norm micro-batch with grad under an ``oar`` block: its
+    ``grad_chunk_tokens``, or ``chunk_tokens`` where that is 0 or absent."""
+    return oar.get("grad_chunk_tokens") or oar["chunk_tokens"]
+
+
 def check_method(method: Any) -> None:
     """A run's ``method`` must be one of ``oar.method.names.METHODS``."""
     if method not in METHODS:
