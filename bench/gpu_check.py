@@ -274,8 +274,12 @@ def row_seconds(row: Row, shape, hw, oar: dict, args) -> float:
                                 "gradient_checkpointing": args.gradient_checkpointing, "use_vllm": False,
                                 "beta": 0.0}}
         step = step_plan(shape, settings, hw, assume, first_step=tokens not in seen)
-        if i == 0 and row.method != "grpo" and not row.attention:  # the profiled scoring call, and its trace
+        profiled = row.method != "grpo" and not row.attention
+        if profiled and i == 0:  # the profiled scoring call, and its trace
             total += ((PROFILE_FACTOR[row.method] - 1) * step.scoring
+                      + PROFILE_S_PER_LAYER_CALL[row.method] * shape.layers * step.scoring_calls)
+        if profiled and row.method in args.profile_steady and i == len(row.lengths) - 1:  # the repeat, profiled
+            total += (PROFILE_FACTOR[row.method] * step.scoring
                       + PROFILE_S_PER_LAYER_CALL[row.method] * shape.layers * step.scoring_calls)
         total += step.step
         seen.add(tokens)
@@ -341,7 +345,10 @@ def profile_summary(prof, calls: int, seconds: float) -> dict:
     total = sum(getattr(e, attr, 0) for e in ops) or 1
     syncs = sync_counts(events)
     launches = sum(e.count for e in events if e.key in LAUNCH_OPS)
-    return {"seconds": seconds, "model_calls": calls, "synchronisations": sum(syncs.values()), "by_op": syncs,
+    # device time within the call (its kernels, summed): the rest of ``seconds`` the device sat idle
+    device_s = total / 1e6 if on_gpu and total > 1 else None
+    return {"seconds": seconds, "device_s": device_s, "model_calls": calls,
+            "synchronisations": sum(syncs.values()), "by_op": syncs,
             "kernel_launches": launches if on_gpu else None,
             "launches_per_call": launches / calls if on_gpu and calls else None,
             "time_kind": "device" if on_gpu else "cpu",
@@ -349,10 +356,12 @@ def profile_summary(prof, calls: int, seconds: float) -> dict:
                     for e in top]}
 
 
-def train_one(settings: dict, out_dir: Path, lengths: list[int], profile_scoring: bool = True) -> None:
+def train_one(settings: dict, out_dir: Path, lengths: list[int], profile_scoring: bool = True,
+              profile_steady: bool = False) -> None:
     """``oar.training.run``'s trainer and metrics file, step i's responses forced to ``lengths[i]`` tokens,
     the parity reward, no checkpoint, synchronised step timing, per-step peaks and a profile of the first
-    step's scoring call."""
+    step's scoring call; with ``profile_steady``, also of the last step's scoring call run once more on the
+    same batch (out of the step's timing: its update starts after the repeat, its step time leaves it out)."""
     from oar.training.grpo_trainer import OARTrainer
     from oar.training.memory import _reset_rss_high_water
     from oar.training.run import MetricsFile, build_config, load_problems, training_dataset
@@ -373,14 +382,15 @@ def train_one(settings: dict, out_dir: Path, lengths: list[int], profile_scoring
     steps_file.unlink(missing_ok=True)
 
     class CheckTrainer(OARTrainer):
-        def _token_weights(self, output):
+        def _counted_scoring(self, output, profile_to: Path | None):
+            """The scoring call (``OARTrainer._token_weights``), its model calls counted; profiled into
+            ``profile_to`` when given."""
             calls = [0]
             handle = self.accelerator.unwrap_model(self.model).register_forward_pre_hook(
                 lambda *_: calls.__setitem__(0, calls[0] + 1))
-            profile = profile_scoring and self.state.global_step == 0 and self.args.oar_method != "grpo"
             activities = [torch.profiler.ProfilerActivity.CPU] + (
                 [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-            context = torch.profiler.profile(activities=activities) if profile else contextlib.nullcontext()
+            context = torch.profiler.profile(activities=activities) if profile_to else contextlib.nullcontext()
             started = time.perf_counter()
             try:
                 with context as prof:
@@ -388,16 +398,29 @@ def train_one(settings: dict, out_dir: Path, lengths: list[int], profile_scoring
                     _sync()
             finally:
                 handle.remove()
-            self._check["score_forwards"] = calls[0]
-            self._check["prompt_tokens"] = float(output["prompt_mask"].sum(dim=1).float().mean())
-            if profile:
+            if profile_to:
                 summary = profile_summary(prof, calls[0], time.perf_counter() - started)
-                (out_dir / "profile.json").write_text(json.dumps(summary, indent=1) + "\n")
+                profile_to.write_text(json.dumps(summary, indent=1) + "\n")
+            return result, calls[0]
+
+        def _token_weights(self, output):
+            scorer = self.args.oar_method != "grpo"
+            profile = profile_scoring and self.state.global_step == 0 and scorer
+            result, calls = self._counted_scoring(output, out_dir / "profile.json" if profile else None)
+            self._check["score_forwards"] = calls
+            self._check["prompt_tokens"] = float(output["prompt_mask"].sum(dim=1).float().mean())
+            if profile_steady and scorer and self.state.global_step == len(lengths) - 1:
+                self._check["repeat"] = output
             return result
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
             _sync()
+            repeat = self._check.pop("repeat", None)
+            if repeat is not None:  # the last step's scoring once more, warm, under the profiler
+                started = time.perf_counter()
+                self._counted_scoring(repeat, out_dir / "profile_steady.json")
+                self._check["repeat_s"] = time.perf_counter() - started
             self._check["scored_at"] = time.perf_counter()
             return output
 
@@ -419,9 +442,12 @@ def train_one(settings: dict, out_dir: Path, lengths: list[int], profile_scoring
             _sync()  # the backward and AdamW's step have finished
             ended = time.perf_counter()
             c = trainer._check
-            line = {"step": state.global_step, "tokens": trainer.max_completion_length, "step_s": ended - c["began"],
+            line = {"step": state.global_step, "tokens": trainer.max_completion_length,
+                    "step_s": ended - c["began"] - c.get("repeat_s", 0.0),
                     "update_s": ended - c.get("scored_at", c["began"]), "peak_mb": trainer._memory.process_peak_mb(),
                     "score_forwards": c.get("score_forwards", 0), "prompt_tokens": c.get("prompt_tokens")}
+            if "repeat_s" in c:
+                line["profiled_repeat_s"] = c["repeat_s"]  # left out of step_s
             with open(steps_file, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(line) + "\n")
 
@@ -435,7 +461,7 @@ def train_one(settings: dict, out_dir: Path, lengths: list[int], profile_scoring
 def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict, timeout: float | None) -> dict:
     """Run one row's process; its results by length (steady: the steps at that length after step 1)."""
     out = args.work / row.name
-    for name in ("metrics.jsonl", "steps.jsonl", "profile.json"):
+    for name in ("metrics.jsonl", "steps.jsonl", "profile.json", "profile_steady.json"):
         (out / name).unlink(missing_ok=True)
     settings = {
         "run_id": f"gpu-check-{row.name}", "method": row.method, "seed": 0, "model": str(model),
@@ -448,7 +474,8 @@ def time_row(args, row: Row, model: Path, problems: Path, dtype: str, oar: dict,
     }
     started = time.perf_counter()
     # an --attention-ab twin is timed, not profiled: its scorer's profile is its first row's
-    spec = json.dumps({"settings": settings, "lengths": row.run_lengths, "profile": not row.attention})
+    spec = json.dumps({"settings": settings, "lengths": row.run_lengths, "profile": not row.attention,
+                       "profile_steady": row.method in args.profile_steady and not row.attention})
     try:
         subprocess.run([sys.executable, __file__, "--one-method", spec, str(out), "--threads", str(args.threads)],
                        check=True, timeout=timeout)
@@ -490,6 +517,7 @@ def row_results(row: Row, out: Path, seconds: float, complete: bool = True) -> d
     if complete and (len(lines) != len(lengths) or len(steps) != len(lengths)):
         raise RuntimeError(f"{out}: {len(lines)} steps logged and {len(steps)} timed, expected {len(lengths)}")
     profile = json.loads((out / "profile.json").read_text()) if (out / "profile.json").exists() else None
+    steady = json.loads((out / "profile_steady.json").read_text()) if (out / "profile_steady.json").exists() else None
     results = {}
     for name, tokens in row.parts():
         at = [i for i, t in enumerate(lengths) if t == tokens and i > 0]  # step 1 carries one-off warm-up
@@ -520,6 +548,8 @@ def row_results(row: Row, out: Path, seconds: float, complete: bool = True) -> d
         if profile is not None:
             r["profile"] = profile
             r["profiled_tokens"] = row.lengths[0]
+        if steady is not None and tokens == lengths[-1]:
+            r["steady_profile"] = steady
         if not complete:
             r["cut_off"] = True  # the process did not finish: its later lengths are missing
         results[name] = r
@@ -606,7 +636,8 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
                                              "tie_word_embeddings")}
     rows = []
     for name, r in results.items():
-        rows.append({**{k: v for k, v in r.items() if k not in ("profile", "profiled_tokens")}, "batch": args.batch,
+        rows.append({**{k: v for k, v in r.items() if k not in ("profile", "profiled_tokens", "steady_profile")},
+                     "batch": args.batch,
                      "num_generations": args.num_generations, "chunk_tokens": oar["chunk_tokens"],
                      "grad_chunk_tokens": oar["grad_chunk_tokens"],
                      "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
@@ -632,6 +663,7 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
         "rows": rows,
         "profiles": {r["process"]: {**r["profile"], "tokens": r["profiled_tokens"]}
                      for r in results.values() if "profile" in r},
+        "steady_profiles": {name: r["steady_profile"] for name, r in results.items() if "steady_profile" in r},
         "evaluation": {b: {"tokens_per_s": e["tokens_per_s"], "prompts": args.eval_batch,
                            "max_new_tokens": args.response_tokens}
                        for b, e in evaluations.items() if e is not None},  # None: vLLM not importable
@@ -693,16 +725,19 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
         lines += ["", "Budget: " + "; ".join(said) + "."]
     profiles = {f"{r['process']} ({r['profiled_tokens']:,} tokens)": r["profile"] for r in results.values()
                 if "profile" in r}
+    profiles |= {f"{name}, steady (the last step's call repeated)": r["steady_profile"] for name, r in results.items()
+                 if "steady_profile" in r}
     if profiles:
-        lines += ["", "| scoring call profiled (first step) | s | model calls | synchronisations | kernel launches "
-                  "| launches / call | top operators (share of "
+        lines += ["", "| scoring call profiled (first step) | s | device busy s | model calls | synchronisations "
+                  "| kernel launches | launches / call | top operators (share of "
                   + ("device" if device != "CPU" else "CPU") + " time) |",
-                  "|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|"]
         for name, p in profiles.items():
             top = ", ".join(f"{t['op']} {t['share']:.0%}" for t in p["top"][:5])
             launches = "n/a" if p["kernel_launches"] is None else f"{p['kernel_launches']}"
             per = "n/a" if p["launches_per_call"] is None else f"{p['launches_per_call']:.0f}"
-            lines.append(f"| {name} | {p['seconds']:.3g} | {p['model_calls']} | {p['synchronisations']} "
+            busy = "n/a" if p.get("device_s") is None else f"{p['device_s']:.3g}"
+            lines.append(f"| {name} | {p['seconds']:.3g} | {busy} | {p['model_calls']} | {p['synchronisations']} "
                          f"({', '.join(f'{k.split(chr(58))[-1]} {v}' for k, v in p['by_op'].items())}) | {launches} | "
                          f"{per} | {top} |")
         lines.append("\nSynchronisations: the operators that can make the host wait for the device (aten::item, "
@@ -778,6 +813,9 @@ def main() -> None:
                         help="the last row then also runs the longer lengths the budget dropped from it, in "
                              "whatever time is left (the plan's rates can be too slow for a changed scorer); "
                              "one cut off at the end of the budget is reported as not finished, not an error")
+    parser.add_argument("--profile-steady", nargs="+", default=[], choices=METHODS[1:], metavar="SCORER",
+                        help="also profile these scorers' last scoring call, repeated warm on the same batch after "
+                             "its timed call (left out of the step's timing): oar_g, oar_p")
     parser.add_argument("--plan-only", action="store_true", help="print the plan and stop")
     parser.add_argument("--eval", action="store_true", help="also time the evaluation backends")
     parser.add_argument("--eval-batch", type=int, default=32, help="prompts in the evaluation timing")
@@ -791,7 +829,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.one_method:
         spec = json.loads(args.one_method[0])
-        train_one(spec["settings"], Path(args.one_method[1]), spec["lengths"], spec.get("profile", True))
+        train_one(spec["settings"], Path(args.one_method[1]), spec["lengths"], spec.get("profile", True),
+                  spec.get("profile_steady", False))
         return
     if args.batch % args.num_generations:
         parser.error("--batch must be a multiple of --num-generations")

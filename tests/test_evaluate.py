@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from oar.evaluation.benchmark import (
     CONFIG_FILE,
@@ -217,6 +218,20 @@ def test_transformers_generator_batches_and_seeds(tiny_model_dir):
     # left padding: a prompt's greedy continuation does not depend on its batch mates
     alone = gen.generate(prompts[:1], n=1, temperature=0.0, max_new_tokens=5)
     assert alone[0][0].text == greedy[0][0].text
+
+
+def test_transformers_generator_decodes_without_cudnn_attention(tiny_model_dir):
+    """Every decoding forward of the transformers backend runs with cuDNN's attention kernel disabled (it
+    would build a graph for every key length: oar.models.attention); torch's choice is back afterwards."""
+    gen = make_generator("transformers", tiny_model_dir, batch_size=2)
+    seen = []
+    handle = gen.model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    try:
+        gen.generate(["What is 1+1?"], n=2, temperature=1.0, max_new_tokens=4, seed=0)
+    finally:
+        handle.remove()
+    assert seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
 
 
 def test_unknown_backend_is_an_error(tiny_model_dir):

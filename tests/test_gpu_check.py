@@ -249,6 +249,26 @@ def test_attention_ab_times_each_scorer_with_the_other_kernels_too(tmp_path):
         (work / "gpu_check.md").read_text()
 
 
+def test_profile_steady_profiles_the_last_steps_scoring_call_again_out_of_its_timing(tmp_path):
+    """--profile-steady oar_g repeats OAR-G's last scoring call, warm, under the profiler: the record and
+    the table carry that profile (the same model calls as the timed call), and the repeat is in neither
+    the step's update nor its step time."""
+    work = tmp_path / "work"
+    done = _run(TINY + ["--methods", "oar_g", "--profile-steady", "oar_g", "--work", str(work)], timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    record = json.loads((work / "calibration.json").read_text())
+    (row,) = record["rows"]
+    steady = record["steady_profiles"]["oar_g-12"]
+    assert steady["model_calls"] == row["score_forwards"] > 0 and steady["top"]
+    assert "steady_profile" not in row and set(record["profiles"]) == {"oar_g-12"}
+    assert "oar_g-12, steady (the last step's call repeated)" in (work / "gpu_check.md").read_text()
+    (first, last) = [json.loads(line) for line in (work / "oar_g-12" / "steps.jsonl").read_text().splitlines()]
+    assert "profiled_repeat_s" not in first and last["profiled_repeat_s"] >= steady["seconds"]
+    timed = [json.loads(line) for line in (work / "oar_g-12" / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["step_s"] == pytest.approx(timed["time_generate_s"] + timed["time_score_s"] + last["update_s"],
+                                           rel=0.25, abs=0.2)
+
+
 def test_try_beyond_plan_gives_the_last_row_back_the_length_the_budget_dropped():
     """--try-beyond-plan: the plan is unchanged (exact OAR-P sized to two steps at 256 tokens), and its
     process then runs the 1,024-token step it dropped in whatever time the budget has left."""

@@ -150,6 +150,38 @@ def test_every_method_trains_a_step(tiny_model_dir, tmp_path, method):
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
 
 
+def _record_cudnn_attention(model, seen: list):
+    """A forward pre-hook that records whether cuDNN's attention kernel is enabled at each forward."""
+    return model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+
+
+def test_transformers_generation_runs_without_cudnn_attention_and_the_update_keeps_it(tiny_model_dir, tmp_path):
+    """cuDNN's attention builds a graph for every key length ``generate`` decodes (oar.models.attention):
+    TRL's transformers generation runs with it disabled, while the update's forwards keep torch's
+    choice, and the choice is torch's again after the step."""
+    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="grpo")
+    during_generation, during_update = [], []
+    handle = _record_cudnn_attention(trainer.model, during_generation)
+    real_generate = trainer._generate_single_turn
+
+    def generate_then_watch_the_update(*args, **kwargs):
+        nonlocal handle
+        result = real_generate(*args, **kwargs)
+        handle.remove()
+        handle = _record_cudnn_attention(trainer.model, during_update)
+        return result
+
+    trainer._generate_single_turn = generate_then_watch_the_update
+    try:
+        trainer.train()
+    finally:
+        handle.remove()
+    assert len(during_generation) >= COMMON["max_completion_length"]  # one forward a decoded token
+    assert not any(during_generation)
+    assert during_update and all(during_update)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
 def test_windowed_oar_p_trains_a_step(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="oar_p", oar_window_tokens=2)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}

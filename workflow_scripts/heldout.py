@@ -56,6 +56,7 @@ def main(argv=None):
     from oar.evaluation.generation import eos_token_ids
     from oar.grading.grader import grade
     from oar.method.probes import build_probes
+    from oar.models.attention import without_cudnn_attention
     from oar.prompting import build_prompt, encode_prompts
 
     started = time.perf_counter()
@@ -80,7 +81,7 @@ def main(argv=None):
         torch.manual_seed(args.seed + start)
         sampling = {"do_sample": False} if args.temperature == 0 else {
             "do_sample": True, "temperature": args.temperature, "top_p": 1.0, "top_k": 0}
-        with torch.no_grad():
+        with torch.no_grad(), without_cudnn_attention():  # a graph per decoded length otherwise
             out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                                  max_new_tokens=args.max_new_tokens, pad_token_id=pad, eos_token_id=eos,
                                  repetition_penalty=1.0, **sampling)[:, width:].tolist()

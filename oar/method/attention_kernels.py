@@ -2,15 +2,12 @@
 
 The scorers' forwards change shape from call to call: packed copies of different widths over prefixes of
 different lengths (OAR-P), each step's probes at its own responses' lengths (OAR-G), and prompts of
-another length every step. On Hopper GPUs torch's ``scaled_dot_product_attention`` picks cuDNN's
-attention kernel, which builds an execution graph for every new shape before it runs (tens to hundreds of
-milliseconds on the host, cached by shape). On an H200 the scorers' forwards ran cuDNN's kernel and spent
-most of each scoring call with the GPU idle: OAR-G about 0.4 s of device work in a 3.6 s call, exact
-OAR-P about 4 s in 11.4 s (``bench/gpu_check.py``'s profiles).
+another length every step, while cuDNN's attention kernel, torch's choice on Hopper GPUs, builds an
+execution graph for every new shape (``oar.models.attention``). On an H200 the scorers' forwards ran
+cuDNN's kernel and spent most of each scoring call with the GPU idle: OAR-G about 0.4 s of device work in
+a 3.6 s call, exact OAR-P about 4 s in 11.4 s (``bench/gpu_check.py``'s profiles).
 
-Scoring therefore runs with cuDNN's kernel disabled by default (``oar.scoring_attention: no_cudnn``):
-torch then takes flash attention where no mask is needed, the memory-efficient kernel where one is (the
-packed copies' block masks), math otherwise; none of them builds anything per shape.
+Scoring therefore runs with cuDNN's kernel disabled by default (``oar.scoring_attention: no_cudnn``).
 ``torch_default`` leaves torch's choice, to measure one against the other (``bench/gpu_check.py
 --attention-ab``). The training update keeps torch's choice (its shapes repeat within a step). On a CPU
 the choice is unchanged either way: cuDNN is a CUDA kernel.
@@ -20,17 +17,15 @@ from __future__ import annotations
 
 import contextlib
 
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
 from oar.method.names import ATTENTION_CHOICES
-SCORING_KERNELS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+from oar.models.attention import without_cudnn_attention
 
 
 def scoring_attention(choice: str = "no_cudnn"):
     """Context in which the scorers' forwards (and OAR-G's backward) run: every SDPA kernel but cuDNN's
     (``no_cudnn``), or torch's own choice (``torch_default``)."""
     if choice == "no_cudnn":
-        return sdpa_kernel(list(SCORING_KERNELS))
+        return without_cudnn_attention()
     if choice == "torch_default":
         return contextlib.nullcontext()
     raise ValueError(f"scoring attention must be one of {ATTENTION_CHOICES}, got {choice!r}")
