@@ -3,6 +3,7 @@ per-response scorers' scores (tests/reference_scorers.py) to float rounding, tra
 run the forwards their schedule says, and never make the host wait for the device inside a call."""
 
 import importlib.util
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -201,6 +202,31 @@ def test_a_forward_holds_a_bounded_cache():
             suffix = sum(r[2] + r[4] for r in rows)
             assert all(f.end - f.begin > f.rows for f in forwards[:-1])  # several copies to a row
             assert sum(f.tokens for f in forwards) < 1.05 * suffix  # and little padding
+
+
+def test_micro_batches_are_as_few_as_the_budget_allows_and_as_even_as_that_number_allows():
+    """Eight 1,040-token probes in 8,192 tokens need two micro-batches: 4 + 4, not 7 + 1 (a one-row
+    forward leaves most of a GPU idle); every group within the budget, longest rows first, each row once."""
+    assert micro_batches([1040] * 8, 8192) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [len(g) for g in micro_batches([1040] * 9, 8192)] == [5, 4]
+    rng = random.Random(0)
+    for _ in range(200):
+        lengths = [rng.randint(1, 300) for _ in range(rng.randint(1, 40))]
+        budget = rng.randint(1, 2000)
+        groups = micro_batches(lengths, budget)
+        greedy, current = 0, []  # the fewest groups: fill each in turn, longest first
+        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+            if current and (len(current) + 1) * lengths[current[0]] > budget:
+                greedy, current = greedy + 1, []
+            current.append(i)
+        assert len(groups) == greedy + 1
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+        for g in groups:
+            assert all(lengths[g[0]] >= lengths[i] for i in g)
+            assert len(g) == 1 or len(g) * lengths[g[0]] <= budget
+        largest = max(len(g) * lengths[g[0]] for g in groups)
+        if largest > max(lengths):  # even: any smaller cap on a group would need more groups
+            assert len(micro_batches(lengths, largest - 1)) > len(groups)
 
 
 @pytest.mark.parametrize("method", ["oar_p", "oar_g"])

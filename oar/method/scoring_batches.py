@@ -264,11 +264,28 @@ def logits_to_keep(probe: Probe, kind: str) -> int:
 
 
 def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Group row indices (longest first) so that rows x longest length stays within ``budget`` tokens."""
+    """Group row indices (longest first, consecutive) so that rows x longest length stays within ``budget``
+    tokens, in as few groups as the budget allows and with the groups as even as that number allows: eight
+    rows that need two groups go 4 + 4, not 7 + 1 (a one-row forward leaves most of a GPU idle)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    fewest = len(_fill(order, lengths, budget))
+    # the smallest cap on a group's rows x longest that still needs no more groups than the budget does
+    low, high = 0, budget
+    while low < high:
+        middle = (low + high) // 2
+        if len(_fill(order, lengths, middle)) <= fewest:
+            high = middle
+        else:
+            low = middle + 1
+    return _fill(order, lengths, low)
+
+
+def _fill(order: Sequence[int], lengths: Sequence[int], cap: int) -> list[list[int]]:
+    """Rows in ``order`` into consecutive groups, each filled while rows x its first (longest) row's
+    length stays within ``cap`` (a row longer than ``cap`` is a group of its own)."""
     groups, current = [], []
     for i in order:
-        if current and (len(current) + 1) * lengths[current[0]] > budget:
+        if current and (len(current) + 1) * lengths[current[0]] > cap:
             groups.append(current)
             current = []
         current.append(i)
