@@ -163,7 +163,7 @@ rehearse: setup
 # `make gpu-preflight`: on one CUDA GPU with torch, transformers, accelerate and TRL installed (no .venv
 # needed: the project runs from PYTHONPATH; no network): where every second of a GRPO, OAR-G and OAR-P step
 # goes at the 1.5B shape with the paper's scorer settings, exact OAR-P at 1,024 tokens included: planned
-# at 8.7 minutes of one H200 (measured: about 9.1), within a 12-minute budget; at a smaller GPU_PREFLIGHT_BUDGET the rows are sized
+# at 5.7 minutes of one H200 (measured: about 6.3), within a 12-minute budget; at a smaller GPU_PREFLIGHT_BUDGET the rows are sized
 # to fit and exact OAR-P's 1,024-token step is tried in whatever time is left (bench/gpu_check.py;
 # docs/cost.md). GPU_PREFLIGHT_ARGS adds options, e.g. --shape qwen2.5-7b.
 GPU_PREFLIGHT_WORK ?= results/bench/gpu_check

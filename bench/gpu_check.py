@@ -7,9 +7,9 @@ placeholder tokens up to the shape's vocabulary, and responses are forced to the
 so groups have non-zero advantages, and every response is scored (``score_all``): the timings are those
 of a full step, whatever the model says. Each row trains in its own process, so its peak memory is its own.
 
-    python bench/gpu_check.py --budget-s 480     # the 1.5B check in 8 minutes (make gpu-preflight): GRPO and
-                                                 # OAR-G at 1,024 tokens, exact OAR-P at 256 (its 1,024-token
-                                                 # step sized out by the plan: about 680 s with it)
+    python bench/gpu_check.py --budget-s 480     # the 1.5B check within 8 minutes: GRPO and OAR-G at 1,024
+                                                 # tokens, exact OAR-P at 256 and 1,024 (planned at 342 s,
+                                                 # measured 377 on an H200)
     python bench/gpu_check.py --plan-only        # print the plan and stop
     python bench/gpu_check.py --shape qwen2.5-7b --response-tokens 3072   # 7B layer shapes
     python bench/gpu_check.py --shape tiny --response-tokens 16 --batch 4 --num-generations 2   # CPU smoke run
@@ -22,12 +22,13 @@ What each row measures:
 - per step, with the device synchronised at every boundary: generation (transformers' ``generate``,
   recorded as the row's backend), scoring, and the update timed to completion (loss, backward, clipping,
   AdamW's step and ``zero_grad``: from the end of scoring to transformers' ``on_step_end``, which TRL's own
-  step timer stops before); the first step (its generation runs about 3x slower on a fresh process) is kept
+  step timer stops before); the first step (the process's warm-up, and the profiled scoring call) is kept
   out of the steady figures, which are the median of the later steps;
 - the peak memory of a steady step (AdamW's state resident), beside ``oar.experiment.memory_plan``'s;
 - per scorer, a profile of the first step's scoring call (``torch.profiler``): the operators with the
-  most device time (CPU time on a CPU), host synchronisations (``aten::item``, ``aten::_local_scalar_dense``,
-  ``aten::nonzero``), model calls and kernel launches per call;
+  most device time (CPU time on a CPU), the device's busy seconds, host synchronisations (``aten::item``,
+  ``aten::_local_scalar_dense``, ``aten::nonzero``), model calls and kernel launches per call;
+  ``--profile-steady`` also profiles a scorer's last scoring call, repeated warm on the same batch;
 - whether vLLM was importable (the evaluation rows, ``--eval``, time it when it is).
 
 No checkpoint is written (``save_strategy: no``: transformers otherwise saves at ``max_steps``, 9 GB a
@@ -231,17 +232,16 @@ class Row:
 PROMPT_TOKENS = 93  # the check's one-line problems with the padded tiny tokenizer (TRL's num_tokens on the H200)
 ROW_OVERHEAD_S = 23.0  # a 1.5B row's process beyond its steps on the H200: start, imports, weights, trainer
 BUILD_S = 8.0  # the 1.5B model folder, built once (H200)
-# The profiled first scoring call, measured on the H200 (1.5B shape) with the paper config's 8,192-token
-# forwards (bench/calibration/h200-2026-11-8192): the call itself ran 14.7x its unprofiled steady time for
-# exact OAR-P (256 tokens, 38.7 s against 2.6) and 3.4x for OAR-G (1,024 tokens); with 2,048-token
-# forwards 3.0x and 3.3x (h200-2026-11-no-cudnn). The profiler then spent about 114 s (exact OAR-P, 256
-# tokens, 164 planned model calls, 54 kernel launches a layer a call) and 32 s (OAR-G, 1,024 tokens, 24
-# planned, 86 launches a layer a call: its backward) on the trace of the 2,048-token forwards.
-PROFILE_FACTOR = {"oar_p": 14.7, "oar_g": 3.4}
-PROFILE_S_PER_LAYER_CALL = {"oar_p": 0.025, "oar_g": 0.048}
+# The profiled first scoring call, measured on the H200 (1.5B shape, the paper config's 8,192-token
+# forwards, bench/calibration/h200-2026-11-generate-no-cudnn): the call itself ran 2.7x its unprofiled
+# steady time for exact OAR-P (256 tokens, 6.97 s against 2.59) and 2.5x for OAR-G (1,024 tokens, 1.40 s
+# against 0.565); the profiler then spent about 38 s (exact OAR-P, 39 model calls) and 9 s (OAR-G, 5 calls)
+# reading the trace: per layer a model call, 35 and 63 ms (OAR-G's calls carry their backward).
+PROFILE_FACTOR = {"oar_p": 2.7, "oar_g": 2.5}
+PROFILE_S_PER_LAYER_CALL = {"oar_p": 0.035, "oar_g": 0.063}
 # the H200's rows at 2,048- and 8,192-token scoring forwards: two forward sizes fit the scorers' FLOP rate
 CALIBRATION = tuple(REPO / "bench" / "calibration" / name / "calibration.json"
-                    for name in ("h200-2026-11-no-cudnn", "h200-2026-11-8192"))
+                    for name in ("h200-2026-11-no-cudnn", "h200-2026-11-generate-no-cudnn"))
 MIN_STEPS, MIN_TOKENS = 2, 256
 
 
@@ -339,8 +339,10 @@ def profile_summary(prof, calls: int, seconds: float) -> dict:
     on_gpu = torch.cuda.is_available()
     events = prof.key_averages()
     attr = "self_device_time_total" if on_gpu else "self_cpu_time_total"
-    ops = [e for e in events if "::" in e.key and not e.key.startswith(("cuda", "cu"))]  # operators, not
-    # annotations (record_function ranges), runtime calls or the kernels themselves
+    # operators, not annotations (record_function ranges), runtime calls or the kernels themselves (a
+    # kernel's own entry repeats its operator's device time: counted twice, shares and sums go wrong)
+    ops = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU and "::" in e.key
+           and not e.key.startswith(("cuda", "cu"))]
     top = sorted((e for e in ops if getattr(e, attr, 0) > 0), key=lambda e: -getattr(e, attr))[:10]
     total = sum(getattr(e, attr, 0) for e in ops) or 1
     syncs = sync_counts(events)
@@ -543,6 +545,9 @@ def row_results(row: Row, out: Path, seconds: float, complete: bool = True) -> d
              "update_timing": "synchronised, optimizer step included"}
         if lengths[0] == tokens:
             r["first_generate_s"] = lines[0]["time_generate_s"]
+        repeat = sum(x.get("profiled_repeat_s", 0.0) for x in steps[:done])
+        if repeat:
+            r["profiled_repeat_s"] = repeat  # in process_s, in no step: --profile-steady's repeated call
         if tokens in row.tried:
             r["beyond_plan"] = True  # run in the time the planned rows left
         if profile is not None:
@@ -641,7 +646,8 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
                      "num_generations": args.num_generations, "chunk_tokens": oar["chunk_tokens"],
                      "grad_chunk_tokens": oar["grad_chunk_tokens"],
                      "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
-                     "generation_backend": "transformers", "gradient_checkpointing": args.gradient_checkpointing,
+                     "generation_backend": "transformers", "generation_attention": "no_cudnn",
+                     "gradient_checkpointing": args.gradient_checkpointing,
                      **phase_rates(r, args), "scoring_attention": r.get("scoring_attention") or oar["scoring_attention"],
                      "row": name})
     return {
@@ -805,7 +811,7 @@ def main() -> None:
                         help="seconds the whole check may take: rows are planned, sized and skipped to fit")
     parser.add_argument("--calibration", nargs="+", type=Path,
                         help="calibration.json files the plan's rates come from "
-                             "(default: bench/calibration/h200-2026-11-no-cudnn and h200-2026-11-8192)")
+                             "(default: bench/calibration/h200-2026-11-no-cudnn and h200-2026-11-generate-no-cudnn)")
     parser.add_argument("--attention-ab", action="store_true",
                         help="also each scorer with the other attention kernels of oar.scoring_attention "
                              "(no_cudnn / torch_default), at its first length")

@@ -110,7 +110,8 @@ def calibrate(paths, base: Hardware) -> Hardware:
     - generation: the fixed cost of a decode step of the backend that generated (``generation_backend``):
       what its time leaves beside the prefill and the decode's roofline; for transformers' eager
       ``generate`` this is also taken as the fixed cost of one forward call of the trainer's model
-      (``call_s``); the first step's, where recorded (``first_generate_s``);
+      (``call_s``); the first step's, where recorded (``first_generate_s``), from the rows generated
+      without cuDNN's attention (``generation_attention: no_cudnn``) where there are such;
     - each scorer: its fixed cost per model call on the schedule it ran on (``scorer_schedule``): what
       its ``score_s`` leaves beside its FLOPs at R, over its model calls (the plan's count, scaled to the
       counted forwards where the file records ``score_forwards``); the rows that scored without cuDNN's
@@ -170,7 +171,12 @@ def calibrate(paths, base: Hardware) -> Hardware:
     # a length generated for the first time in its process is not a steady generation
     steady = [r for r in grpo if not r.get("generate_first_at_length")] or grpo
     decode_s = statistics.median(decode_fixed(r, "generate_s") for r in steady)
-    firsts = [decode_fixed(r, "first_generate_s") for r in rows if r.get("first_generate_s")]
+    # A process's first generation to a length ran about 3x its later ones while transformers' generate
+    # used cuDNN's attention (a graph built per decoded length); rows generated without it
+    # (``generation_attention: no_cudnn``) stand for the first step where a file has them.
+    timed_first = [r for r in rows if r.get("first_generate_s")]
+    timed_first = [r for r in timed_first if r.get("generation_attention") == "no_cudnn"] or timed_first
+    firsts = [decode_fixed(r, "first_generate_s") for r in timed_first]
     measured = dataclasses.replace(measured, decode_backend=backend, decode_step_s=decode_s,
                                    first_step_decode_s=statistics.median(firsts) if firsts else None,
                                    call_s=decode_s if backend == "transformers" else None)
