@@ -39,7 +39,7 @@ from oar.method import gradient_scorers
 from oar.method.importance import score
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scoring_batches import _fill, micro_batches
+from oar.method.scoring_batches import filled_in_turn, micro_batches
 
 
 def build_model(shape: str, device: str):
@@ -92,7 +92,7 @@ def _sync(device: str) -> None:
 
 def fill_first(lengths, budget):
     """Micro-batches filled in turn, longest first (the last one takes what is left)."""
-    return _fill(sorted(range(len(lengths)), key=lambda i: -lengths[i]), lengths, budget)
+    return filled_in_turn(sorted(range(len(lengths)), key=lambda i: -lengths[i]), lengths, budget)
 
 
 def variants(model, optimizer, probes, args, device):

@@ -205,8 +205,8 @@ def test_a_forward_holds_a_bounded_cache():
 
 
 def test_micro_batches_are_as_few_as_the_budget_allows_and_as_even_as_that_number_allows():
-    """Eight 1,040-token probes in 8,192 tokens need two micro-batches: 4 + 4, not 7 + 1 (a one-row
-    forward leaves most of a GPU idle); every group within the budget, longest rows first, each row once."""
+    """Eight 1,040-token probes in 8,192 tokens need two micro-batches: 4 + 4, not 7 + 1 (the largest
+    sets the scoring call's peak); every group within the budget, longest rows first, each row once."""
     assert micro_batches([1040] * 8, 8192) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [len(g) for g in micro_batches([1040] * 9, 8192)] == [5, 4]
     rng = random.Random(0)

@@ -266,21 +266,23 @@ def logits_to_keep(probe: Probe, kind: str) -> int:
 def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     """Group row indices (longest first, consecutive) so that rows x longest length stays within ``budget``
     tokens, in as few groups as the budget allows and with the groups as even as that number allows: eight
-    rows that need two groups go 4 + 4, not 7 + 1 (a one-row forward leaves most of a GPU idle)."""
+    rows that need two groups go 4 + 4, not 7 + 1. The largest group sets a scoring call's peak memory (on
+    an H200, OAR-G's scoring peaked at 21.7 GB with 4 + 4 probes of 1,040 tokens, 31.3 GB with 7 + 1);
+    its time did not measurably change."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    fewest = len(_fill(order, lengths, budget))
+    fewest = len(filled_in_turn(order, lengths, budget))
     # the smallest cap on a group's rows x longest that still needs no more groups than the budget does
     low, high = 0, budget
     while low < high:
         middle = (low + high) // 2
-        if len(_fill(order, lengths, middle)) <= fewest:
+        if len(filled_in_turn(order, lengths, middle)) <= fewest:
             high = middle
         else:
             low = middle + 1
-    return _fill(order, lengths, low)
+    return filled_in_turn(order, lengths, low)
 
 
-def _fill(order: Sequence[int], lengths: Sequence[int], cap: int) -> list[list[int]]:
+def filled_in_turn(order: Sequence[int], lengths: Sequence[int], cap: int) -> list[list[int]]:
     """Rows in ``order`` into consecutive groups, each filled while rows x its first (longest) row's
     length stays within ``cap`` (a row longer than ``cap`` is a group of its own)."""
     groups, current = [], []
