@@ -222,7 +222,7 @@ def test_transformers_generator_batches_and_seeds(tiny_model_dir):
 
 def test_transformers_generator_decodes_without_cudnn_attention(tiny_model_dir):
     """Every decoding forward of the transformers backend runs with cuDNN's attention kernel disabled (it
-    would build a graph for every key length: oar.models.attention); torch's choice is back afterwards."""
+    would build a graph for every key length: oar.sdpa_kernels); torch's choice is back afterwards."""
     gen = make_generator("transformers", tiny_model_dir, batch_size=2)
     seen = []
     handle = gen.model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 OAR = Path(__file__).resolve().parents[1] / "oar"
-LAYERS = [("cpu_kernels", "files"), ("grading", "prompting"), ("method",), ("data", "models"), ("evaluation",), ("training",), ("analysis",),
+LAYERS = [("cpu_kernels", "files", "sdpa_kernels"), ("grading", "prompting"), ("method",), ("data", "models"), ("evaluation",), ("training",), ("analysis",),
           ("experiment",)]
 LAYER_OF = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 

@@ -156,7 +156,7 @@ def _record_cudnn_attention(model, seen: list):
 
 
 def test_transformers_generation_runs_without_cudnn_attention_and_the_update_keeps_it(tiny_model_dir, tmp_path):
-    """cuDNN's attention builds a graph for every key length ``generate`` decodes (oar.models.attention):
+    """cuDNN's attention builds a graph for every key length ``generate`` decodes (oar.sdpa_kernels):
     TRL's transformers generation runs with it disabled, while the update's forwards keep torch's
     choice, and the choice is torch's again after the step."""
     trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="grpo")

@@ -56,8 +56,8 @@ def main(argv=None):
     from oar.evaluation.generation import eos_token_ids
     from oar.grading.grader import grade
     from oar.method.probes import build_probes
-    from oar.models.attention import without_cudnn_attention
     from oar.prompting import build_prompt, encode_prompts
+    from oar.sdpa_kernels import without_cudnn_attention
 
     started = time.perf_counter()
     fallback = not args.no_fallback_last_number

@@ -172,7 +172,7 @@ class TransformersGenerator:
 
     def _generate_batch(self, ids: list[list[int]], greedy: bool, temperature: float, top_p: float,
                         max_new_tokens: int) -> list[GenerationOutput]:
-        from oar.models.attention import without_cudnn_attention
+        from oar.sdpa_kernels import without_cudnn_attention
 
         torch = self._torch
         pad = self.tokenizer.pad_token_id
@@ -185,7 +185,7 @@ class TransformersGenerator:
         sampling: dict[str, Any] = {"do_sample": False}
         if not greedy:
             sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
-        # no cuDNN attention: it would build a graph for every key length decoded (oar.models.attention)
+        # no cuDNN attention: it would build a graph for every key length decoded (oar.sdpa_kernels)
         with torch.inference_mode(), without_cudnn_attention():
             out = self.model.generate(
                 input_ids=input_ids.to(self.device),

@@ -3,7 +3,7 @@
 The scorers' forwards change shape from call to call: packed copies of different widths over prefixes of
 different lengths (OAR-P), each step's probes at its own responses' lengths (OAR-G), and prompts of
 another length every step, while cuDNN's attention kernel, torch's choice on Hopper GPUs, builds an
-execution graph for every new shape (``oar.models.attention``). On an H200 the scorers' forwards ran
+execution graph for every new shape (``oar.sdpa_kernels``). On an H200 the scorers' forwards ran
 cuDNN's kernel and spent most of each scoring call with the GPU idle: OAR-G about 0.4 s of device work in
 a 3.6 s call, exact OAR-P about 4 s in 11.4 s (``bench/gpu_check.py``'s profiles).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 
 from oar.method.names import ATTENTION_CHOICES
-from oar.models.attention import without_cudnn_attention
+from oar.sdpa_kernels import without_cudnn_attention
 
 
 def scoring_attention(choice: str = "no_cudnn"):

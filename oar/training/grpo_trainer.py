@@ -31,7 +31,7 @@ from oar.method.interventions import hold_to_rest, set_to_ratio
 from oar.method.names import BASELINE, DOSES, METHODS, READS_PARSED_STEPS, RESCUES, scorer_of
 from oar.method.probes import Probe, probes_from_padded, token_char_spans
 from oar.method.scorer_config import ScorerConfig
-from oar.models.attention import without_cudnn_attention
+from oar.sdpa_kernels import without_cudnn_attention
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory
 from oar.training.rank_metrics import over_ranks, ratio
@@ -156,7 +156,7 @@ class OARTrainer(GRPOTrainer):
 
     def _generate_single_turn(self, *args, **kwargs):
         """TRL's generation; transformers' ``generate`` (no vLLM) runs without cuDNN's attention kernel,
-        which would build a graph for every key length it decodes (``oar.models.attention``)."""
+        which would build a graph for every key length it decodes (``oar.sdpa_kernels``)."""
         if self.use_vllm:
             return super()._generate_single_turn(*args, **kwargs)
         with without_cudnn_attention():
