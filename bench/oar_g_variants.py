@@ -15,8 +15,10 @@ calls after one warm-up call, the variants interleaved call by call so that drif
 - ``oar_g, one micro-batch``: every probe in one micro-batch with grad (a budget of all the tokens);
 - ``oar_g, torch's attention kernels``: ``scoring_attention: torch_default`` (cuDNN's on Hopper, whose
   per-shape graphs are built in the warm-up call and cached: its kernels' speed without the build);
-- each of OAR-G's phases alone (``--phases``): the clean forward, the noisy forward and the backward, from
-  torch.profiler's device time of the named regions of one warm call.
+- OAR-G's phases (``--phases``): the device time of the named regions of one warm call under
+  torch.profiler (inputs, prefix, clean forward, noisy forward). The backward's kernels are launched by
+  autograd's own thread, outside the region that names it, so its figure there is about 0 on a GPU: read
+  it as the call's time less the rest.
 
     python bench/oar_g_variants.py --out results/bench/oar_g_variants.json         # 1.5B shape, one GPU
     python bench/oar_g_variants.py --shape tiny --response-tokens 64 --device cpu  # the same on a CPU

@@ -174,8 +174,8 @@ def calibrate(paths, base: Hardware) -> Hardware:
     # A process's first generation to a length ran about 3x its later ones while transformers' generate
     # used cuDNN's attention (a graph built per decoded length); rows generated without it
     # (``generation_attention: no_cudnn``) stand for the first step where a file has them.
-    timed_first = [r for r in rows if r.get("first_generate_s")]
-    timed_first = [r for r in timed_first if r.get("generation_attention") == "no_cudnn"] or timed_first
+    timed_first = _preferred([r for r in rows if r.get("first_generate_s")],
+                             lambda r: r.get("generation_attention") == "no_cudnn")
     firsts = [decode_fixed(r, "first_generate_s") for r in timed_first]
     measured = dataclasses.replace(measured, decode_backend=backend, decode_step_s=decode_s,
                                    first_step_decode_s=statistics.median(firsts) if firsts else None,
@@ -197,8 +197,8 @@ def calibrate(paths, base: Hardware) -> Hardware:
     # beside rows with torch's own kernels (bench/gpu_check.py --attention-ab)
     chosen = []
     for key in sorted({k for k, *_ in samples}):
-        mine = [s for s in samples if s[0] == key]
-        chosen += [(k, calls, flops, sec) for k, current, calls, flops, sec in ([s for s in mine if s[1]] or mine)]
+        mine = _preferred([s for s in samples if s[0] == key], lambda s: s[1])
+        chosen += [(k, calls, flops, sec) for k, _current, calls, flops, sec in mine]
     scoring_rate, per_call = fit_scoring(chosen, measured.flops)
     measured = dataclasses.replace(measured, scoring_flops=scoring_rate)
     device = header.get("device", "unknown device")
@@ -206,6 +206,11 @@ def calibrate(paths, base: Hardware) -> Hardware:
                                memory_gb=header.get("memory_gb") or base.memory_gb,
                                measured=f"{', '.join(str(p) for p in paths)} ({device})",
                                scorer_call_s=tuple((m, sched, sec) for (m, sched), sec in sorted(per_call.items())))
+
+
+def _preferred(items: list, current) -> list:
+    """The items measured as the code runs now (``current(item)``), where there are such; else all."""
+    return [item for item in items if current(item)] or items
 
 
 def fit_scoring(samples, update_rate: float) -> tuple[float | None, dict]:

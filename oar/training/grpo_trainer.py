@@ -15,6 +15,7 @@ Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -157,9 +158,7 @@ class OARTrainer(GRPOTrainer):
     def _generate_single_turn(self, *args, **kwargs):
         """TRL's generation; transformers' ``generate`` (no vLLM) runs without cuDNN's attention kernel,
         which would build a graph for every key length it decodes (``oar.sdpa_kernels``)."""
-        if self.use_vllm:
-            return super()._generate_single_turn(*args, **kwargs)
-        with without_cudnn_attention():
+        with contextlib.nullcontext() if self.use_vllm else without_cudnn_attention():
             return super()._generate_single_turn(*args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
