@@ -10,8 +10,8 @@ calls after one warm-up call, the variants interleaved call by call so that drif
 - ``update``: a training forward over prompt + response with gradients on the weights, a per-token
   log-probability loss, the backward and an AdamW step (what TRL's update does, less its bookkeeping);
 - ``oar_g``: ``score("oar_g", ...)`` with ``--chunk-tokens`` (and ``--grad-chunk-tokens``) as configured;
-- ``oar_g, fill-first micro-batches``: the same with micro-batches filled in turn (eight 1,040-token probes
-  in 8,192 tokens go 7 + 1) rather than evened out (4 + 4);
+- ``oar_g, evened micro-batches``: the same with the micro-batches evened out (eight 1,040-token probes in
+  8,192 tokens go 4 + 4) rather than filled in turn as the scorers group them (7 + 1);
 - ``oar_g, one micro-batch``: every probe in one micro-batch with grad (a budget of all the tokens);
 - ``oar_g, torch's attention kernels``: ``scoring_attention: torch_default`` (cuDNN's on Hopper, whose
   per-shape graphs are built in the warm-up call and cached: its kernels' speed without the build);
@@ -41,7 +41,7 @@ from oar.method import gradient_scorers
 from oar.method.importance import score
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scoring_batches import filled_in_turn, micro_batches
+from oar.method.scoring_batches import micro_batches
 
 
 def build_model(shape: str, device: str):
@@ -92,9 +92,18 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def fill_first(lengths, budget):
-    """Micro-batches filled in turn, longest first (the last one takes what is left)."""
-    return filled_in_turn(sorted(range(len(lengths)), key=lambda i: -lengths[i]), lengths, budget)
+def evened(lengths, budget):
+    """As many micro-batches as ``micro_batches`` makes, as even as that number allows: the smallest cap on
+    a group's rows x longest length that needs no more groups than the budget does."""
+    fewest = len(micro_batches(lengths, budget))
+    low, high = 0, budget
+    while low < high:
+        middle = (low + high) // 2
+        if len(micro_batches(lengths, middle)) <= fewest:
+            high = middle
+        else:
+            low = middle + 1
+    return micro_batches(lengths, low)
 
 
 def variants(model, optimizer, probes, args, device):
@@ -116,7 +125,7 @@ def variants(model, optimizer, probes, args, device):
     return [
         ("update", lambda: update_step(model, optimizer, probes, device)),
         ("oar_g", scoring(config)),
-        ("oar_g, fill-first micro-batches", scoring(config, fill_first)),
+        ("oar_g, evened micro-batches", scoring(config, evened)),
         ("oar_g, one micro-batch", scoring(replace(config, grad_chunk_tokens=total))),
         ("oar_g, torch's attention kernels", scoring(replace(config, attention="torch_default"))),
     ]

@@ -204,29 +204,23 @@ def test_a_forward_holds_a_bounded_cache():
             assert sum(f.tokens for f in forwards) < 1.05 * suffix  # and little padding
 
 
-def test_micro_batches_are_as_few_as_the_budget_allows_and_as_even_as_that_number_allows():
-    """Eight 1,040-token probes in 8,192 tokens need two micro-batches: 4 + 4, not 7 + 1 (the largest
-    sets the scoring call's peak); every group within the budget, longest rows first, each row once."""
-    assert micro_batches([1040] * 8, 8192) == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert [len(g) for g in micro_batches([1040] * 9, 8192)] == [5, 4]
+def test_micro_batches_are_filled_in_turn_longest_first():
+    """The grouping the published tables were scored with: longest rows first, each group filled while
+    rows x its longest length fits the budget (eight 1,040-token probes in 8,192 tokens go 7 + 1). Another
+    grouping pads rows otherwise and changes every score's floats, so the tables would no longer reproduce."""
+    assert micro_batches([1040] * 8, 8192) == [[0, 1, 2, 3, 4, 5, 6], [7]]
+    assert micro_batches([3, 9, 5, 9], 18) == [[1, 3], [2, 0]]
+    assert micro_batches([30, 5], 10) == [[0], [1]]  # a row over the budget is a group of its own
     rng = random.Random(0)
     for _ in range(200):
         lengths = [rng.randint(1, 300) for _ in range(rng.randint(1, 40))]
         budget = rng.randint(1, 2000)
         groups = micro_batches(lengths, budget)
-        greedy, current = 0, []  # the fewest groups: fill each in turn, longest first
-        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-            if current and (len(current) + 1) * lengths[current[0]] > budget:
-                greedy, current = greedy + 1, []
-            current.append(i)
-        assert len(groups) == greedy + 1
-        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
-        for g in groups:
-            assert all(lengths[g[0]] >= lengths[i] for i in g)
+        assert [i for g in groups for i in g] == sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        for g, after in zip(groups, groups[1:] + [None]):
             assert len(g) == 1 or len(g) * lengths[g[0]] <= budget
-        largest = max(len(g) * lengths[g[0]] for g in groups)
-        if largest > max(lengths):  # even: any smaller cap on a group would need more groups
-            assert len(micro_batches(lengths, largest - 1)) > len(groups)
+            if after is not None:  # filled in turn: the next row would not have fitted
+                assert (len(g) + 1) * lengths[g[0]] > budget
 
 
 @pytest.mark.parametrize("method", ["oar_p", "oar_g"])

@@ -318,7 +318,7 @@ def test_oar_g_variants_bench_times_every_variant_beside_the_update_on_a_cpu(tmp
                            "--phases", "--out", str(out)], capture_output=True, text=True, env=ENV, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert set(result["median_s"]) == {"update", "oar_g", "oar_g, fill-first micro-batches", "oar_g, one micro-batch",
+    assert set(result["median_s"]) == {"update", "oar_g", "oar_g, evened micro-batches", "oar_g, one micro-batch",
                                        "oar_g, torch's attention kernels"}
     assert all(len(t) == 2 and min(t) > 0 for t in result["seconds"].values())
     assert result["over_update"]["update"] == 1.0
