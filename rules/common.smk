@@ -20,7 +20,6 @@ from oar.experiment.runs import (
     Registry,
     is_base,
     model_of,
-    write_settings,
 )
 
 with open(os.path.join(workflow.basedir, "config", "schema.yaml")) as _f:

@@ -11,8 +11,8 @@ rule run_settings:
         f"{R}/logs/run_settings/{{run}}.log",
     params:
         settings=lambda wc: RUNS[wc.run],
-    run:
-        write_settings(output.settings, params.settings)
+    script:
+        "../workflow_scripts/run_settings.py"
 
 
 rule train:

@@ -65,7 +65,7 @@ def test_jobs_left_are_priced_by_their_finished_kind(tmp_path):
 
 
 def test_jobs_that_do_no_work_are_priced_at_nothing():
-    """run_settings writes a YAML inside Snakemake (no benchmark file ever) and a target rule only gathers
+    """run_settings writes a YAML in a fraction of a second (no benchmark file ever) and a target rule only gathers
     inputs: neither may be priced as a training run, which would put hours on an interim look's line."""
     listing = DRY_RUN.replace("localrule main_table:", """\
 [Fri Nov 27 01:57:48 2026]

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-# Rules that do no work of their own: run_settings writes one run's settings inside Snakemake's process (in
-# milliseconds, no benchmark file). Priced at nothing, as are target rules without outputs.
+# Rules that do no work of their own: run_settings writes one run's settings (a script of a fraction of a
+# second, no benchmark file). Priced at nothing, as are target rules without outputs.
 NO_WORK_RULES = frozenset({"run_settings"})
 
 
