@@ -281,32 +281,3 @@ def test_grad_chunk_tokens_sizes_the_micro_batches_with_grad_alone(tokenizer_and
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="grad_chunk_tokens must be an integer >= 0"):
             ScorerConfig(grad_chunk_tokens=bad)
-
-
-@pytest.mark.parametrize("name", ["llama", "llama-eager", "qwen2"])
-def test_prefilled_cache_gives_the_forward_of_a_dynamic_cache_bit_for_bit(tokenizer_and_models, name):
-    """OAR-P's substituted copies run over a cache allocated once with each row's prefix gathered into place
-    (scoring_batches.prefilled_cache): the logits equal those of transformers' DynamicCache built from the
-    same gathered prefixes, to the bit, and the cache ends holding the prefix and then the forward's keys."""
-    from transformers.cache_utils import DynamicCache
-
-    from oar.method.scoring_batches import prefilled_cache
-
-    model = tokenizer_and_models[1][name]
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, 300, (3, 20), generator=g)
-    with torch.no_grad():
-        clean = model(input_ids=ids, use_cache=True).past_key_values
-        bank = [(layer.keys, layer.values) for layer in clean.layers]
-        rows, cache_len, width = torch.tensor([2, 0, 2, 1]), 12, 5
-        new = torch.randint(3, 300, (4, width), generator=g)
-        positions = torch.arange(cache_len, cache_len + width).expand(4, -1)
-        mask = torch.ones(4, 1, width, cache_len + width, dtype=torch.bool).tril(cache_len)
-        dynamic = DynamicCache([(k[rows, :, :cache_len], v[rows, :, :cache_len]) for k, v in bank])
-        expected = model(input_ids=new, position_ids=positions, attention_mask=mask, past_key_values=dynamic).logits
-        cache = prefilled_cache(bank, rows, cache_len, width)
-        got = model(input_ids=new, position_ids=positions, attention_mask=mask, past_key_values=cache).logits
-    assert torch.equal(got, expected)
-    for layer, reference in zip(cache.layers, dynamic.layers):
-        assert layer.get_seq_length() == cache_len + width
-        assert torch.equal(layer.keys, reference.keys) and torch.equal(layer.values, reference.values)

@@ -332,8 +332,8 @@ def _packed(copies: tuple[tuple[int, int], ...], responses: int, chunk_tokens: i
 def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int, window: int = 0,
                       responses: int = 1, span: int = 1) -> tuple[int, int]:
     """(cache tokens materialised, tokens run) of OAR-P's largest forward of substituted copies: each row's
-    cache is its response's prefix (the forward's longest) and its run, allocated at full length
-    (``oar.method.scoring_batches.prefilled_cache``); the forward with the most cached tokens."""
+    cache is its response's prefix (the forward's longest) and its run, materialised at full length by
+    ``DynamicCache.update`` (``torch.cat``); the forward with the most cached tokens."""
     reasoning = probe_tokens - prompt_tokens - CONCLUDE_AND_ANSWER_TOKENS
     copies = oar_p_copies(prompt_tokens, reasoning, probe_tokens, span, window)
     return max(((f.rows * (f.cache_len + f.width), f.tokens) for f in stacked_forwards(copies, responses, chunk_tokens)),

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from transformers.cache_utils import Cache, DynamicLayer
 
 from oar.method.probes import Probe
 
@@ -281,47 +280,6 @@ def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     if current:
         groups.append(current)
     return groups
-
-
-class _PrefilledLayer(DynamicLayer):
-    """One layer's keys and values for one forward, allocated once at full length with the cached prefix
-    in place; the forward's own keys and values are written after it."""
-
-    def __init__(self, keys: Tensor, values: Tensor, filled: int):
-        super().__init__()
-        self.keys, self.values, self.filled = keys, values, filled
-        self.dtype, self.device = keys.dtype, keys.device
-        self.is_initialized = True
-
-    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
-        end = self.filled + key_states.shape[-2]
-        self.keys[:, :, self.filled : end] = key_states
-        self.values[:, :, self.filled : end] = value_states
-        self.filled = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-    def get_seq_length(self) -> int:
-        return self.filled
-
-
-def prefilled_cache(bank: Sequence[tuple[Tensor, Tensor]], rows: Tensor, cache_len: int, width: int) -> Cache:
-    """The KV cache of one no-grad forward of ``width`` new tokens a row, each row over the first
-    ``cache_len`` positions of its ``bank`` row (``bank``: a [probes, heads, positions, head_dim] key and
-    value tensor per layer; ``rows``: the bank row of each of the forward's rows).
-
-    Each layer's keys and values are allocated once at ``cache_len + width`` positions and the prefix is
-    gathered straight into place. Transformers' ``DynamicCache`` copies the gathered prefix again when it
-    is built and concatenates the new keys to it at every layer, a third copy: on a CPU those copies were
-    a sixth of OAR-P's scoring time. The attention reads the same contiguous tensors either way."""
-    layers = []
-    for keys, values in bank:
-        batch, heads, _, dim = keys.shape
-        k = keys.new_empty((len(rows), heads, cache_len + width, dim))
-        v = values.new_empty((len(rows), heads, cache_len + width, dim))
-        torch.index_select(keys[:, :, :cache_len], 0, rows, out=k[:, :, :cache_len])
-        torch.index_select(values[:, :, :cache_len], 0, rows, out=v[:, :, :cache_len])
-        layers.append(_PrefilledLayer(k, v, cache_len))
-    return Cache(layers=layers)
 
 
 def flat_ids(seqs: Sequence[Sequence[int]], device) -> tuple[Tensor, Tensor]:

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from transformers.cache_utils import DynamicCache
 
 from oar.method.copy_packing import PackedForward, Placement, pack_copies
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scoring_batches import (CACHE_END, FIRST, FIRST_LEN, PROBE, SECOND_LEN, TAIL_END, OutcomeRows,
                                         batch_pad_id, flat_ids, left_aligned, logits_at, logits_to_keep, mask_format,
-                                        micro_batches, model_device, packed_inputs, prefilled_cache, row_inputs,
-                                        row_table, to_host)
+                                        micro_batches, model_device, packed_inputs, row_inputs, row_table, to_host)
 
 
 @torch.no_grad()
@@ -161,7 +161,8 @@ def substitution_scores(model, probes: Sequence[Probe], kinds: Sequence[str],
         cache = None
         if fwd.cache_len:
             row_index = torch.tensor(row_probe, dtype=torch.long).to(device, non_blocking=True)
-            cache = prefilled_cache(bank, row_index, fwd.cache_len, fwd.width)
+            cache = DynamicCache([(k[row_index, :, : fwd.cache_len], v[row_index, :, : fwd.cache_len])
+                                  for k, v in bank])
         with logits_at(model, index):
             out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                         use_cache=cache is not None, logits_to_keep=0)
