@@ -9,6 +9,8 @@ rule run_settings:
         settings=f"{R}/runs/{{run}}/settings.yaml",
     log:
         f"{R}/logs/run_settings/{{run}}.log",
+    conda:
+        "../envs/oar.yaml"
     params:
         settings=lambda wc: RUNS[wc.run],
     script:
