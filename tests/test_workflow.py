@@ -322,3 +322,12 @@ def test_the_mechanism_target_plans_the_dose_runs_beside_the_arms(tmp_path):
     assert {int(r.rsplit("seed", 1)[1]) for r in dose} == set(range(200, 210))
     assert {w["group"] for rule, w in jobs if rule in ("accuracy", "credit")} == {"main", "dose"}
     assert tables(jobs) == {"mechanism", "paired_differences"} and counts["evaluate"] == 101
+
+
+def test_no_rule_runs_python_inside_snakemake():
+    """A rule's `run:` block runs, for a local rule, in a Snakemake process of its own that parses the whole
+    workflow again (snakemake/executors/local.py spawns it): 11 s a job on 2 cores, which once cost
+    `make run` its first two minutes (one job a training run). Rules run scripts or shell commands."""
+    blocks = [f"{path.name}:{number}" for path in [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+              for number, line in enumerate(path.read_text().splitlines(), 1) if re.fullmatch(r"\s+run:\s*", line)]
+    assert blocks == []
