@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from oar.method.importance import SCORERS, score
 from oar.method.scorer_config import ScorerConfig
 from oar.method.substitution import forward_equivalents
-from oar.method.probes import CONCLUDE_TEXT, Probe, build_probes, divergence, outcome_from_logits, pad_token_id, probes_from_padded
+from oar.method.probes import (CONCLUDE_TEXT, Probe, build_probes, divergence, outcome_from_logits, pad_token_id,
+                               probes_from_padded, token_char_spans)
 from oar.models.tiny import build_tiny_model
 from transformers.cache_utils import DynamicCache
 
@@ -254,6 +255,56 @@ def test_probe_alignment_on_real_tokenizer_output(tokenizer_name, request, model
     assert not probe.has_answer and probe.reasoning_len == len(no_answer) - 1  # eos is not reasoning
     (probe,) = build_probes(tokenizer, [prompt], [tokenizer("12 + 7 = 19", add_special_tokens=False)["input_ids"]], fallback_last_number=False)
     assert not probe.has_answer
+
+
+def _every_prefix_end(tokenizer, ids):
+    return [len(tokenizer.decode(ids[: k + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False))
+            for k in range(len(ids))]
+
+
+@pytest.mark.parametrize("tokenizer_name", ["tiny", "packaged"])
+def test_token_spans_end_where_each_prefix_decode_ends_when_characters_split_across_tokens(
+        tokenizer_name, request, model_and_tokenizer, monkeypatch):
+    """A character split across byte-level tokens: each token's end is still the length of the decoded
+    prefix that ends with it, found without decoding every prefix from the start (which is quadratic)."""
+    from oar.method import probes
+
+    tokenizer = model_and_tokenizer[1] if tokenizer_name == "tiny" else request.getfixturevalue("packaged_tokenizer")
+    text = "So 3 € × 2 = 6 €, π ≈ 3.14; 中文数学 😀👍🏽 done."
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    rng = np.random.default_rng(0)
+    cases = [ids[:cut] for cut in range(1, len(ids) + 1)]
+    cases += [ids[int(a):int(a) + int(n)] for a, n in zip(rng.integers(0, len(ids), 40), rng.integers(1, 12, 40))]
+    flags = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
+    split = [c for c in cases if "".join(tokenizer.batch_decode([[i] for i in c], **flags)) != tokenizer.decode(c, **flags)]
+    assert len(split) > 10  # the fast path does not hold for these: characters are split across tokens
+
+    def quadratic(*args):
+        raise AssertionError("decoded every prefix from the start")
+
+    monkeypatch.setattr(probes, "_ends_from_every_prefix", quadratic)
+    for case in cases:
+        decoded, starts, ends = token_char_spans(tokenizer, case)
+        assert decoded == tokenizer.decode(case, **flags) and ends == _every_prefix_end(tokenizer, case), case
+        assert starts == [0] + ends[:-1]
+
+
+def test_token_spans_of_a_tokenizer_whose_decode_is_not_local_come_from_every_prefix():
+    """A decode that drops the space before a chunk's first word (a Metaspace decoder) cannot be
+    rebuilt from chunks: the spans then come from decoding every prefix, and are still exact."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "▁the", "▁answer", "▁is", "▁4."]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    ids = tokenizer("the answer is 4.", add_special_tokens=False)["input_ids"]
+    assert tokenizer.unk_token_id not in ids
+    assert "".join(tokenizer.batch_decode([[i] for i in ids])) != tokenizer.decode(ids)
+    decoded, starts, ends = token_char_spans(tokenizer, ids)
+    assert decoded == "the answer is 4." and ends == _every_prefix_end(tokenizer, ids) == [3, 10, 13, 16]
 
 
 def test_probes_from_padded_tensors_strip_padding(model_and_tokenizer):

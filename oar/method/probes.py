@@ -102,22 +102,57 @@ def conclusion_start(text: str, marker: int) -> int | None:
 def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, list[int], list[int]]:
     """Decoded text of ``ids`` and each token's [start, end) character span in it.
 
-    Fast path: per-token pieces that concatenate to the whole decode. Byte-level BPE can split one
-    character across tokens (the pieces then hold replacement characters); for those the spans come
-    from decoding growing prefixes, which is exact for any tokenizer.
+    A token's end is the length of the decoded prefix that ends with it. Fast path: per-token pieces
+    that concatenate to the whole decode. Byte-level BPE can split one character across tokens (the
+    pieces then hold replacement characters); then the prefixes are decoded from the last point where
+    the text was whole characters (:func:`_ends_from_whole_characters`), and only where even that does
+    not rebuild the decode, from the start for every token (exact for any tokenizer, but quadratic in
+    the length).
     """
     ids = list(ids)
-    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    text = _decode(tokenizer, ids)
     pieces = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     if "".join(pieces) == text:
         ends = list(_cumsum(len(p) for p in pieces))
     else:
-        ends = [
-            len(tokenizer.decode(ids[: k + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False))
-            for k in range(len(ids))
-        ]
+        ends = _ends_from_whole_characters(tokenizer, ids, pieces, text)
+        if ends is None:
+            ends = _ends_from_every_prefix(tokenizer, ids)
     starts = [0] + ends[:-1]
     return text, starts, ends
+
+
+REPLACEMENT = "\ufffd"  # what a decode shows for a character whose bytes are not all there
+
+
+def _decode(tokenizer, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _ends_from_whole_characters(tokenizer, ids: list[int], pieces: list[str], text: str) -> list[int] | None:
+    """Prefix ends, decoding each token together with the tokens since the last whole character.
+
+    Where a decoded chunk does not end in a replacement character its bytes ended on a character
+    boundary, and a byte-level decode of what follows does not depend on what came before; so a
+    prefix's length is the chunks before it plus the decode of the open chunk. Each token costs a
+    decode of a few tokens, not of its whole prefix. Every closed chunk must equal the whole decode at
+    its place, and together rebuild it: where they do not (a tokenizer whose decode is not local),
+    None.
+    """
+    ends: list[int] = []
+    start, offset = 0, 0  # first token of the open chunk, characters before it
+    for k in range(len(ids)):
+        chunk = pieces[k] if start == k else _decode(tokenizer, ids[start : k + 1])
+        ends.append(offset + len(chunk))
+        if not chunk.endswith(REPLACEMENT) or k == len(ids) - 1:
+            if text[offset : offset + len(chunk)] != chunk:
+                return None
+            start, offset = k + 1, offset + len(chunk)
+    return ends if offset == len(text) else None
+
+
+def _ends_from_every_prefix(tokenizer, ids: list[int]) -> list[int]:
+    return [len(_decode(tokenizer, ids[: k + 1])) for k in range(len(ids))]
 
 
 def _cumsum(values):
