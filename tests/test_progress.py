@@ -57,11 +57,29 @@ def test_jobs_left_are_priced_by_their_finished_kind(tmp_path):
     finished = finished_jobs(results)
     assert finished[Job("train", "chain_f1/oar_p-seed2")] == 220 and len(finished) == 4
     result = estimate(pending, finished, cores=2)
-    # OAR-P at its median 210, GRPO 60, the evaluation 30, the table (no finished kind): all jobs' median 130
-    assert result.left_s == pytest.approx((210 + 60 + 30 + 130) / 2) and result.guessed == 1
+    # OAR-P at its median 210, GRPO 60, the evaluation 30; the table (no job of its rule finished) not counted
+    assert result.left_s == pytest.approx((210 + 60 + 30) / 2) and (result.guessed, result.unpriced) == (0, 1)
     text = result.line(elapsed_s=600, cores=2)
-    assert text.startswith("4 of 8 jobs done (50%), 10.0 min since snakemake started; about 4 min left on 2 cores")
-    assert "1 of the 4 left are of kinds not finished yet" in text
+    assert text.startswith("4 of 8 jobs done (50%), 10.0 min since snakemake started; at least 2 min left on 2 cores")
+    assert text.endswith("; 1 of the 4 left not counted: no job of their rule has finished")
+    finished[Job("main_table")] = 180.0
+    text = estimate(pending, finished, cores=2).line(elapsed_s=600, cores=2)
+    assert "; about 4 min left on 2 cores" in text and "not counted" not in text
+
+
+def test_a_kind_not_finished_yet_is_priced_by_its_rule_and_a_rule_not_finished_yet_not_at_all():
+    """Seconds of a data file are no price for a training run: before a job of a rule has finished, the
+    line gives a lower bound and says how many jobs it leaves out, rather than a small number."""
+    finished = {Job("prepare_data", "chain_train"): 0.1, Job("train", "chain_f1/grpo-seed0"): 60.0,
+                Job("train", "chain_f1/oar_p-seed0"): 200.0}
+    pending = [Job("train", "chain_f1/oar_g-seed0"), Job("prepare_model", "chain_f1"), Job("evaluate", "x/y")]
+    result = estimate(pending, finished, cores=1)
+    # OAR-G: no OAR-G run finished, priced by the training runs' median (130); the rest not priced
+    assert result.left_s == pytest.approx(130) and (result.guessed, result.unpriced) == (1, 2)
+    text = result.line(elapsed_s=None, cores=1)
+    assert text == ("3 of 6 jobs done (50%); at least 2 min left on 1 core, from this run's finished jobs "
+                    "(1 of the 3 left are of kinds not finished yet); 2 of the 3 left not counted: no job of "
+                    "their rule has finished")
 
 
 def test_jobs_that_do_no_work_are_priced_at_nothing():
@@ -87,8 +105,8 @@ localrule main_table:""")
     finished = {Job("train", "chain_f1/grpo-seed0"): 60.0, Job("train", "chain_f1/oar_p-seed0"): 200.0,
                 Job("evaluate", "chain_f1/grpo-seed0/chain_test"): 30.0}
     result = estimate(pending, finished, cores=1)
-    # the two that do no work add nothing and are not guessed; the table is priced by every job's median (60)
-    assert result.left_s == pytest.approx(200 + 60 + 30 + 60) and result.guessed == 1 and result.pending == 6
+    # the two that do no work add nothing and are not guessed; the table (no job of its rule finished) is not counted
+    assert result.left_s == pytest.approx(200 + 60 + 30) and (result.guessed, result.unpriced, result.pending) == (0, 1, 6)
 
 
 def test_a_kind_is_priced_by_the_jobs_this_run_finished_where_it_has_any(tmp_path):
@@ -135,7 +153,7 @@ rule report:
     finished = {Job("analysis", "credit-main"): 4.0, Job("tables", "paired_differences"): 6.0,
                 Job("train", "chain_d8/grpo-seed0"): 380.0}
     result = estimate(pending, finished, cores=1)
-    assert result.left_s == pytest.approx(4 + 6 + 6) and result.guessed == 1  # the report: every job's median
+    assert result.left_s == pytest.approx(4 + 6) and result.unpriced == 1  # the report: none of its rule finished
 
 
 def test_the_run_started_when_its_log_is_named_not_when_it_was_last_written(tmp_path):

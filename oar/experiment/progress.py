@@ -3,9 +3,10 @@
 The estimate prices every job still to run at the median wall time of the finished jobs of its kind in
 the same results folder (a training run by its method: an OAR-P run costs about three GRPO runs; those
 that finished since the run in progress began, where its kind has any), falls
-back to the median of its rule, then of every finished job, and spreads the sum over the cores. It knows
-nothing of the machine: on a loaded or slower machine the finished jobs were slower too, and so is the
-estimate. Before any job of a kind has finished, that kind is priced by the others; the line says so.
+back to the median of its rule, and spreads the sum over the cores. It knows nothing of the machine: on a
+loaded or slower machine the finished jobs were slower too, and so is the estimate. A job whose rule has
+no finished job yet is not priced (a data file's seconds say nothing of a training run's): the line then
+gives what is left as "at least", and says how many jobs it leaves out.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class Estimate:
     done: int
     pending: int
     left_s: float | None  # None: nothing has finished yet to price the jobs by
-    guessed: int  # pending jobs of a kind none of whose jobs has finished (priced by their rule or all)
+    guessed: int  # pending jobs of a kind none of whose jobs has finished (priced by their rule)
+    unpriced: int = 0  # pending jobs of a rule none of whose jobs has finished (left out of left_s)
 
     def line(self, elapsed_s: float | None, cores: int) -> str:
         total = self.done + self.pending
@@ -61,16 +63,19 @@ class Estimate:
             return text + "; nothing left"
         if self.left_s is None:
             return text + "; no estimate before the first job finishes"
-        text += f"; about {self.left_s / 60:.0f} min left on {cores} cores, from this run's finished jobs"
+        bound = "at least" if self.unpriced else "about"
+        text += f"; {bound} {self.left_s / 60:.0f} min left on {cores} core{'s' if cores != 1 else ''}, from this run's finished jobs"
         if self.guessed:
             text += f" ({self.guessed} of the {self.pending} left are of kinds not finished yet)"
+        if self.unpriced:
+            text += f"; {self.unpriced} of the {self.pending} left not counted: no job of their rule has finished"
         return text
 
 
 def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int,
              recent: Mapping[Job, float] | None = None) -> Estimate:
-    """Seconds left: each pending job at the median wall time of its finished kind, else of its rule, else
-    of every finished job, summed and divided by ``cores``. A kind with jobs in ``recent`` (those finished
+    """Seconds left: each pending job at the median wall time of its finished kind, else of its rule (else
+    not counted: ``unpriced``), summed and divided by ``cores``. A kind with jobs in ``recent`` (those finished
     since the run in progress began) is priced by those alone: a folder's earlier jobs may have run on a
     busier or quieter machine."""
     if cores < 1:
@@ -84,19 +89,20 @@ def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int,
     for job, seconds in (recent or {}).items():
         recent_by_kind.setdefault(job.kind, []).append(seconds)
     by_kind.update(recent_by_kind)
-    everything = list(finished.values())
-    if not everything:
+    if not finished:
         return Estimate(len(finished), len(pending), None if pending else 0.0, 0)
-    left, guessed = 0.0, 0
+    left, guessed, unpriced = 0.0, 0, 0
     for job in pending:
         if job.rule in NO_WORK_RULES or not job.writes:
             continue
         if job.kind in by_kind:
             left += statistics.median(by_kind[job.kind])
-        else:
+        elif job.kind[0] in by_rule:
             guessed += 1
-            left += statistics.median(by_rule.get(job.kind[0], everything))
-    return Estimate(len(finished), len(pending), left / cores, guessed)
+            left += statistics.median(by_rule[job.kind[0]])
+        else:
+            unpriced += 1
+    return Estimate(len(finished), len(pending), left / cores, guessed, unpriced)
 
 
 def finished_jobs(results: Path, since: float | None = None) -> dict[Job, float]:
