@@ -448,6 +448,28 @@ def test_each_run_is_checked_against_the_declaring_commit(tmp_path):
     assert "cannot be checked for 1 runs" in text and "2 record no commit" in text
 
 
+def test_the_runs_line_says_which_cpu_kernels_the_runs_were_made_with(tmp_path):
+    """Runs made pinned and unpinned add in other orders: the line under a table says which kernels its
+    runs used, and says so loudly where they differ."""
+    from oar.analysis import provenance
+
+    def run_file(name, level, capability="AVX512"):
+        path = tmp_path / name / "run.yaml"
+        path.parent.mkdir()
+        kernels = {"capability": capability, "mkl_branch": "OFF", "OAR_CPU_KERNELS": level}
+        path.write_text(yaml.safe_dump({"settings": {}, "provenance": {"git": {"commit": "a" * 40, "dirty": False},
+                                                                       "cpu_kernels": kernels}}))
+        return path
+
+    unpinned = [run_file(f"u{i}", None) for i in range(3)]
+    assert "; CPU kernels unpinned at AVX512 (3)." in provenance.runs_text([], unpinned)
+    pinned = run_file("p", "avx2", "AVX2")
+    text = provenance.runs_text([], [*unpinned, pinned])
+    assert "; **CPU kernels differ between runs**: unpinned at AVX512 (3), pinned to avx2 (1)." in text
+    text = provenance.runs_text([], [*unpinned, tmp_path / "missing" / "run.yaml"])
+    assert "; CPU kernels unpinned at AVX512 (3) (1 record none)." in text
+
+
 def test_without_git_the_declaration_says_so(tmp_path, monkeypatch):
     from oar.analysis import provenance
 

@@ -133,6 +133,19 @@ def run_commit(run_file: str | Path) -> tuple[str | None, bool]:
     return (None if commit in (None, "unknown") else commit), bool(git.get("dirty"))  # "unknown": git was missing
 
 
+def run_kernels(run_file: str | Path) -> str | None:
+    """How a training run's CPU kernels were set, from its ``run.yaml``: ``pinned to <level>`` or
+    ``unpinned at <torch's capability>`` (None where the file or the record is missing). Runs made with
+    other kernels add in another order, so their floats follow other paths."""
+    path = Path(run_file)
+    data = _load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    kernels = ((data or {}).get("provenance") or {}).get("cpu_kernels") or {}
+    if not kernels:
+        return None
+    level = kernels.get("OAR_CPU_KERNELS")
+    return f"pinned to {level}" if level else f"unpinned at {kernels.get('capability') or 'an unrecorded capability'}"
+
+
 def _descends(root: Path, ancestor: str, commit: str) -> bool | None:
     """Whether ``commit`` is ``ancestor`` or one of its descendants (None: git cannot tell, e.g. the commit
     is not in this repository)."""
@@ -146,9 +159,13 @@ def _commits_phrase(counts: Counter) -> str:
     return ", ".join(f"{c[:12]} ({n})" for c, n in counts.most_common())
 
 
+def _counts_phrase(counts: Counter) -> str:
+    return ", ".join(f"{c} ({n})" for c, n in counts.most_common())
+
+
 def runs_text(found: Sequence[Mapping[str, Any]], run_files: Sequence[str | Path]) -> str:
-    """Beneath the declarations: the commits the table's runs were made at, and for each committed rule
-    whether every run was made after it (at a descendant of its declaring commit)."""
+    """Beneath the declarations: the commits the table's runs were made at and their CPU kernels, and for
+    each committed rule whether every run was made after it (at a descendant of its declaring commit)."""
     if not run_files:
         return ""
     made = [run_commit(f) for f in run_files]
@@ -163,6 +180,13 @@ def runs_text(found: Sequence[Mapping[str, Any]], run_files: Sequence[str | Path
         lines[0] += "; none records the commit it was made at, so no rule can be checked against them"
     elif unrecorded:
         lines[0] += f"; {unrecorded} record no commit (their rules cannot be checked)"
+    kernels = Counter(k for k in map(run_kernels, run_files) if k)
+    if len(kernels) == 1:
+        lines[0] += f"; CPU kernels {_counts_phrase(kernels)}"
+    elif kernels:
+        lines[0] += f"; **CPU kernels differ between runs**: {_counts_phrase(kernels)}"
+    if kernels and sum(kernels.values()) < len(made):
+        lines[0] += f" ({len(made) - sum(kernels.values())} record none)"
     lines[0] += ".\n"
     for d in found:
         if d["status"] != "committed" or not commits:
