@@ -123,23 +123,26 @@ def declarations_text(found: Sequence[Mapping[str, Any]]) -> str:
             + "\n".join(lines) + "\n")
 
 
-def run_commit(run_file: str | Path) -> tuple[str | None, bool]:
-    """The commit a training run was made at and whether its tree had uncommitted changes, from its
-    ``run.yaml`` (None where the file or its git record is missing)."""
+def run_provenance(run_file: str | Path) -> Mapping[str, Any]:
+    """The ``provenance`` record of a training run's ``run.yaml`` (empty where the file or record is missing)."""
     path = Path(run_file)
     data = _load(path.read_text(encoding="utf-8")) if path.is_file() else None
-    git = ((data or {}).get("provenance") or {}).get("git") or {}
+    return (data or {}).get("provenance") or {}
+
+
+def run_commit(record: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """The commit a run was made at and whether its tree had uncommitted changes, from its provenance
+    ``record`` (None where its git record is missing)."""
+    git = record.get("git") or {}
     commit = git.get("commit")
     return (None if commit in (None, "unknown") else commit), bool(git.get("dirty"))  # "unknown": git was missing
 
 
-def run_kernels(run_file: str | Path) -> str | None:
-    """How a training run's CPU kernels were set, from its ``run.yaml``: ``pinned to <level>`` or
-    ``unpinned at <torch's capability>`` (None where the file or the record is missing). Runs made with
-    other kernels add in another order, so their floats follow other paths."""
-    path = Path(run_file)
-    data = _load(path.read_text(encoding="utf-8")) if path.is_file() else None
-    kernels = ((data or {}).get("provenance") or {}).get("cpu_kernels") or {}
+def run_kernels(record: Mapping[str, Any]) -> str | None:
+    """How a run's CPU kernels were set, from its provenance ``record``: ``pinned to <level>`` or
+    ``unpinned at <torch's capability>`` (None where not recorded). Runs made with other kernels add in
+    another order, so their floats follow other paths."""
+    kernels = record.get("cpu_kernels") or {}
     if not kernels:
         return None
     level = kernels.get("OAR_CPU_KERNELS")
@@ -168,7 +171,8 @@ def runs_text(found: Sequence[Mapping[str, Any]], run_files: Sequence[str | Path
     each committed rule whether every run was made after it (at a descendant of its declaring commit)."""
     if not run_files:
         return ""
-    made = [run_commit(f) for f in run_files]
+    records = [run_provenance(f) for f in run_files]
+    made = [run_commit(r) for r in records]
     commits = Counter(c for c, _ in made if c)
     unrecorded = sum(1 for c, _ in made if not c)
     dirty = sum(1 for c, d in made if c and d)
@@ -180,7 +184,7 @@ def runs_text(found: Sequence[Mapping[str, Any]], run_files: Sequence[str | Path
         lines[0] += "; none records the commit it was made at, so no rule can be checked against them"
     elif unrecorded:
         lines[0] += f"; {unrecorded} record no commit (their rules cannot be checked)"
-    kernels = Counter(k for k in map(run_kernels, run_files) if k)
+    kernels = Counter(k for k in map(run_kernels, records) if k)
     if len(kernels) == 1:
         lines[0] += f"; CPU kernels {_counts_phrase(kernels)}"
     elif kernels:

@@ -111,7 +111,7 @@ def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, list[int], lis
     """
     ids = list(ids)
     text = _decode(tokenizer, ids)
-    pieces = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    pieces = tokenizer.batch_decode([[i] for i in ids], **AS_WRITTEN)
     if "".join(pieces) == text:
         ends = list(_cumsum(len(p) for p in pieces))
     else:
@@ -123,10 +123,11 @@ def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, list[int], lis
 
 
 REPLACEMENT = "\ufffd"  # what a decode shows for a character whose bytes are not all there
+AS_WRITTEN = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}  # decode every token, unaltered
 
 
 def _decode(tokenizer, ids: Sequence[int]) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return tokenizer.decode(list(ids), **AS_WRITTEN)
 
 
 def _ends_from_whole_characters(tokenizer, ids: list[int], pieces: list[str], text: str) -> list[int] | None:
