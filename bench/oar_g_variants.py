@@ -15,7 +15,11 @@ calls after one warm-up call, the variants interleaved call by call so that drif
 - ``oar_g, one micro-batch``: every probe in one micro-batch with grad (a budget of all the tokens);
 - ``oar_g, torch's attention kernels``: ``scoring_attention: torch_default`` (cuDNN's on Hopper, whose
   per-shape graphs are built in the warm-up call and cached: its kernels' speed without the build);
-- OAR-G's phases (``--phases``): the device time of the named regions of one warm call under
+- ``oar_g, prompt inline``: ``grad_prompt: inline``, every probe whole (prompt included) in right-padded
+  rows with no attention mask, so that SDPA runs causal attention alone (flash attention on a GPU) rather
+  than the memory-efficient kernel the cached prompt's padding mask leaves it; and the same in one
+  micro-batch;
+- OAR-G's phases (``--phases``), both ways of running the prompt: the device time of the named regions of one warm call under
   torch.profiler (inputs, prefix, clean forward, noisy forward). The backward's kernels are launched by
   autograd's own thread, outside the region that names it, so its figure there is about 0 on a GPU: read
   it as the call's time less the rest.
@@ -128,14 +132,18 @@ def variants(model, optimizer, probes, args, device):
         ("oar_g, evened micro-batches", scoring(config, evened)),
         ("oar_g, one micro-batch", scoring(replace(config, grad_chunk_tokens=total))),
         ("oar_g, torch's attention kernels", scoring(replace(config, attention="torch_default"))),
+        ("oar_g, prompt inline", scoring(replace(config, grad_prompt="inline"))),
+        ("oar_g, prompt inline, evened micro-batches", scoring(replace(config, grad_prompt="inline"), evened)),
+        ("oar_g, prompt inline, one micro-batch", scoring(replace(config, grad_prompt="inline",
+                                                                  grad_chunk_tokens=total))),
     ]
 
 
-def phase_seconds(model, probes, args, device) -> dict[str, float]:
+def phase_seconds(model, probes, args, device, grad_prompt: str) -> dict[str, float]:
     """Device (CPU) seconds of each named region of OAR-G's scoring, from torch.profiler over one warm call."""
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
     config = ScorerConfig(probe="as_mean", noise_sigma=1e-3, chunk_tokens=args.chunk_tokens,
-                          grad_chunk_tokens=args.grad_chunk_tokens)
+                          grad_chunk_tokens=args.grad_chunk_tokens, grad_prompt=grad_prompt)
     with torch.profiler.profile(activities=activities) as prof, _autocast(device):
         score("oar_g", model, probes, config)
         _sync(device)
@@ -184,12 +192,14 @@ def main() -> None:
               "grad_chunk_tokens": args.grad_chunk_tokens, "repeats": args.repeats, "seconds": times,
               "median_s": medians, "over_update": {name: s / update for name, s in medians.items()}}
     if args.phases:
-        result["phase_device_s"] = phase_seconds(model, probes, args, device)
+        result["phase_device_s"] = phase_seconds(model, probes, args, device, "cached")
+        result["phase_device_s_inline"] = phase_seconds(model, probes, args, device, "inline")
     print(markdown_table(["variant", "median s", "over the update"],
                          [[name, f"{s:.4g}", f"{s / update:.2f}"] for name, s in medians.items()]))
     if args.phases:
-        print("phases (device s of one profiled call): "
-              + ", ".join(f"{k} {v:.3g}" for k, v in result["phase_device_s"].items()))
+        for key, layout in (("phase_device_s", "cached"), ("phase_device_s_inline", "inline")):
+            print(f"phases, prompt {layout} (device s of one profiled call): "
+                  + ", ".join(f"{k} {v:.3g}" for k, v in result[key].items()))
     if args.out:
         atomic_write_json(args.out, result)
 

@@ -74,6 +74,7 @@ def reference_scores(monkeypatch, method, model, probes, config):
 SETTINGS = [
     ("oar_p", {}), ("oar_p", {"span_tokens": 3}), ("oar_p", {"window_tokens": 4}),
     ("oar_g", {"noise_sigma": 1e-2}), ("grad_norm", {}), ("entropy", {}),
+    ("oar_g", {"noise_sigma": 1e-2, "grad_prompt": "inline"}), ("grad_norm", {"grad_prompt": "inline"}),
 ]
 
 
@@ -97,10 +98,11 @@ def test_batched_scores_equal_the_per_response_scores(tokenizer_and_models, monk
     assert difference <= 1e-5, difference
 
 
-@pytest.mark.parametrize("method", ["oar_p", "oar_g"])
-def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp_path, monkeypatch, method):
+@pytest.mark.parametrize("method, extra", [("oar_p", {}), ("oar_g", {}), ("oar_g", {"oar_grad_prompt": "inline"})])
+def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp_path, monkeypatch, method, extra):
     """In float64, so that what differs is rounding alone: a random tiny policy's KL scores are ~1e-5, where
-    float32's rounding of the log-probabilities (~1e-7) already reorders near-tied scores at the gate."""
+    float32's rounding of the log-probabilities (~1e-7) already reorders near-tied scores at the gate. OAR-G
+    with its prompt inline (``oar.grad_prompt``) trains the same first step too."""
     from test_trainer import make_trainer
 
     logs = []
@@ -108,7 +110,7 @@ def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp
         with monkeypatch.context() as patch:
             if name == "reference":
                 patch.setitem(importance.SCORERS, method, reference_scorers.REFERENCE[method])
-            trainer = make_trainer(tiny_model_dir, tmp_path / name, oar_method=method, oar_chunk_tokens=64)
+            trainer = make_trainer(tiny_model_dir, tmp_path / name, oar_method=method, oar_chunk_tokens=64, **extra)
             trainer.model.to(torch.float64)
             trainer.train()
             logs.append(trainer.state.log_history[0])
@@ -120,7 +122,7 @@ def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp
 
 
 @pytest.mark.parametrize("method, settings", [("oar_p", {}), ("oar_p", {"window_tokens": 3}), ("oar_g", {}),
-                                              ("grad_norm", {}), ("entropy", {})])
+                                              ("grad_norm", {}), ("entropy", {}), ("oar_g", {"grad_prompt": "inline"})])
 @pytest.mark.parametrize("responses, chunk_tokens", [(2, 24), (7, 24), (7, 400)])
 def test_no_host_synchronisation_inside_a_scoring_call(tokenizer_and_models, method, settings, responses,
                                                        chunk_tokens):

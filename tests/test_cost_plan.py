@@ -124,6 +124,30 @@ def test_oar_g_flops_match_torch_counter(kind):
     _agree(planned, _counted(oar_g), "OAR-G")
 
 
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_oar_g_flops_over_an_inline_prompt_match_torch_counter(kind):
+    """``grad_prompt: inline``: the whole probe, prompt included, in a no-grad clean forward, a forward with
+    grad on its input embeddings and the gradient to those inputs; no prompt runs apart, and a call is
+    three model calls per micro-batch (two forwards and the backward)."""
+    model, shape = _model(kind)
+    model.eval()
+    ids = torch.tensor([PROBE.ids("as_mean")])
+    prompt = len(PROBE.prompt_ids)
+    keep = len(PROBE.answer_ids) + 1
+
+    def oar_g_inline():
+        with torch.no_grad():
+            model(input_ids=ids, logits_to_keep=keep)
+        embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+        model(inputs_embeds=embeds, logits_to_keep=keep).logits.float().logsumexp(-1).sum().backward(inputs=[embeds])
+
+    work = cm.oar_g_work(shape, prompt, ids.shape[1], keep, chunk_tokens=512, inline=True)
+    _agree(work.flops, _counted(oar_g_inline), "OAR-G, inline prompt")
+    assert (work.calls, work.forwards) == (3, 2)
+    cached = cm.oar_g_work(shape, prompt, ids.shape[1], keep, chunk_tokens=512)
+    assert (cached.calls, cached.forwards) == (4, 3) and cached.flops < work.flops
+
+
 # --- the testbed: the plan with this CPU's measured throughput against a step timed in the same run -------
 
 # The testbed's settings as `make run`'s metrics.jsonl has them: completions average 53 of the 96 allowed
@@ -505,6 +529,32 @@ def test_calibrated_plan_holds_every_phase_measured_with_generation_outside_cudn
         for phase, key in phases:
             planned, measured = getattr(plan, phase), row[key]
             assert abs(planned - measured) <= 0.25 * measured + 0.01, (row["row"], phase, planned, measured)
+
+
+INLINE = Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11-inline" / "calibration.json"
+
+
+def test_calibrated_plan_holds_oar_g_over_an_inline_prompt():
+    """The H200's rows with OAR-G's prompt inline (h200-2026-11-inline: GRPO and OAR-G at 1,024 tokens,
+    config/paper.yaml's scorer settings): calibrated with the earlier rows beside them, OAR-G's inline
+    calls get a fixed cost of their own (its forwards run flash attention, no mask), below the cached
+    prompt's, and the plan holds every scoring phase and update of the file within 25%. Without inline
+    rows, a plan of an inline config takes the cached prompt's call cost rather than none."""
+    hw = cal.calibrate([NO_CUDNN, GENERATE_NO_CUDNN, INLINE], hw_kinds.hardware("h200"))
+    inline, cached = hw.scorer_call("oar_g inline", "stacked"), hw.scorer_call("oar_g", "stacked")
+    assert inline is not None and cached is not None and inline < cached
+    data, rows = cal.calibration_rows(INLINE)
+    shape = shape_of(Qwen2Config(**data["shape"]))
+    assert {(r["row"], r["grad_prompt"]) for r in rows} == {("grpo-1024", "inline"), ("oar_g-1024", "inline")}
+    for row in rows:
+        plan = _check_plan(shape, row, hw)
+        for phase, key in (("scoring", "score_s"), ("update", "update_s")):
+            planned, measured = getattr(plan, phase), row[key]
+            assert abs(planned - measured) <= 0.25 * measured + 0.01, (row["row"], phase, planned, measured)
+    (oar_g,) = [r for r in rows if r["method"] == "oar_g"]
+    before = cal.calibrate([NO_CUDNN, GENERATE_NO_CUDNN], hw_kinds.hardware("h200"))
+    assert before.scorer_call("oar_g inline", "stacked") is None
+    assert _check_plan(shape, oar_g, before).scoring > _check_plan(shape, oar_g, hw).scoring
 
 
 def test_a_row_may_leave_out_only_the_update_and_the_step_and_says_so(tmp_path):

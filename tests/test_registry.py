@@ -357,6 +357,26 @@ def test_scoring_attention_is_in_run_settings_only_off_its_default():
         registry(bad)
 
 
+def test_grad_prompt_is_in_run_settings_only_off_its_default():
+    """OAR-G's prompt cached (the default) adds no key to a run's settings, so earlier runs are not
+    retrained; inline is passed on (the paper config's), and a value outside the schema's stops at config
+    load naming the key."""
+    from oar.training.settings import SettingsError, resolve_settings
+
+    settings = registry().run_settings("smollm2", "oar_g", 0)
+    assert "grad_prompt" not in settings["oar"]
+    assert resolve_settings(settings)["oar"]["grad_prompt"] == "cached"
+    cfg = load(FIXTURE)
+    cfg["training"]["oar"]["grad_prompt"] = "inline"
+    assert registry(cfg).run_settings("smollm2", "oar_g", 0)["oar"]["grad_prompt"] == "inline"
+    with pytest.raises(SettingsError, match="'oar.grad_prompt' must be one of"):
+        resolve_settings({**settings, "oar": {**settings["oar"], "grad_prompt": "flash"}})
+    bad = load(FIXTURE)
+    bad["training"]["oar"]["grad_prompt"] = "flash"
+    with pytest.raises(Exception, match="'flash' is not one of"):  # the schema's enum, at validation
+        registry(bad)
+
+
 def test_the_step_credit_log_is_in_run_settings_only_when_asked():
     """Off (the default) it adds no key, so runs made before the setting existed are not retrained; on,
     every method's run carries it, GRPO's too (the mediator is compared across arms)."""

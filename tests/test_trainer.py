@@ -182,6 +182,20 @@ def test_transformers_generation_runs_without_cudnn_attention_and_the_update_kee
     assert torch.backends.cuda.cudnn_sdp_enabled()
 
 
+def test_oar_g_scores_with_the_configured_prompt_layout(tiny_model_dir, tmp_path, monkeypatch):
+    """``oar_grad_prompt`` (settings key ``oar.grad_prompt``) reaches the scorer: with ``inline`` every
+    scoring call runs the probes whole, never the cached prompt's rows."""
+    from oar.method import gradient_scorers
+
+    def cached_rows(*args, **kwargs):
+        raise AssertionError("scored over a cached prompt")
+
+    monkeypatch.setattr(gradient_scorers, "_cached_rows", cached_rows)
+    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="oar_g", oar_grad_prompt="inline")
+    trainer.train()
+    assert trainer.state.log_history[0]["oar/frac_scored"] > 0
+
+
 def test_windowed_oar_p_trains_a_step(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="oar_p", oar_window_tokens=2)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}

@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Mapping
 from pathlib import Path
 
-from oar.experiment.cost_model import (SCHEDULES, Assumptions, Work, generation_work, reasoning_probe, scaled,
-                                       scoring_work, update_work)
+from oar.experiment.cost_model import (SCHEDULES, Assumptions, Work, calibrated_scorer, generation_work, reasoning_probe,
+                                       scaled, scoring_work, update_work)
 from oar.experiment.hardware import Hardware
 from oar.experiment.memory_plan import PlanError
 from oar.experiment.shapes import Shape, shape_of
@@ -190,7 +190,7 @@ def calibrate(paths, base: Hardware) -> Hardware:
         calls = work.calls
         if r.get("score_forwards") and work.forwards:
             calls *= r["score_forwards"] / work.forwards
-        key = ("oar_g" if r["method"] == "grad_norm" else r["method"], r["scorer_schedule"])
+        key = (calibrated_scorer(r["method"], r.get("grad_prompt", OARSettings.grad_prompt)), r["scorer_schedule"])
         samples.append((key, r.get("scoring_attention", "torch_default") == "no_cudnn", calls, work.flops,
                         r["score_s"]))
     # rows that scored without cuDNN's attention (the default) stand for the scorer where a file has them
@@ -246,7 +246,7 @@ def check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) 
     reasoning, probe = reasoning_probe(row["prompt_tokens"], row["completion_length"])
     keep = 1 if row.get("probe", OARSettings.probe) == "lt_logits" else Assumptions.answer_tokens + 1
     oar = {name: row.get(name, getattr(OARSettings, name))
-           for name in ("chunk_tokens", "grad_chunk_tokens", "span_tokens", "window_tokens")}
+           for name in ("chunk_tokens", "grad_chunk_tokens", "span_tokens", "window_tokens", "grad_prompt")}
     return scoring_work(shape, row["method"], oar, row["prompt_tokens"], reasoning, probe, keep,
                         row["batch"] * row.get("frac_scored", 1.0), row.get("num_generations", row["batch"]),
                         schedule or row.get("scorer_schedule", "per_response"))
@@ -257,7 +257,8 @@ def check_settings(row: Mapping, run_id: str = "check") -> dict:
     ``oar.experiment.cost_plan.step_plan`` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
     return {"run_id": run_id, "method": row["method"],
             "oar": {**{name: row.get(name, getattr(OARSettings, name))
-                       for name in ("chunk_tokens", "grad_chunk_tokens", "span_tokens", "window_tokens", "probe")},
+                       for name in ("chunk_tokens", "grad_chunk_tokens", "span_tokens", "window_tokens", "probe",
+                                    "grad_prompt")},
                     "score_all": True},
             "trainer": {"max_completion_length": row["completion_length"], "per_device_train_batch_size": row["batch"],
                         "gradient_accumulation_steps": 1, "num_generations": row.get("num_generations", row["batch"]),

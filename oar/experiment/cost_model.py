@@ -204,14 +204,24 @@ def _oar_p_per_response(shape: Shape, prompt: float, reasoning: int, probe: floa
 
 
 def oar_g_work(shape: Shape, prompt: float, probe: float, keep: int, chunk_tokens: int, clean: bool = True,
-               group: int = 1, responses: float = 1.0) -> Work:
+               group: int = 1, responses: float = 1.0, inline: bool = False) -> Work:
     """``responses`` responses in one scoring call, as ``oar.method.gradient_scorers._embedding_gradients``
     runs them: each distinct prompt once without gradient into a KV cache (shared by the ``group``
     responses of a GRPO group), then on top of that cache a no-grad clean forward (OAR-G; grad_norm has
     none), a forward with grad on the input embeddings and its backward to the inputs only
     (``torch.autograd.grad(..., inputs)``: no weight gradients), of ``reasoning | conclude | answer`` alone,
     in micro-batches of whole probes, ``chunk_tokens // suffix`` of them at most (a call's last micro-batch
-    may be partly empty: 8 probes of 1,030 tokens in 8,192-token micro-batches take 2 of them)."""
+    may be partly empty: 8 probes of 1,030 tokens in 8,192-token micro-batches take 2 of them). With
+    ``inline`` (``grad_prompt: inline``) the same passes run each whole probe, prompt included, and no
+    prompt runs apart."""
+    if inline:
+        per_batch = max(1, int(chunk_tokens // probe))
+        fwd = forward_flops(shape, probe, keep=keep)
+        backward = backward_flops(shape, probe, keep=keep, weights=False)
+        work = Work(flops=responses * ((2 if clean else 1) * fwd + backward))
+        batches = math.ceil(responses / per_batch - 1e-9)
+        work.calls, work.forwards = (3 if clean else 2) * batches, (2 if clean else 1) * batches
+        return work
     suffix = probe - prompt
     per_batch = max(1, int(chunk_tokens // suffix))
     fwd = forward_flops(shape, suffix, prompt, keep=keep)
@@ -244,6 +254,14 @@ def scaled(work: Work, n: float) -> Work:
                 work.fixed_s * n)
 
 
+def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
+    """The name under which a scorer's fixed cost per model call is calibrated: grad_norm's is OAR-G's (the
+    same passes less one), and OAR-G's over an inline prompt (``grad_prompt: inline``) is its own, its
+    forwards running other attention kernels on a GPU (flash attention, no mask)."""
+    name = "oar_g" if scorer == "grad_norm" else scorer
+    return f"{name} inline" if name == "oar_g" and grad_prompt == "inline" else name
+
+
 def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoning: float, probe: float, keep: int,
                  scored: float, group: int, schedule: str = SCHEDULE) -> Work:
     """The work of one scoring call over ``scored`` responses."""
@@ -253,7 +271,7 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
         return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, span, window, responses=scored, schedule=schedule)
     if method in ("oar_g", "grad_norm"):
         return oar_g_work(shape, prompt, probe, keep, grad_budget(oar), clean=method == "oar_g", group=group,
-                          responses=scored)
+                          responses=scored, inline=oar.get("grad_prompt", OARSettings.grad_prompt) == "inline")
     if method == "entropy":
         seq = prompt + reasoning
         per = 1 / max(1, int(chunk // seq))

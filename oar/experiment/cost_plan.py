@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from oar.experiment.calibration import calibrate
-from oar.experiment.cost_model import (SCHEDULE, SCHEDULES, Assumptions, generation_work, reasoning_probe, scaled,
-                                       scoring_work, update_work)
+from oar.experiment.cost_model import (SCHEDULE, SCHEDULES, Assumptions, calibrated_scorer, generation_work,
+                                       reasoning_probe, scaled, scoring_work, update_work)
 from oar.experiment.hardware import HARDWARE, Hardware, hardware
 from oar.experiment.memory_plan import PlanError, load_config, model_config
 from oar.experiment.runs import GROUP_TABLES
@@ -93,8 +93,10 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
     scorer = scorer_of(method) or method  # a rescue or a dose costs its scorer's scoring; GRPO none
     score = scoring_work(shape, scorer, oar, prompt, reasoning, probe, keep, scored, trainer["num_generations"],
                          schedule)
-    calibrated = "oar_g" if scorer == "grad_norm" else scorer
-    scoring = score.seconds(hw, shape.layers, call_s=hw.scorer_call(calibrated, schedule), flops=hw.scoring_flops)
+    call_s = hw.scorer_call(calibrated_scorer(scorer, oar.get("grad_prompt")), schedule)
+    if call_s is None:  # OAR-G over an inline prompt, calibrated by cached-prompt rows only: their call cost
+        call_s = hw.scorer_call(calibrated_scorer(scorer), schedule)
+    scoring = score.seconds(hw, shape.layers, call_s=call_s, flops=hw.scoring_flops)
 
     extra = int(bool(trainer.get("use_vllm")) and trainer.get("vllm_importance_sampling_correction", True))
     extra += int(float(trainer.get("beta", 0.0)) != 0.0)

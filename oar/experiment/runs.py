@@ -439,10 +439,11 @@ class Registry(JobResources, JobOptions):
             oar["probe"] = probe
         oar.update(self.grading())  # rewards and probes grade as evaluation does
         for added_later, default in (("window_tokens", 0), ("log_step_credit", False),
-                                     ("scoring_attention", "no_cudnn"), ("grad_chunk_tokens", 0)):
+                                     ("scoring_attention", "no_cudnn"), ("grad_chunk_tokens", 0),
+                                     ("grad_prompt", "cached")):
             if oar.get(added_later, default) == default:
                 # at its default (exact OAR-P; no step-credit log; scoring without cuDNN's attention; OAR-G's
-                # micro-batches at chunk_tokens): left
+                # micro-batches at chunk_tokens, over a cached prompt): left
                 # out so that runs made before the setting existed keep their settings, and Snakemake does
                 # not retrain them
                 oar.pop(added_later, None)

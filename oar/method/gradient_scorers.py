@@ -2,14 +2,16 @@
 divergence at a noised point) and ``grad_norm`` (the gradient's norm at the clean point, a control).
 
 Both take the gradient of an objective on the outcome with respect to the reasoning's input embeddings
-(:func:`_embedding_gradients`): each distinct prompt runs once into a KV cache without gradient, and
-only ``reasoning | conclude | answer`` runs with it, in micro-batches of at most ``grad_chunk_tokens`` tokens
-(``chunk_tokens`` unless set).
+(:func:`_embedding_gradients`), in micro-batches of at most ``grad_chunk_tokens`` tokens (``chunk_tokens``
+unless set): either each distinct prompt runs once into a KV cache without gradient and only ``reasoning |
+conclude | answer`` runs with it (``grad_prompt: cached``), or every probe runs whole with no attention mask
+(``inline``: flash attention on a GPU).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -18,8 +20,24 @@ from transformers.cache_utils import DynamicCache
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scoring_batches import (FIRST_LEN, PROBE, OutcomeRows, batch_pad_id, flat_ids, gather_rows,
-                                        left_aligned, logits_to_keep, mask_format, micro_batches, model_device,
+                                        left_aligned, logits_at, logits_to_keep, mask_format, micro_batches,
+                                        model_device,
                                         piece_starts, row_inputs, row_table, to_host)
+
+
+@dataclass
+class _GradRows:
+    """One micro-batch of probes as the model runs it: the probe of each row [B], its token ids
+    [B, width], the column of its first reasoning token [B], its reasoning's length [B] and where its
+    scores go in the flat output [B]; ``run(inputs)`` calls the model on ``input_ids=`` or
+    ``inputs_embeds=`` and returns the rows' kept logits [B, K, V], each row's last ``K`` positions."""
+
+    probe_of: Tensor
+    ids: Tensor
+    first: Tensor
+    count: Tensor
+    dest: Tensor
+    run: Callable[..., Tensor]
 
 
 def _embedding_gradients(
@@ -37,17 +55,15 @@ def _embedding_gradients(
     of at most ``config.grad_budget`` tokens.
 
     Only the reasoning is noised and only its gradient is read, so the prompt before it is the same in
-    the clean and the noisy pass and no gradient needs to cross it: each distinct prompt runs once,
-    without gradient, into a KV cache (``_prompt_caches``; a GRPO group shares one prompt), and both
-    passes and the backward run only ``reasoning | conclude | answer`` on top of it. The result is the
-    full-probe computation's, to float rounding. Token layouts and masks are built on the device
-    (``oar.method.scoring_batches``) and the scores leave it once.
+    the clean and the noisy pass. ``config.grad_prompt`` says how the prompt runs: ``cached``
+    (:func:`_cached_rows`) or ``inline`` (:func:`_inline_rows`); both give the full-probe computation's
+    result, to float rounding. Token layouts are built on the device (``oar.method.scoring_batches``)
+    and the scores leave it once.
 
     The gradient is taken with ``torch.autograd.grad`` with respect to the input embeddings only:
     nothing is accumulated into (or cleared from) any parameter's ``.grad``.
     """
     device = model_device(model)
-    fmt = mask_format(model)
     pad_id = batch_pad_id(probes)
     embed = model.get_input_embeddings()
     seqs = [p.ids(k) for p, k in zip(probes, kinds)]
@@ -57,15 +73,49 @@ def _embedding_gradients(
     dest, total = piece_starts(reasoning), sum(reasoning)
     with _phase("inputs"):
         noise = _reasoning_noise(probes, seqs, config.seed, noise_sigma, embed.weight.shape[-1], device)
+    layout = _inline_rows if config.grad_prompt == "inline" else _cached_rows
+    out = torch.zeros(total + 1, dtype=torch.float32, device=device)
+    for rows in layout(model, probes, kinds, seqs, flat, flat_starts, pad_id, config, dest):
+        clean = None
+        if needs_clean:
+            with torch.no_grad(), _phase("clean_forward"):
+                clean = outcomes.read(rows.run(input_ids=rows.ids), rows.probe_of)
+        with _phase("inputs"):
+            clean_embeds = embed(rows.ids).detach()
+            inputs = clean_embeds
+            if noise is not None:
+                # row r's reasoning is its columns first[r] + u, u < count[r]: noise row dest[r] + u
+                u = torch.arange(rows.ids.shape[1], device=device)[None, :] - rows.first[:, None]
+                noised = (u >= 0) & (u < rows.count[:, None])
+                drawn = noise[torch.where(noised, rows.dest[:, None] + u, 0)]
+                inputs = (clean_embeds.float() + torch.where(noised[..., None], drawn, 0.0)).to(clean_embeds.dtype)
+            inputs = inputs.clone().requires_grad_(True)
+        with torch.enable_grad():
+            with _phase("noisy_forward"):
+                perturbed = outcomes.read(rows.run(inputs_embeds=inputs), rows.probe_of)
+                objective_value = objective(outcomes, rows.probe_of, perturbed, clean)
+            with _phase("backward"):
+                (grad,) = torch.autograd.grad(objective_value, inputs)
+        gather_rows(out, reduce(grad.float(), clean_embeds.float()), rows.first, rows.count, rows.dest)
+    return to_host(list(out[:total].split(reasoning)))
+
+
+def _cached_rows(model, probes: Sequence[Probe], kinds: Sequence[str], seqs: Sequence[list[int]], flat: Tensor,
+                 flat_starts: Tensor, pad_id: int, config: ScorerConfig, dest: Sequence[int]) -> Iterator[_GradRows]:
+    """``grad_prompt: cached``: each distinct prompt runs once, without gradient, into a KV cache
+    (``_prompt_caches``; a GRPO group shares one prompt), and only ``reasoning | conclude | answer`` runs
+    on top of it, left-padded, micro-batched by its length, through a 4D mask (which leaves a GPU the
+    memory-efficient attention kernel). The fewest FLOPs; the published testbed tables were scored so."""
+    device = flat.device
+    fmt = mask_format(model)
     with _phase("prefix"):
         prompt_of, prompt_bank = _prompt_caches(model, probes, flat, flat_starts, pad_id, config.chunk_tokens, fmt)
     starts = [p.reasoning_start for p in probes]
     suffixes = [len(s) - st for s, st in zip(seqs, starts)]
     groups = micro_batches(suffixes, config.grad_budget)
     table = row_table([(i, starts[i], suffixes[i], 0, 0, 0, starts[i], 0, 0) for g in groups for i in g], device)
-    per_row = torch.tensor([[dest[i], reasoning[i]] for g in groups for i in g], dtype=torch.long)
+    per_row = torch.tensor([[dest[i], probes[i].reasoning_len] for g in groups for i in g], dtype=torch.long)
     per_row = per_row.reshape(-1, 2).to(device, non_blocking=True)
-    out = torch.zeros(total + 1, dtype=torch.float32, device=device)
     begin = 0
     for group in groups:
         rows = table[begin : begin + len(group)]
@@ -78,32 +128,45 @@ def _embedding_gradients(
             ids, positions, mask = row_inputs(rows, width, cache_len, flat, flat_starts, pad_id, fmt)
             prefix = [(k[prompt_of[probe_of], :, :cache_len], v[prompt_of[probe_of], :, :cache_len])
                       for k, v in prompt_bank] if cache_len else None
-            padding = width - rows[:, FIRST_LEN]
-        clean = None
-        if needs_clean:
-            with torch.no_grad(), _phase("clean_forward"):
-                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                               past_key_values=_cache_of(prefix), logits_to_keep=keep).logits
-                clean = outcomes.read(logits, probe_of)
+
+        def run(mask=mask, positions=positions, prefix=prefix, keep=keep, **inputs) -> Tensor:
+            return model(**inputs, attention_mask=mask, position_ids=positions, past_key_values=_cache_of(prefix),
+                         logits_to_keep=keep).logits
+
+        yield _GradRows(probe_of, ids, width - rows[:, FIRST_LEN], row_count, row_dest, run)
+
+
+def _inline_rows(model, probes: Sequence[Probe], kinds: Sequence[str], seqs: Sequence[list[int]], flat: Tensor,
+                 flat_starts: Tensor, pad_id: int, config: ScorerConfig, dest: Sequence[int]) -> Iterator[_GradRows]:
+    """``grad_prompt: inline``: every probe's whole sequence (prompt included) in a row of its own,
+    micro-batched by its length and right-padded. A real token never sees the padding after it, so the
+    model needs no attention mask: SDPA runs causal attention alone (flash attention on a GPU, with the
+    key-value heads shared rather than repeated), at the price of running each prompt again per probe.
+    The logits are read at each row's own last positions (``logits_at``)."""
+    device = flat.device
+    lengths = [len(s) for s in seqs]
+    groups = micro_batches(lengths, config.grad_budget)
+    per_row = torch.tensor([[i, lengths[i], probes[i].reasoning_start, probes[i].reasoning_len, dest[i]]
+                            for g in groups for i in g], dtype=torch.long)
+    per_row = per_row.reshape(-1, 5).to(device, non_blocking=True)
+    begin = 0
+    for group in groups:
+        probe_of, length, first, count, row_dest = per_row[begin : begin + len(group)].unbind(1)
+        begin += len(group)
+        width = lengths[group[0]]
+        keep = max(logits_to_keep(probes[i], kinds[i]) for i in group)
         with _phase("inputs"):
-            clean_embeds = embed(ids).detach()
-            inputs = clean_embeds
-            if noise is not None:
-                # row r's reasoning is its first R tokens after its padding: noise row dest + u
-                u = torch.arange(width, device=device)[None, :] - padding[:, None]
-                noised = (u >= 0) & (u < row_count[:, None])
-                drawn = noise[torch.where(noised, row_dest[:, None] + u, 0)]
-                inputs = (clean_embeds.float() + torch.where(noised[..., None], drawn, 0.0)).to(clean_embeds.dtype)
-            inputs = inputs.clone().requires_grad_(True)
-        with torch.enable_grad():
-            with _phase("noisy_forward"):
-                logits = model(inputs_embeds=inputs, attention_mask=mask, position_ids=positions,
-                               past_key_values=_cache_of(prefix), logits_to_keep=keep).logits
-                objective_value = objective(outcomes, probe_of, outcomes.read(logits, probe_of), clean)
-            with _phase("backward"):
-                (grad,) = torch.autograd.grad(objective_value, inputs)
-        gather_rows(out, reduce(grad.float(), clean_embeds.float()), padding, row_count, row_dest)
-    return to_host(list(out[:total].split(reasoning)))
+            t = torch.arange(width, device=device)[None, :]
+            real = t < length[:, None]
+            ids = torch.where(real, flat[flat_starts[probe_of][:, None] + torch.where(real, t, 0)], pad_id)
+            j = length[:, None] - keep + torch.arange(keep, device=device)[None, :]
+            last = torch.arange(len(group), device=device)[:, None] * width + j.clamp_min(0)
+
+        def run(last=last, **inputs) -> Tensor:
+            with logits_at(model, last):
+                return model(**inputs, logits_to_keep=0).logits
+
+        yield _GradRows(probe_of, ids, first, count, row_dest, run)
 
 
 def _reasoning_noise(probes: Sequence[Probe], seqs: Sequence[list[int]], seed: int, sigma: float | None,

@@ -45,3 +45,6 @@ def scorer_of(method: str) -> str | None:
 PROBES = ("lt_logits", "as_mean", "as_joint")  # outcome probes (oar.method.probes reads each off the logits)
 # the scorers' attention kernels on a GPU (oar.method.attention_kernels)
 ATTENTION_CHOICES = ("no_cudnn", "torch_default")
+# how OAR-G and grad_norm run a probe's prompt (oar.method.gradient_scorers): once into a shared KV cache, or
+# again in every probe's row (no attention mask, so a GPU runs flash attention)
+GRAD_PROMPTS = ("cached", "inline")

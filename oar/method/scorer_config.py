@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oar.method.names import ATTENTION_CHOICES, PROBES
+from oar.method.names import ATTENTION_CHOICES, GRAD_PROMPTS, PROBES
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,11 @@ class ScorerConfig:
         token-forwards). 0 recomputes the whole suffix, the exact definition.
     attention: the SDPA kernels of the scoring forwards (``oar.method.attention_kernels``): ``no_cudnn``
         (every kernel but cuDNN's, which builds a graph per new shape) or ``torch_default``.
+    grad_prompt: how OAR-G and grad_norm run each probe's prompt (``oar.method.gradient_scorers``):
+        ``cached``, each distinct prompt once into a KV cache under the probes' left-padded rows (a 4D
+        mask: on a GPU the memory-efficient attention kernel), or ``inline``, every probe's whole sequence
+        in a right-padded row with no mask (causal attention alone: flash attention on a GPU), the prompt
+        recomputed per probe. The same scores to float rounding.
     """
 
     probe: str = "as_mean"
@@ -49,6 +54,7 @@ class ScorerConfig:
     span_tokens: int = 1
     window_tokens: int = 0
     attention: str = "no_cudnn"
+    grad_prompt: str = "cached"
 
     def __post_init__(self):
         if self.probe not in PROBES:
@@ -66,6 +72,8 @@ class ScorerConfig:
             raise ValueError(f"window_tokens must be an integer >= 0, got {self.window_tokens!r}")
         if self.attention not in ATTENTION_CHOICES:
             raise ValueError(f"attention must be one of {ATTENTION_CHOICES}, got {self.attention!r}")
+        if self.grad_prompt not in GRAD_PROMPTS:
+            raise ValueError(f"grad_prompt must be one of {GRAD_PROMPTS}, got {self.grad_prompt!r}")
 
     @property
     def grad_budget(self) -> int:

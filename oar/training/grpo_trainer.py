@@ -71,6 +71,7 @@ class OARConfig(GRPOConfig):
     oar_span_tokens: int = _from_settings("span_tokens")
     oar_window_tokens: int = _from_settings("window_tokens")
     oar_scoring_attention: str = _from_settings("scoring_attention")
+    oar_grad_prompt: str = _from_settings("grad_prompt")
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
     oar_score_all: bool = _from_settings("score_all")
     oar_log_step_credit: bool = _from_settings("log_step_credit")
@@ -251,6 +252,7 @@ class OARTrainer(GRPOTrainer):
                 span_tokens=args.oar_span_tokens,
                 window_tokens=args.oar_window_tokens,
                 attention=args.oar_scoring_attention,
+                grad_prompt=args.oar_grad_prompt,
                 seed=args.seed * 1_000_003 + step,  # fresh noise every step, reproducible per run
             )
             # keep_fp32_wrapper (the default) keeps accelerate's autocast around the forward: scoring runs in

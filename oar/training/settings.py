@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from oar.method.names import ATTENTION_CHOICES, BASELINE, METHODS, PROBES
+from oar.method.names import ATTENTION_CHOICES, BASELINE, GRAD_PROMPTS, METHODS, PROBES
 
 
 class SettingsError(ValueError):
@@ -67,6 +67,9 @@ class OARSettings:
     window_tokens: int = _setting(0, "OAR-P recomputes only this many reasoning tokens after a substitution (0: exact)")
     scoring_attention: str = _setting("no_cudnn", f"the scorers' attention kernels on a GPU, one of {ATTENTION_CHOICES} "
                                                   "(oar.method.attention_kernels)")
+    grad_prompt: str = _setting("cached", f"how OAR-G and grad_norm run a probe's prompt, one of {GRAD_PROMPTS}: once into "
+                                          "a KV cache, or in every probe's row with no attention mask (flash "
+                                          "attention on a GPU) (oar.method.gradient_scorers)")
     score_all: bool = _setting(False, "also score responses with A = 0 (their loss terms are zero anyway): cost "
                                       "measurements")
     log_step_credit: bool = _setting(False, "log each step's share of the weight on the chain task's decisive tokens, "
@@ -100,6 +103,9 @@ class OARSettings:
         if self.scoring_attention not in ATTENTION_CHOICES:
             raise SettingsError(f"settings key 'oar.scoring_attention' must be one of {ATTENTION_CHOICES}, got "
                                 f"{self.scoring_attention!r}")
+        if self.grad_prompt not in GRAD_PROMPTS:
+            raise SettingsError(f"settings key 'oar.grad_prompt' must be one of {GRAD_PROMPTS}, got "
+                                f"{self.grad_prompt!r}")
 
     @classmethod
     def of(cls, block: Mapping[str, Any]) -> OARSettings:
