@@ -135,7 +135,7 @@ def hash_parity_reward(completions, **kwargs) -> list[float]:
 # ------------------------------------------------------------------------------- scorer settings
 
 OAR_KEYS = ("chunk_tokens", "grad_chunk_tokens", "probe", "span_tokens", "window_tokens", "noise_sigma",
-            "scoring_attention")
+            "scoring_attention", "grad_prompt")
 # which model of a workflow config each shape stands for (its source's layer shapes)
 SHAPE_OF_SOURCE = {"qwen2.5-1.5b": "qwen2.5-1.5b", "qwen2.5-7b": "qwen2.5-7b"}
 
@@ -239,9 +239,10 @@ BUILD_S = 8.0  # the 1.5B model folder, built once (H200)
 # reading the trace: per layer a model call, 35 and 63 ms (OAR-G's calls carry their backward).
 PROFILE_FACTOR = {"oar_p": 2.7, "oar_g": 2.5}
 PROFILE_S_PER_LAYER_CALL = {"oar_p": 0.035, "oar_g": 0.063}
-# the H200's rows at 2,048- and 8,192-token scoring forwards: two forward sizes fit the scorers' FLOP rate
+# the H200's rows at 2,048- and 8,192-token scoring forwards (two forward sizes fit the scorers' FLOP rate),
+# and OAR-G's over an inline prompt (the paper config's grad_prompt), whose calls cost less
 CALIBRATION = tuple(REPO / "bench" / "calibration" / name / "calibration.json"
-                    for name in ("h200-2026-11-no-cudnn", "h200-2026-11-generate-no-cudnn"))
+                    for name in ("h200-2026-11-no-cudnn", "h200-2026-11-generate-no-cudnn", "h200-2026-11-inline"))
 MIN_STEPS, MIN_TOKENS = 2, 256
 
 
@@ -644,7 +645,7 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
         rows.append({**{k: v for k, v in r.items() if k not in ("profile", "profiled_tokens", "steady_profile")},
                      "batch": args.batch,
                      "num_generations": args.num_generations, "chunk_tokens": oar["chunk_tokens"],
-                     "grad_chunk_tokens": oar["grad_chunk_tokens"],
+                     "grad_chunk_tokens": oar["grad_chunk_tokens"], "grad_prompt": oar["grad_prompt"],
                      "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
                      "generation_backend": "transformers", "generation_attention": "no_cudnn",
                      "gradient_checkpointing": args.gradient_checkpointing,
@@ -804,14 +805,16 @@ def main() -> None:
                         help="weights: auto = bfloat16 on CUDA (with bf16 autocast), float32 on CPU")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     for key, kind in (("chunk_tokens", int), ("grad_chunk_tokens", int), ("probe", str), ("span_tokens", int),
-                      ("window_tokens", int), ("noise_sigma", float), ("scoring_attention", str)):
+                      ("window_tokens", int), ("noise_sigma", float), ("scoring_attention", str),
+                      ("grad_prompt", str)):
         parser.add_argument(f"--{key.replace('_', '-')}", type=kind,
                             help=f"must agree with the config's oar.{key} (default: the config's)")
     parser.add_argument("--budget-s", type=float,
                         help="seconds the whole check may take: rows are planned, sized and skipped to fit")
     parser.add_argument("--calibration", nargs="+", type=Path,
                         help="calibration.json files the plan's rates come from "
-                             "(default: bench/calibration/h200-2026-11-no-cudnn and h200-2026-11-generate-no-cudnn)")
+                             "(default: bench/calibration/h200-2026-11-no-cudnn, h200-2026-11-generate-no-cudnn and "
+                             "h200-2026-11-inline)")
     parser.add_argument("--attention-ab", action="store_true",
                         help="also each scorer with the other attention kernels of oar.scoring_attention "
                              "(no_cudnn / torch_default), at its first length")
@@ -857,9 +860,9 @@ def main() -> None:
         hw = calibrate(calibration, hardware("h200"))
     except PlanError as error:
         parser.error(str(error))
+    folders = [str(p.parent.relative_to(REPO)) for p in CALIBRATION]
     args.calibration_label = (f"the rates of {hw.measured}" if args.calibration else
-                              f"the rates of {' and '.join(str(p.parent.relative_to(REPO)) for p in CALIBRATION)} "
-                              f"({hw.name})")
+                              f"the rates of {', '.join(folders[:-1])} and {folders[-1]} ({hw.name})")
     shape = check_shape(args.shape)
     args.flop_shape, args.oar = shape, oar
     try:

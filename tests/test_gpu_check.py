@@ -42,11 +42,12 @@ def _plan(stderr: str) -> tuple[dict, float]:
 
 def test_default_check_is_planned_as_the_h200_ran_it_and_says_what_it_sized():
     """The default 1.5B check, by oar.experiment.cost_plan with the H200 rates (bench/calibration/
-    h200-2026-11-no-cudnn and h200-2026-11-generate-no-cudnn) and the paper config's 8,192-token scoring
-    forwards: GRPO and OAR-G at 1,024 tokens (two steps each) and exact OAR-P at 256 (two steps) and 1,024
-    tokens, each row planned within 15% of the process time the H200 measured for it at these settings
-    (OAR-G's without the steady profile the run added), under 6 minutes in all where the H200 took 6.3
-    (6.5 with that profile) for everything; even a budget of 5 minutes keeps every row, dropping exact
+    h200-2026-11-no-cudnn, h200-2026-11-generate-no-cudnn and h200-2026-11-inline) and the paper config's
+    scorer settings (8,192-token forwards, OAR-G's prompt inline): GRPO and OAR-G at 1,024 tokens (two
+    steps each) and exact OAR-P at 256 (two steps) and 1,024 tokens, each row planned within 15% of the
+    process time the H200 measured for it at these settings (OAR-G's, with its prompt inline, from the
+    inline file; without the steady profile the runs added), under 6 minutes in all where the H200 took
+    6.3 (6.5 with that profile) for everything; even a budget of 5 minutes keeps every row, dropping exact
     OAR-P's 1,024-token step first and saying so."""
     done = _run(["--plan-only", "--budget-s", "480"])
     assert done.returncode == 0, done.stderr[-3000:]
@@ -54,9 +55,13 @@ def test_default_check_is_planned_as_the_h200_ran_it_and_says_what_it_sized():
     assert {m: lengths for m, (lengths, _) in rows.items()} == {
         "grpo": [1024, 1024], "oar_g": [1024, 1024], "oar_p": [256, 256, 1024]}, done.stderr
     assert 300 < total <= 360 and "skipped" not in done.stderr and "sized" not in done.stderr
-    assert "bench/calibration/h200-2026-11-no-cudnn and bench/calibration/h200-2026-11-generate-no-cudnn" in done.stderr
-    measured = json.loads((REPO / "bench/calibration/h200-2026-11-generate-no-cudnn/calibration.json").read_text())
-    process_s = {r["method"]: r["process_s"] - r.get("profiled_repeat_s", 0.0) for r in measured["rows"]}
+    assert ("bench/calibration/h200-2026-11-no-cudnn, bench/calibration/h200-2026-11-generate-no-cudnn and "
+            "bench/calibration/h200-2026-11-inline") in done.stderr
+    process_s = {}
+    for folder, methods in (("h200-2026-11-generate-no-cudnn", ("grpo", "oar_p")), ("h200-2026-11-inline", ("oar_g",))):
+        measured = json.loads((REPO / "bench/calibration" / folder / "calibration.json").read_text())
+        process_s |= {r["method"]: r["process_s"] - r.get("profiled_repeat_s", 0.0) for r in measured["rows"]
+                      if r["method"] in methods}
     assert set(process_s) == {"grpo", "oar_g", "oar_p"}
     for method, seconds in process_s.items():
         assert abs(rows[method][1] - seconds) <= 0.15 * seconds, (method, rows[method][1], seconds)
@@ -319,8 +324,13 @@ def test_oar_g_variants_bench_times_every_variant_beside_the_update_on_a_cpu(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert set(result["median_s"]) == {"update", "oar_g", "oar_g, evened micro-batches", "oar_g, one micro-batch",
-                                       "oar_g, torch's attention kernels"}
+                                       "oar_g, torch's attention kernels", "oar_g, prompt inline",
+                                       "oar_g, prompt inline, evened micro-batches",
+                                       "oar_g, prompt inline, one micro-batch"}
     assert all(len(t) == 2 and min(t) > 0 for t in result["seconds"].values())
     assert result["over_update"]["update"] == 1.0
     assert {"clean_forward", "noisy_forward", "prefix"} <= set(result["phase_device_s"])
+    # the inline prompt runs no prompt apart
+    assert {"clean_forward", "noisy_forward"} <= set(result["phase_device_s_inline"])
+    assert "prefix" not in result["phase_device_s_inline"]
     assert "| oar_g, one micro-batch |" in done.stdout
