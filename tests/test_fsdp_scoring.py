@@ -31,7 +31,9 @@ RANK_ROWS = {
     1: (["The answer is \\boxed{4}.", "x = 3, so y = 6. The final answer is \\boxed{6}.", "it is 9", "total 12"],
         [False, True, False, False]),
 }
-METHODS = ("oar_p", "oar_g")
+# each scoring: (scorer, its settings beside the shared ones); OAR-G with its prompt inline reads its logits
+# through a hook on the sharded output head
+SCORINGS = {"oar_p": ("oar_p", {}), "oar_g": ("oar_g", {}), "oar_g inline": ("oar_g", {"grad_prompt": "inline"})}
 
 
 def rank_probes(rank, tokenizer):
@@ -53,9 +55,11 @@ def score_rows(model, probes, active):
     from oar.method.scorer_config import ScorerConfig
     from oar.training.collective import gathered_for_scoring
 
-    config = ScorerConfig(probe="as_mean", chunk_tokens=CHUNK_TOKENS, seed=7)
     with gathered_for_scoring(model):
-        return {m: score(m, model, probes, config, active=active).scores for m in METHODS}
+        return {name: score(method, model, probes,
+                            ScorerConfig(probe="as_mean", chunk_tokens=CHUNK_TOKENS, seed=7, **settings),
+                            active=active).scores
+                for name, (method, settings) in SCORINGS.items()}
 
 
 def worker(rank, mode, out_dir, init_file):
@@ -138,7 +142,7 @@ def test_unequal_scoring_on_two_ranks_stays_in_step_and_matches_one_process(mode
     expected_rounds, expected_state = reference()
     for round_index in range(2):
         for rank in range(WORLD):
-            for method in METHODS:
+            for method in SCORINGS:
                 got = ranks[rank]["rounds"][round_index][method]
                 want = expected_rounds[round_index][rank][method]
                 # Gathered weights are the full weights (an exact copy): round 0 is bitwise equal; after
