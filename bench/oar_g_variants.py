@@ -17,8 +17,8 @@ calls after one warm-up call, the variants interleaved call by call so that drif
   per-shape graphs are built in the warm-up call and cached: its kernels' speed without the build);
 - ``oar_g, prompt inline``: ``grad_prompt: inline``, every probe whole (prompt included) in right-padded
   rows with no attention mask, so that SDPA runs causal attention alone (flash attention on a GPU) rather
-  than the memory-efficient kernel the cached prompt's padding mask leaves it; and the same in one
-  micro-batch;
+  than the memory-efficient kernel the cached prompt's padding mask leaves it, its micro-batches evened
+  out as that layout groups them; the same filled in turn, and in one micro-batch;
 - OAR-G's phases (``--phases``), both ways of running the prompt: the device time of the named regions of one warm call under
   torch.profiler (inputs, prefix, clean forward, noisy forward). The backward's kernels are launched by
   autograd's own thread, outside the region that names it, so its figure there is about 0 on a GPU: read
@@ -45,7 +45,7 @@ from oar.method import gradient_scorers
 from oar.method.importance import score
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scoring_batches import micro_batches
+from oar.method.scoring_batches import even_micro_batches, micro_batches
 
 
 def build_model(shape: str, device: str):
@@ -96,44 +96,33 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def evened(lengths, budget):
-    """As many micro-batches as ``micro_batches`` makes, as even as that number allows: the smallest cap on
-    a group's rows x longest length that needs no more groups than the budget does."""
-    fewest = len(micro_batches(lengths, budget))
-    low, high = 0, budget
-    while low < high:
-        middle = (low + high) // 2
-        if len(micro_batches(lengths, middle)) <= fewest:
-            high = middle
-        else:
-            low = middle + 1
-    return micro_batches(lengths, low)
-
-
 def variants(model, optimizer, probes, args, device):
     """(name, call) of every variant; each call runs once and returns nothing."""
     total = sum(len(p.ids("as_mean")) for p in probes)
     config = ScorerConfig(probe="as_mean", noise_sigma=1e-3, chunk_tokens=args.chunk_tokens,
                           grad_chunk_tokens=args.grad_chunk_tokens)
 
-    def scoring(cfg, grouping=micro_batches):
+    def scoring(cfg, cached=micro_batches, inline=even_micro_batches):
+        """The scoring call with the cached prompt's probes grouped by ``cached``, the inline prompt's by
+        ``inline``."""
         def call():
-            gradient_scorers.micro_batches = grouping
+            gradient_scorers.micro_batches, gradient_scorers.even_micro_batches = cached, inline
             try:
                 with _autocast(device):
                     score("oar_g", model, probes, cfg)
             finally:
-                gradient_scorers.micro_batches = micro_batches
+                gradient_scorers.micro_batches, gradient_scorers.even_micro_batches = micro_batches, even_micro_batches
         return call
 
     return [
         ("update", lambda: update_step(model, optimizer, probes, device)),
         ("oar_g", scoring(config)),
-        ("oar_g, evened micro-batches", scoring(config, evened)),
+        ("oar_g, evened micro-batches", scoring(config, cached=even_micro_batches)),
         ("oar_g, one micro-batch", scoring(replace(config, grad_chunk_tokens=total))),
         ("oar_g, torch's attention kernels", scoring(replace(config, attention="torch_default"))),
         ("oar_g, prompt inline", scoring(replace(config, grad_prompt="inline"))),
-        ("oar_g, prompt inline, evened micro-batches", scoring(replace(config, grad_prompt="inline"), evened)),
+        ("oar_g, prompt inline, filled in turn", scoring(replace(config, grad_prompt="inline"),
+                                                         inline=micro_batches)),
         ("oar_g, prompt inline, one micro-batch", scoring(replace(config, grad_prompt="inline",
                                                                   grad_chunk_tokens=total))),
     ]

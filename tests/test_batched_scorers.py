@@ -14,7 +14,7 @@ import reference_scorers
 from oar.method import importance
 from oar.method.importance import score
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scoring_batches import micro_batches
+from oar.method.scoring_batches import even_micro_batches, micro_batches
 from oar.method.substitution import reasoning_spans, substitution_forwards, substitution_rows
 from oar.method.probes import CONCLUDE_TEXT, Probe
 from oar.models.tiny import build_tiny_model
@@ -223,6 +223,24 @@ def test_micro_batches_are_filled_in_turn_longest_first():
             assert len(g) == 1 or len(g) * lengths[g[0]] <= budget
             if after is not None:  # filled in turn: the next row would not have fitted
                 assert (len(g) + 1) * lengths[g[0]] > budget
+
+
+def test_even_micro_batches_are_as_many_as_filled_ones_and_as_even_as_that_allows():
+    """OAR-G's inline prompt groups its probes evenly (no published table depends on its grouping): eight
+    1,141-token probes in 8,192 tokens go 4 + 4, not 7 + 1; as many groups as filling in turn makes, none
+    larger in tokens than its largest, every row once, longest first."""
+    assert even_micro_batches([1141] * 8, 8192) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert even_micro_batches([30, 5], 10) == [[0], [1]]
+    rng = random.Random(1)
+    for _ in range(200):
+        lengths = [rng.randint(1, 300) for _ in range(rng.randint(1, 40))]
+        budget = rng.randint(1, 2000)
+        filled, even = micro_batches(lengths, budget), even_micro_batches(lengths, budget)
+        assert len(even) == len(filled)
+        assert [i for g in even for i in g] == sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        assert all(len(g) == 1 or len(g) * lengths[g[0]] <= budget for g in even)
+        # no forward holds more tokens than filling in turn's largest (the step's scoring peak)
+        assert max(len(g) * lengths[g[0]] for g in even) <= max(len(g) * lengths[g[0]] for g in filled)
 
 
 @pytest.mark.parametrize("method", ["oar_p", "oar_g"])

@@ -327,7 +327,7 @@ def test_oar_g_variants_bench_times_every_variant_beside_the_update_on_a_cpu(tmp
     result = json.loads(out.read_text())
     assert set(result["median_s"]) == {"update", "oar_g", "oar_g, evened micro-batches", "oar_g, one micro-batch",
                                        "oar_g, torch's attention kernels", "oar_g, prompt inline",
-                                       "oar_g, prompt inline, evened micro-batches",
+                                       "oar_g, prompt inline, filled in turn",
                                        "oar_g, prompt inline, one micro-batch"}
     assert all(len(t) == 2 and min(t) > 0 for t in result["seconds"].values())
     assert result["over_update"]["update"] == 1.0

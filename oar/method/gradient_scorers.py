@@ -19,8 +19,8 @@ from transformers.cache_utils import DynamicCache
 
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scoring_batches import (FIRST_LEN, PROBE, OutcomeRows, batch_pad_id, flat_ids, gather_rows,
-                                        left_aligned, logits_at, logits_to_keep, mask_format, micro_batches,
+from oar.method.scoring_batches import (FIRST_LEN, PROBE, OutcomeRows, batch_pad_id, even_micro_batches, flat_ids,
+                                        gather_rows, left_aligned, logits_at, logits_to_keep, mask_format, micro_batches,
                                         model_device,
                                         piece_starts, row_inputs, row_table, to_host)
 
@@ -139,13 +139,14 @@ def _cached_rows(model, probes: Sequence[Probe], kinds: Sequence[str], seqs: Seq
 def _inline_rows(model, probes: Sequence[Probe], kinds: Sequence[str], seqs: Sequence[list[int]], flat: Tensor,
                  flat_starts: Tensor, pad_id: int, config: ScorerConfig, dest: Sequence[int]) -> Iterator[_GradRows]:
     """``grad_prompt: inline``: every probe's whole sequence (prompt included) in a row of its own,
-    micro-batched by its length and right-padded. A real token never sees the padding after it, so the
+    micro-batched by its length (as evenly as the number of micro-batches allows: no published table
+    depends on this grouping) and right-padded. A real token never sees the padding after it, so the
     model needs no attention mask: SDPA runs causal attention alone (flash attention on a GPU, with the
     key-value heads shared rather than repeated), at the price of running each prompt again per probe.
     The logits are read at each row's own last positions (``logits_at``)."""
     device = flat.device
     lengths = [len(s) for s in seqs]
-    groups = micro_batches(lengths, config.grad_budget)
+    groups = even_micro_batches(lengths, config.grad_budget)
     per_row = torch.tensor([[i, lengths[i], probes[i].reasoning_start, probes[i].reasoning_len, dest[i]]
                             for g in groups for i in g], dtype=torch.long)
     per_row = per_row.reshape(-1, 5).to(device, non_blocking=True)

@@ -282,6 +282,23 @@ def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return groups
 
 
+def even_micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """As many groups as :func:`micro_batches` makes within ``budget``, as even as that number allows: its
+    groups under the smallest budget that needs no more of them (eight equal rows that fill in turn as
+    7 + 1 go 4 + 4). No group holds more than ``budget`` allows, and a lone row's forward, which costs a
+    GPU almost what a full one does, is spared. For layouts whose grouping no published table depends
+    on (OAR-G's inline prompt)."""
+    fewest = len(micro_batches(lengths, budget))
+    low, high = 0, budget
+    while low < high:
+        middle = (low + high) // 2
+        if len(micro_batches(lengths, middle)) <= fewest:
+            high = middle
+        else:
+            low = middle + 1
+    return micro_batches(lengths, low)
+
+
 def flat_ids(seqs: Sequence[Sequence[int]], device) -> tuple[Tensor, Tensor]:
     """Every sequence's ids one after the other on ``device``, and where each begins."""
     starts = piece_starts([len(s) for s in seqs])
