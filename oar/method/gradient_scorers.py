@@ -20,9 +20,8 @@ from transformers.cache_utils import DynamicCache
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scoring_batches import (FIRST_LEN, PROBE, OutcomeRows, batch_pad_id, even_micro_batches, flat_ids,
-                                        gather_rows, left_aligned, logits_at, logits_to_keep, mask_format, micro_batches,
-                                        model_device,
-                                        piece_starts, row_inputs, row_table, to_host)
+                                        gather_rows, left_aligned, logits_at, logits_to_keep, mask_format,
+                                        micro_batches, model_device, piece_starts, row_inputs, row_table, to_host)
 
 
 @dataclass
