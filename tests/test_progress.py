@@ -80,6 +80,11 @@ def test_a_kind_not_finished_yet_is_priced_by_its_rule_and_a_rule_not_finished_y
     assert text == ("3 of 6 jobs done (50%); at least 2 min left on 1 core, from this run's finished jobs "
                     "(1 of the 3 left are of kinds not finished yet); 2 of the 3 left not counted: no job of "
                     "their rule has finished")
+    # only data files finished: they price nothing of what is left, so no "at least 0 min"
+    only_data = estimate(pending, {Job("prepare_data", "chain_train"): 0.1}, cores=1)
+    assert only_data.unpriced == only_data.pending == 3
+    assert only_data.line(elapsed_s=60, cores=1) == ("1 of 4 jobs done (25%), 1.0 min since snakemake started; no "
+                                                     "estimate yet: no job of the rules of the 3 left has finished")
 
 
 def test_jobs_that_do_no_work_are_priced_at_nothing():
