@@ -196,7 +196,7 @@ Test
   test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user; ~3 min)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
-  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the 1.5B shape, paper settings (about 9 min of an H200)
+  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the 1.5B shape, paper settings (about 6 min of an H200)
 
 Set up
   setup            create .venv with the pinned packages (the other targets do this first)
