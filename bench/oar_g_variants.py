@@ -19,8 +19,8 @@ calls after one warm-up call, the variants interleaved call by call so that drif
   rows with no attention mask, so that SDPA runs causal attention alone (flash attention on a GPU) rather
   than the memory-efficient kernel the cached prompt's padding mask leaves it, its micro-batches evened
   out as that layout groups them; the same filled in turn, and in one micro-batch;
-- OAR-G's phases (``--phases``), both ways of running the prompt: the device time of the named regions of one warm call under
-  torch.profiler (inputs, prefix, clean forward, noisy forward). The backward's kernels are launched by
+- OAR-G's phases (``--phases``), both ways of running the prompt: the device time of the named regions
+  of one warm call under torch.profiler (inputs, prefix, clean forward, noisy forward). The backward's kernels are launched by
   autograd's own thread, outside the region that names it, so its figure there is about 0 on a GPU: read
   it as the call's time less the rest.
 
