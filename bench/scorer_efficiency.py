@@ -1,8 +1,8 @@
 """How well each scorer uses the hardware: model calls, host synchronisations and achieved FLOP rate.
 
 One scoring call of a GRPO group (``--responses`` responses of ``--response-tokens`` tokens to one prompt)
-on a Qwen2 model of about 100M parameters with random weights (no download), on this machine's CPU
-threads. For each scorer (exact OAR-P, OAR-P with a local window, OAR-G) it reports:
+on a Qwen2 model of about 100M parameters with random weights (no download; ``--shape testbed``: the
+widths of the testbed's 0.7M-parameter policy), on this machine's CPU threads. For each scorer (exact OAR-P, OAR-P with a local window, OAR-G) it reports:
 
 - model calls: forwards of the model (a forward hook), and for OAR-G its backward too;
 - host synchronisations: ``aten::item``, ``aten::_local_scalar_dense`` and ``aten::nonzero`` events in a
@@ -49,6 +49,9 @@ SHAPES = {
                  num_key_value_heads=2, vocab_size=VOCAB, tie_word_embeddings=True, max_position_embeddings=4096),
     "small": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=VOCAB, tie_word_embeddings=True, max_position_embeddings=4096),
+    # the testbed policy's widths (`make run`'s chain_f1: 0.7M parameters, a 416-token vocabulary)
+    "testbed": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=4, vocab_size=416, tie_word_embeddings=True, max_position_embeddings=512),
 }
 PROMPT_TOKENS, CONCLUDE_TOKENS, ANSWER_TOKENS = 64, 12, 3
 
@@ -62,11 +65,10 @@ def build_model(shape: str, seed: int):
     return Qwen2ForCausalLM(config).eval(), config
 
 
-def group_probes(responses: int, response_tokens: int, seed: int) -> list[Probe]:
+def group_probes(responses: int, response_tokens: int, seed: int, vocab: int = VOCAB) -> list[Probe]:
     """One prompt, ``responses`` responses of about ``response_tokens`` tokens (lengths spread by +-12%,
     as sampled responses are), each ending with the conclusion and a 3-token answer."""
     g = torch.Generator().manual_seed(seed)
-    vocab = VOCAB
     prompt = tuple(torch.randint(5, vocab, (PROMPT_TOKENS,), generator=g).tolist())
     conclude = tuple(torch.randint(5, vocab, (CONCLUDE_TOKENS,), generator=g).tolist())
     probes = []
@@ -126,9 +128,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     model, config = build_model(args.shape, 0)
     shape = shape_of(config)
-    probes = group_probes(args.responses, args.response_tokens, 1)
+    probes = group_probes(args.responses, args.response_tokens, 1, config.vocab_size)
 
-    plain_ids = torch.randint(5, VOCAB, (1, args.chunk_tokens))
+    plain_ids = torch.randint(5, config.vocab_size, (1, args.chunk_tokens))
     with torch.no_grad():
         plain_s = median_seconds(lambda: model(input_ids=plain_ids, logits_to_keep=1), max(1, args.repeats))
     plain_rate = forward_flops(shape, args.chunk_tokens, keep=1) / plain_s
