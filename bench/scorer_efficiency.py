@@ -2,7 +2,8 @@
 
 One scoring call of a GRPO group (``--responses`` responses of ``--response-tokens`` tokens to one prompt)
 on a Qwen2 model of about 100M parameters with random weights (no download; ``--shape testbed``: the
-widths of the testbed's 0.7M-parameter policy), on this machine's CPU threads. For each scorer (exact OAR-P, OAR-P with a local window, OAR-G) it reports:
+widths of the testbed's 0.7M-parameter policy), on this machine's CPU threads. For each scorer (exact
+OAR-P, OAR-P with a local window, OAR-G) it reports:
 
 - model calls: forwards of the model (a forward hook), and for OAR-G its backward too;
 - host synchronisations: ``aten::item``, ``aten::_local_scalar_dense`` and ``aten::nonzero`` events in a
