@@ -20,9 +20,9 @@ calls after one warm-up call, the variants interleaved call by call so that drif
   than the memory-efficient kernel the cached prompt's padding mask leaves it, its micro-batches evened
   out as that layout groups them; the same filled in turn, and in one micro-batch;
 - OAR-G's phases (``--phases``), both ways of running the prompt: the device time of the named regions
-  of one warm call under torch.profiler (inputs, prefix, clean forward, noisy forward). The backward's kernels are launched by
-  autograd's own thread, outside the region that names it, so its figure there is about 0 on a GPU: read
-  it as the call's time less the rest.
+  of one warm call under torch.profiler (inputs, prefix, clean forward, noisy forward). The backward's
+  kernels are launched by autograd's own thread, outside the region that names it, so its figure there
+  is about 0 on a GPU: read it as the call's time less the rest.
 
     python bench/oar_g_variants.py --out results/bench/oar_g_variants.json         # 1.5B shape, one GPU
     python bench/oar_g_variants.py --shape tiny --response-tokens 64 --device cpu  # the same on a CPU

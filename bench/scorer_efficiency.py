@@ -66,7 +66,7 @@ def build_model(shape: str, seed: int):
     return Qwen2ForCausalLM(config).eval(), config
 
 
-def group_probes(responses: int, response_tokens: int, seed: int, vocab: int = VOCAB) -> list[Probe]:
+def group_probes(responses: int, response_tokens: int, seed: int, vocab: int) -> list[Probe]:
     """One prompt, ``responses`` responses of about ``response_tokens`` tokens (lengths spread by +-12%,
     as sampled responses are), each ending with the conclusion and a 3-token answer."""
     g = torch.Generator().manual_seed(seed)
