@@ -404,6 +404,35 @@ def test_the_declaring_commit_is_the_one_that_gave_the_rule_its_present_value(tm
     assert provenance.declaration("analysis.primary", {"arms": ["x"]}, [cfg])["status"] == "set on the command line"
 
 
+def test_a_rule_completed_by_a_merge_is_declared_by_the_merge(tmp_path):
+    """Two branches each change the file and a merge joins them: the present value first exists at the
+    merge, and a side branch's commit (listed by date among the mainline's in a plain log) must not hide it."""
+    import shutil
+
+    from oar.analysis import provenance
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    cfg = tmp_path / "run.yaml"
+    _git(tmp_path, "init", "-q", "-b", "main")
+    cfg.write_text("analysis:\n  mechanism: {contrasts: [a]}\n\n\nruns: {}\n")
+    _git(tmp_path, "add", "run.yaml")
+    _git(tmp_path, "commit", "-qm", "first")
+    _git(tmp_path, "checkout", "-qb", "side")
+    cfg.write_text("analysis:\n  mechanism: {contrasts: [a]}\n\n\nruns: {dose: [1, 2]}\n")
+    _git(tmp_path, "commit", "-qam", "the dose, on a branch")
+    _git(tmp_path, "checkout", "-q", "main")
+    cfg.write_text("analysis:\n  mechanism: {contrasts: [a], step_errors: [b]}\n\n\nruns: {}\n")
+    step_errors = _git(tmp_path, "commit", "-qam", "the step errors, on the mainline")
+    _git(tmp_path, "merge", "-q", "--no-edit", "side")
+    merge = _git(tmp_path, "rev-parse", "HEAD")
+    assert "dose" in cfg.read_text() and "step_errors" in cfg.read_text()  # merged without a conflict
+    d = provenance.declaration("analysis.mechanism", {"contrasts": ["a"], "step_errors": ["b"]}, [cfg])
+    assert d["status"] == "committed" and d["commit"] == step_errors
+    d = provenance.declaration("runs.dose", [1, 2], [cfg])
+    assert d["status"] == "committed" and d["commit"] == merge
+
+
 def test_each_run_is_checked_against_the_declaring_commit(tmp_path):
     import shutil
 
@@ -777,6 +806,7 @@ def test_the_dose_reading_stops_naming_a_missing_run_and_its_section_says_what_w
                       for s in design["seeds"]]), design, "grpo")
     frame, md = dose_response.dose_response_section(reading, design, reference)
     assert "decided: accuracy falls as the last step's weight grows" in md
+    assert "| sensitivity: agrees (p < 0.05) |" in md  # Page's L decides the same way
     assert "| 2 | 1 | 10 | 50.2 [49.8, 50.6] | 11.5 [11.5, 11.5] | 4.0 |" in md  # with the manipulation check
     assert "| GRPO (same seeds) |  | 10 | 55.0 [55.0, 55.0] |" in md and "shown for scale, not tested" in md
     assert "Hypothesis (declared): more on the last step costs" in md
@@ -787,6 +817,7 @@ def test_the_dose_reading_stops_naming_a_missing_run_and_its_section_says_what_w
     _, md = dose_response.dose_response_section(
         dose_response.read_dose_response(_dose_accuracy(design, flat), design, "chain5_test"), design)
     assert "| slope of accuracy on log2 r" in md and "not decided" in md and "weight, %" not in md
+    assert "sensitivity: agrees (p >= 0.05)" in md or "sensitivity: disagrees (p < 0.05)" in md
 
 
 def test_the_mechanism_config_plans_the_dose_runs_and_bad_designs_name_their_key():

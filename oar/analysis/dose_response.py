@@ -197,6 +197,10 @@ def dose_response_section(reading: Mapping[str, Any], design: Mapping[str, Any],
                     + (["", ""] if logged else []))
     decided = not math.isnan(slope["p"]) and slope["p"] < alpha
     verdict = f"decided: {CLAIMS[alternative]}" if decided else "not decided"
+    # The sensitivity analysis decides nothing of its own; it says whether it would have decided the same.
+    page_decides = not math.isnan(page["p"]) and page["p"] < alpha
+    page_verdict = "sensitivity: " + ("agrees" if page_decides == decided else "disagrees") + (
+        f" (p {'<' if page_decides else '>='} {alpha:g})")
     model, method = design["model"], design["method"]
     md = (f"## Dose-response: the last step's weight on {model} ({method})\n\n"
           + (f"Hypothesis (declared): {design['hypothesis']}\n\n" if design.get("hypothesis") else "")
@@ -214,7 +218,7 @@ def dose_response_section(reading: Mapping[str, Any], design: Mapping[str, Any],
                f"{fmt_num(slope['mde'], 1, 100.0)}", f"t = {fmt_num(slope['t'], 2)}, {slope['n'] - 1} df",
                fmt_p(slope["p"]), verdict],
               ["Page's L test of an ordered trend (declared sensitivity analysis)", "",
-               f"L = {fmt_num(page['L'], 1)} ({page['method']})", fmt_p(page["p"]), "sensitivity: no decision"]],
+               f"L = {fmt_num(page['L'], 1)} ({page['method']})", fmt_p(page["p"]), page_verdict]],
               align="lrrrl")
           + f"\nThe slope is each seed's least-squares fit of final accuracy on log2 r (its own intercept: the seeds "
             f"are paired across levels), {slope['n']} seeds; the test is one-sample t of the mean slope, "

@@ -3,10 +3,11 @@ value there, printed beside the tables that apply it.
 
 A rule (a key of the config, such as ``analysis.primary``) is declared by the last of the run's config
 files that sets it (later files override earlier ones). Its declaring commit is the oldest commit of the
-unbroken run of the file's history, newest first, in which the key has its present value: the commit that
-fixed the rule as it is now applied. Every way this can fail is said, never papered over: git missing or
-the file outside a repository (``no git record``), the file's value not yet committed (``uncommitted``),
-or a value in effect that no config file holds (``set on the command line``).
+unbroken run of the file's mainline (first-parent) history, newest first, in which the key has its
+present value: the commit that fixed the rule as it is now applied. Every way this can fail is said,
+never papered over: git missing or the file outside a repository (``no git record``), the file's value
+not yet committed (``uncommitted``), or a value in effect that no config file holds (``set on the
+command line``).
 
 A rule is declared in advance of a run when the run was made at a commit that descends from the rule's
 declaring commit; :func:`runs_text` checks that for every run a table reads, from each run's ``run.yaml``.
@@ -76,7 +77,11 @@ def declaration(key: str, value: Any, files: Sequence[str | Path]) -> dict[str, 
         return out
     root = Path(top.stdout.strip())
     rel = source.resolve().relative_to(root.resolve()).as_posix()
-    log = _git(root, "log", "--format=%H%x09%cI", "--name-only", "--follow", "--", rel)
+    # The mainline (first-parent) history, a merge read against its first parent: a plain log lists a side
+    # branch's commits by date among the mainline's and leaves out the merge that joined them, so a rule
+    # completed by a merge would seem to be in no commit.
+    log = _git(root, "log", "--first-parent", "--diff-merges=first-parent", "--format=%H%x09%cI", "--name-only",
+               "--follow", "--", rel)
     if log is None or log.returncode != 0 or not log.stdout.strip():
         out.update(status="no git record", note=f"{rel} is not committed")
         return out
