@@ -184,7 +184,7 @@ Try it
   run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy, final-step truth gate (config/decisive.yaml; about 7 h on 2 cores)
   run-decisive-part  its part without OAR-P (config/decisive-part.yaml; about 4 h on 2 cores)
   run-upper-bound  the upper-bound test: GRPO and the graded truth gate on chain_d8, 60 fresh seeds read at 20, 40, 60 pairs (config/upper-bound.yaml; LOOK=1 runs the first look's seeds, about 2.8 h on 2 cores; all three about 8.4 h)
-  run-mechanism    why the scorers lose, on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, OAR-G and its rescue, ten fresh seeds, declared contrasts, the mediator, the dose-response over the last step's weight (config/mechanism.yaml; about 6.2 h on 2 cores)
+  run-mechanism    why the scorers lose, on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, OAR-G and its rescue, ten fresh seeds, declared contrasts, the mediator, the dose-response over the last step's weight (config/mechanism.yaml; about 6 h on 2 cores)
   upper-bound-plan  print the upper-bound test's boundaries, power and time from its declared design (no runs)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   progress         beside a running `make run`: jobs done and about how long is left, a line a minute
