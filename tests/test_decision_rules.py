@@ -424,8 +424,7 @@ def test_a_rule_completed_by_a_merge_is_declared_by_the_merge(tmp_path):
     _git(tmp_path, "checkout", "-q", "main")
     cfg.write_text("analysis:\n  mechanism: {contrasts: [a], step_errors: [b]}\n\n\nruns: {}\n")
     step_errors = _git(tmp_path, "commit", "-qam", "the step errors, on the mainline")
-    _git(tmp_path, "merge", "-q", "--no-edit", "side")
-    merge = _git(tmp_path, "rev-parse", "HEAD")
+    merge = _git(tmp_path, "merge", "-q", "--no-edit", "side")  # _git returns the new HEAD
     assert "dose" in cfg.read_text() and "step_errors" in cfg.read_text()  # merged without a conflict
     d = provenance.declaration("analysis.mechanism", {"contrasts": ["a"], "step_errors": ["b"]}, [cfg])
     assert d["status"] == "committed" and d["commit"] == step_errors
