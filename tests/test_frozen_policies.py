@@ -179,3 +179,26 @@ def test_the_declared_selection_rule_matches_its_runs():
     assert check_rule(rule, list(overlay["models"]), bad)[0][0] == "analysis.policy_selection.baseline"
     assert check_rule({**rule, "untrained_accuracy": [0.5, 0.4]}, list(overlay["models"]),
                       overlay["runs"]["main"])[0][0] == "analysis.policy_selection.untrained_accuracy"
+
+
+@pytest.mark.slow
+def test_rebuilding_chain_f1_here_says_whether_this_cpu_gives_the_shipped_bits(tmp_path):
+    """The rebuild rule pretrains the shipped recipe again (about 2 minutes on 2 threads) and reports the
+    comparison; where the pinned kernels hold (an Intel CPU with AVX2) the bits are the shipped ones."""
+    from oar.cpu_kernels import unhonoured
+
+    snakemake = Path(sys.executable).with_name("snakemake")
+    if not snakemake.exists():
+        pytest.skip("snakemake is not installed beside this Python")
+    pinned = unhonoured("avx2") is None
+    results = tmp_path / "results"
+    subprocess.run([str(snakemake), "--cores", "2", "rebuild_policies", "--config", f"results={results}",
+                    *([] if pinned else ["cpu_kernels=none"])], check=True, cwd=ROOT, capture_output=True)
+    report = json.loads((results / "models-rebuilt" / "chain_f1.json").read_text())
+    assert report["shipped_sha256"] == frozen.weights_sha256("chain_f1")
+    assert report["rebuilt_sha256"] == frozen.sha256_file(results / "models-rebuilt" / "chain_f1" / frozen.WEIGHTS)
+    assert report["match"] == (report["rebuilt_sha256"] == report["shipped_sha256"])
+    if pinned:
+        assert report["match"], "a pinned Intel CPU pretrains other bits than the shipped chain_f1"
+    log = (results / "logs" / "rebuild_policy" / "chain_f1.log").read_text()
+    assert ("rebuilt matches the shipped weights" if report["match"] else "rebuilt DIFFERS FROM") in log
