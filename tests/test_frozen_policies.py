@@ -159,6 +159,12 @@ def test_the_selection_reads_each_candidate_by_the_declared_rule():
     assert b["passes"] and choose([a, b], RULE) == {"candidate": "b", "passed": True}
     low = read_candidate("c", 0.25, {900: 0.50, 901: 0.52, 902: 0.48}, RULE)
     assert low["reasons"] == ["untrained 25.00% outside [30, 42]%"]
+    # out of range fails whatever the pilots show: read without them, the fallback cannot choose yet
+    unread = read_candidate("c", 0.46, None, RULE)
+    assert not unread["passes"] and unread["finals"] is None and choose([a, unread], RULE) is None
+    assert "not run (fails on its untrained accuracy)" in selection_table([a, unread], RULE, None)
+    with pytest.raises(ValueError, match="candidate b's untrained accuracy is in range: its pilots must be read"):
+        read_candidate("b", 0.36, None, RULE)
     # none passes: the fewest derailed, then the larger gain
     flat = read_candidate("b", 0.36, {900: 0.40, 901: 0.41, 902: 0.42}, RULE)
     assert choose([a, flat, low], RULE) == {"candidate": "c", "passed": False}

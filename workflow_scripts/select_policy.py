@@ -63,23 +63,39 @@ def main(argv=None):
     def summary(model, run):
         return results / "eval" / model / run / bench / "summary.json"
 
-    readings, chosen = [], None
-    for model in rule["candidates"]:
-        runs = ["base"] + [f"{rule['baseline']}-seed{s}" for s in rule["pilot_seeds"]]
-        targets = [str(summary(model, r)) for r in runs]
+    def run(targets):
         # a candidate read once is never run again, even where the code has changed since (no `code` trigger)
         command = [args.snakemake, "--cores", args.cores, *targets, "--rerun-triggers", "mtime", "params", "input",
-                   "software-env", "--configfile", *args.configfile,
-                   "--config", f"results={args.results}", *args.config]
+                   "software-env", "--configfile", *args.configfile, "--config", f"results={args.results}",
+                   *args.config]
         print("+ " + " ".join(command), flush=True)
         subprocess.run(command, check=True)
-        read = lambda run: json.loads(summary(model, run).read_text(encoding="utf-8"))["pass@1"]  # noqa: E731
-        readings.append(policy_selection.read_candidate(
-            model, read("base"), {s: read(f"{rule['baseline']}-seed{s}") for s in rule["pilot_seeds"]}, rule))
+
+    def read(model, run_id):
+        return json.loads(summary(model, run_id).read_text(encoding="utf-8"))["pass@1"]
+
+    pilots = [f"{rule['baseline']}-seed{s}" for s in rule["pilot_seeds"]]
+
+    def read_pilots(model):
+        run([str(summary(model, r)) for r in pilots])
+        return {s: read(model, f"{rule['baseline']}-seed{s}") for s in rule["pilot_seeds"]}
+
+    readings, chosen = [], None
+    for model in rule["candidates"]:
+        run([str(summary(model, "base"))])
+        untrained = read(model, "base")
+        # out of range fails whatever the pilots show: they are run only if the fallback needs them
+        pilot = read_pilots(model) if policy_selection.untrained_in_range(untrained, rule) else None
+        readings.append(policy_selection.read_candidate(model, untrained, pilot, rule))
         print(readings[-1], flush=True)
         chosen = policy_selection.choose(readings, rule)
         if chosen is not None:
             break
+    if chosen is None:  # no candidate passed: the fallback reads every candidate's pilots
+        readings = [r if r["finals"] is not None else
+                    policy_selection.read_candidate(r["candidate"], r["untrained"], read_pilots(r["candidate"]), rule)
+                    for r in readings]
+        chosen = policy_selection.choose(readings, rule)
     declared = provenance.declarations_text([provenance.declaration(policy_selection.KEY, rule, args.configfile)])
     table = policy_selection.selection_table(readings, rule, chosen, declared)
     out = results / "tables" / "policy_selection.md"

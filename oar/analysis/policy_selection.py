@@ -6,6 +6,10 @@ untrained accuracy within a range, at most ``max_derailed`` pilot runs ending be
 at least ``min_mean_gain``. The first candidate in order that passes is chosen and later ones are not run;
 if none passes, the one with the fewest derailed pilot runs (ties: the larger mean gain) is chosen, and the
 table says no candidate passed. No arm that a test compares is ever read.
+
+The rule is read lazily, which changes no outcome: a candidate whose untrained accuracy is out of range
+fails whatever its pilots show, so its pilots are run only if the fallback comes to need them (no
+candidate passes).
 """
 
 from __future__ import annotations
@@ -36,19 +40,31 @@ def check_rule(rule: Mapping[str, Any], models: Sequence[str], main: Mapping[str
     return problems
 
 
-def read_candidate(name: str, untrained: float, pilot: Mapping[int, float], rule: Mapping[str, Any]) -> dict[str, Any]:
+def untrained_in_range(untrained: float, rule: Mapping[str, Any]) -> bool:
+    low, high = rule["untrained_accuracy"]
+    return low <= untrained <= high
+
+
+def read_candidate(name: str, untrained: float, pilot: Mapping[int, float] | None,
+                   rule: Mapping[str, Any]) -> dict[str, Any]:
     """One candidate against the rule: ``untrained`` its held-out accuracy (0-1), ``pilot`` the baseline's
-    final accuracy per pilot seed (every declared seed)."""
+    final accuracy per pilot seed (every declared seed), or None where the untrained accuracy already fails
+    the rule and the pilots have not been run (``finals`` is then None)."""
+    low, high = rule["untrained_accuracy"]
+    reasons = []
+    if not untrained_in_range(untrained, rule):
+        reasons.append(f"untrained {100 * untrained:.2f}% outside [{100 * low:g}, {100 * high:g}]%")
+    if pilot is None:
+        if not reasons:
+            raise ValueError(f"{KEY}: candidate {name}'s untrained accuracy is in range: its pilots must be read")
+        return {"candidate": name, "untrained": untrained, "finals": None, "derailed": None, "gain": None,
+                "passes": False, "reasons": reasons}
     missing = [s for s in rule["pilot_seeds"] if s not in pilot]
     if missing:
         raise ValueError(f"{KEY}: candidate {name} has no pilot run of seeds {missing}")
     finals = [float(pilot[s]) for s in rule["pilot_seeds"]]
     derailed = sum(f < untrained for f in finals)
     gain = sum(finals) / len(finals) - untrained
-    low, high = rule["untrained_accuracy"]
-    reasons = []
-    if not low <= untrained <= high:
-        reasons.append(f"untrained {100 * untrained:.2f}% outside [{100 * low:g}, {100 * high:g}]%")
     if derailed > rule["max_derailed"]:
         reasons.append(f"{derailed} pilot runs below the untrained accuracy (at most {rule['max_derailed']})")
     if gain < rule["min_mean_gain"]:
@@ -59,11 +75,12 @@ def read_candidate(name: str, untrained: float, pilot: Mapping[int, float], rule
 
 def choose(readings: Sequence[Mapping[str, Any]], rule: Mapping[str, Any]) -> dict[str, Any] | None:
     """The chosen candidate: the first that passes; after every candidate has been read without one, the
-    fewest derailed (ties: the larger mean gain); None while candidates remain to be run."""
+    fewest derailed (ties: the larger mean gain); None while candidates remain to be run or a candidate's
+    pilots, which the fallback needs, have not been read."""
     for r in readings:
         if r["passes"]:
             return {"candidate": r["candidate"], "passed": True}
-    if len(readings) < len(rule["candidates"]):
+    if len(readings) < len(rule["candidates"]) or any(r["finals"] is None for r in readings):
         return None
     best = min(readings, key=lambda r: (r["derailed"], -r["gain"]))
     return {"candidate": best["candidate"], "passed": False}
@@ -71,9 +88,11 @@ def choose(readings: Sequence[Mapping[str, Any]], rule: Mapping[str, Any]) -> di
 
 def selection_table(readings: Sequence[Mapping[str, Any]], rule: Mapping[str, Any], chosen: Mapping[str, Any] | None,
                     declared: str = "") -> str:
-    rows = [[r["candidate"], f"{100 * r['untrained']:.2f}", ", ".join(f"{100 * f:.1f}" for f in r["finals"]),
-             f"{r['derailed']}/{len(r['finals'])}", f"{100 * r['gain']:+.1f}",
-             "passes" if r["passes"] else "fails: " + "; ".join(r["reasons"])] for r in readings]
+    rows = [[r["candidate"], f"{100 * r['untrained']:.2f}"]
+            + (["not run (fails on its untrained accuracy)", "–", "–"] if r["finals"] is None else
+               [", ".join(f"{100 * f:.1f}" for f in r["finals"]), f"{r['derailed']}/{len(r['finals'])}",
+                f"{100 * r['gain']:+.1f}"])
+            + ["passes" if r["passes"] else "fails: " + "; ".join(r["reasons"])] for r in readings]
     low, high = rule["untrained_accuracy"]
     text = (f"## Policy selection: {rule['baseline']} pilots on seeds {rule['pilot_seeds'][0]}-{rule['pilot_seeds'][-1]}\n\n"
             f"Rule, declared before any run: untrained accuracy in [{100 * low:g}, {100 * high:g}]%, at most "
