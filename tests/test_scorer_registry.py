@@ -5,6 +5,7 @@ declares it reads, and a bad name or path stopping the config or the trainer wit
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,56 @@ def test_load_config_stops_at_a_bad_key(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(ConfigError, match="^config error at training.trainer: .*'max_stepz'"):
         load_config(tmp_path / "bad.yaml")
+
+
+def test_every_scorer_setting_reaches_every_reader():
+    """A scorer setting is one ScorerConfig field: the schema states it with the same default, the run
+    settings and OARConfig take it with its check, the held-out scoring script has its option, and the
+    run registry passes it to that script (off its default, for a setting added later)."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    from oar.experiment.config_schema import load_schema
+    from oar.method.scorer_config import ScorerConfig
+    from oar.training.grpo_trainer import OARConfig
+    from oar.training.settings import OARSettings, SettingsError
+
+    oar_schema = load_schema()["$defs"]["oar"]["properties"]
+    help_text = subprocess.run([sys.executable, str(ROOT / "workflow_scripts" / "score_heldout.py"), "--help"],
+                               capture_output=True, text=True, check=True).stdout
+    config_fields = {f.name: f for f in dataclasses.fields(OARConfig)}
+    for setting in dataclasses.fields(ScorerConfig):
+        name = setting.name
+        assert oar_schema[name]["default"] == setting.default, name
+        assert getattr(OARSettings(), name) == setting.default and config_fields[f"oar_{name}"].default == setting.default
+        assert f"--{name.replace('_', '-')}" in help_text, name
+    with pytest.raises(SettingsError, match="settings key 'oar.entropy_top_fraction' must be in \\(0, 1\\], got 0"):
+        OARSettings.of({"entropy_top_fraction": 0})
+    from validated_registry import validated_registry
+
+    cfg = yaml.safe_load((ROOT / "tests" / "data" / "registry_config.yaml").read_text())
+    assert "entropy_top_fraction" not in validated_registry(cfg).scorer_options()
+    assert "entropy_top_fraction" not in validated_registry(cfg).run_settings("smollm2", "entropy", 0)["oar"]
+    cfg["training"]["oar"]["entropy_top_fraction"] = 0.2
+    assert validated_registry(cfg).scorer_options()["entropy_top_fraction"] == 0.2
+    assert validated_registry(cfg).run_settings("smollm2", "entropy", 0)["oar"]["entropy_top_fraction"] == 0.2
+
+
+def test_the_entropy_controls_top_fraction_keeps_each_responses_highest_entropy_tokens(tiny_model):
+    """The 80/20 rule's top-20% tokens as a scorer (oar.entropy_top_fraction), by hand and on the model."""
+    from oar.method.controls import top_fraction
+    from oar.method.scorer_config import ScorerConfig
+
+    assert top_fraction(torch.tensor([0.5, 2.0, 1.0, 3.0, 0.1]), 0.4).tolist() == [0, 2.0, 0, 3.0, 0]
+    assert top_fraction(torch.tensor([0.5, 2.0, 1.0]), 0.2).tolist() == [0, 2.0, 0]  # at least one token
+    assert top_fraction(torch.tensor([1.0, 1.0, 0.5]), 0.2).tolist() == [1.0, 1.0, 0]  # ties kept
+    model, _ = tiny_model
+    rows = probes((10, 7))
+    full = score("entropy", model, rows)
+    top = score("entropy", model, rows, ScorerConfig(entropy_top_fraction=0.2))
+    for i, n in enumerate((10, 7)):
+        kept = top.scores[i, :n] > 0
+        assert kept.sum() == math.ceil(0.2 * n)
+        assert torch.equal(top.scores[i, :n][kept], full.scores[i, :n][kept])
+        assert full.scores[i, :n][kept].min() >= full.scores[i, :n][~kept].max()

@@ -129,6 +129,9 @@ class ScorerConfig:
                                   "span's divergence to each (1: exact)", integer(1), written="always")
     window_tokens: int = setting(0, "OAR-P recomputes only this many reasoning tokens after a substitution, and "
                                     "the conclusion and answer (0: the whole suffix, exact)", integer(0))
+    entropy_top_fraction: float = setting(1.0, "the entropy control scores each response's highest-entropy fraction "
+                                               "of reasoning tokens by their entropy and the rest 0 (0.2: the 80/20 "
+                                               "rule's top 20 percent; 1: every token)", number(above=0, at_most=1))
     scoring_attention: str = setting("no_cudnn", f"the scorers' attention kernels on a GPU, one of "
                                                  f"{ATTENTION_CHOICES} (oar.method.attention_kernels)",
                                      one_of(ATTENTION_CHOICES))
