@@ -150,10 +150,10 @@ def test_model_overrides_and_seeds():
     assert "smollm2/grpo-seed1" in reg.groups["main"] and "other/grpo-seed1" in reg.groups["main"]
     assert reg.runs["other/grpo-seed0"]["trainer"]["num_generations"] == 2
     assert reg.runs[GRPO]["trainer"]["num_generations"] == 4
-    assert reg.eval_settings("other", "math500")["max_new_tokens"] == 7
-    assert reg.eval_settings("smollm2", "math500")["max_new_tokens"] == 80
-    assert reg.resource_set("train", "other")["threads"] == 3 and reg.resource_set("train")["threads"] == 1
-    assert reg.threads_vary_by_model("train") and not reg.threads_vary_by_model("evaluate")
+    assert reg.jobs.eval_settings("other", "math500")["max_new_tokens"] == 7
+    assert reg.jobs.eval_settings("smollm2", "math500")["max_new_tokens"] == 80
+    assert reg.resources.resource_set("train", "other")["threads"] == 3 and reg.resources.resource_set("train")["threads"] == 1
+    assert reg.resources.threads_vary_by_model("train") and not reg.resources.threads_vary_by_model("evaluate")
     assert reg.eval_runs()[:2] == ["smollm2/base", "other/base"] and is_base("other/base")
 
 
@@ -181,11 +181,11 @@ def test_declared_primary_comparisons_pass_with_enough_seeds():
 
 def test_command_line_options():
     reg = registry()
-    train = reg.prepare_data_options("gsm8k_train")
+    train = reg.jobs.prepare_data_options("gsm8k_train")
     assert train["source"] == "packaged" and train["on_overlap"] == "exclude"  # the schema default
-    assert reg.prepare_data_options("gsm8k_test")["on_overlap"] is None
-    assert reg.against("gsm8k_train") == ["results/data/gsm8k_test.jsonl", "results/data/math500.jsonl"]
-    assert reg.against("math500") == []
+    assert reg.jobs.prepare_data_options("gsm8k_test")["on_overlap"] is None
+    assert reg.jobs.against("gsm8k_train") == ["results/data/gsm8k_test.jsonl", "results/data/math500.jsonl"]
+    assert reg.jobs.against("math500") == []
     line = cli(dataset="x y", skip_bad_rows=True, limit=None, quiet=False, levels=[3, 4])
     assert shlex.split(line) == ["--dataset", "x y", "--skip-bad-rows", "--levels", "3", "4"]
 
@@ -241,13 +241,13 @@ def test_unknown_trainer_key_is_named():
 
 def test_vllm_options_reach_vllm_evaluations_only():
     reg = registry()
-    assert "gpu_memory_utilization" not in reg.eval_settings("smollm2", "gsm8k_test")  # transformers backend
+    assert "gpu_memory_utilization" not in reg.jobs.eval_settings("smollm2", "gsm8k_test")  # transformers backend
     cfg = load(FIXTURE)
     cfg["evaluation"]["backend"] = "vllm"
     cfg["evaluation"]["per_benchmark"] = {"math500": {"enforce_eager": True, "gpu_memory_utilization": 0.8}}
     reg = registry(cfg)
-    assert reg.eval_settings("smollm2", "gsm8k_test")["gpu_memory_utilization"] == 0.5  # the schema default
-    options = shlex.split(cli(**reg.eval_settings("smollm2", "math500")))
+    assert reg.jobs.eval_settings("smollm2", "gsm8k_test")["gpu_memory_utilization"] == 0.5  # the schema default
+    options = shlex.split(cli(**reg.jobs.eval_settings("smollm2", "math500")))
     assert "--enforce-eager" in options
     assert options[options.index("--gpu-memory-utilization") + 1] == "0.8"
 
@@ -393,14 +393,14 @@ def test_grading_reaches_rewards_probes_and_evaluation():
     reg = registry()
     oar = reg.run_settings("smollm2", "oar_g", 0)["oar"]
     assert (oar["answer_statement"], oar["fallback_last_number"]) == (True, True)  # the schema's defaults
-    assert "--no-answer-statement" not in cli(**reg.eval_settings("smollm2", "math500"))
+    assert "--no-answer-statement" not in cli(**reg.jobs.eval_settings("smollm2", "math500"))
 
     cfg = load(FIXTURE)
     cfg["grading"] = {"answer_statement": False, "last_number": False}
     reg = registry(cfg)
     oar = reg.run_settings("smollm2", "oar_g", 0)["oar"]
     assert (oar["answer_statement"], oar["fallback_last_number"]) == (False, False)
-    options = shlex.split(cli(**reg.eval_settings("smollm2", "math500")))
+    options = shlex.split(cli(**reg.jobs.eval_settings("smollm2", "math500")))
     assert "--no-answer-statement" in options and "--no-fallback-last-number" in options
 
 

@@ -24,7 +24,9 @@ FSDP2 their weights are gathered before the call, ``oar.training.collective``), 
 collective; a scorer issues none itself (no ``torch.distributed`` call) and reads only its own rows.
 
 **Needs.** What a scorer reads beyond the token ids and its settings it declares at registration
-(``oar.method.scorer_registry.NEEDS``); the fields for undeclared needs are None.
+(``oar.method.scorer_registry.NEEDS``); the fields for undeclared needs are None. The parsed positions
+(``parsed_steps``) exist only where the task's grammar marks them: a scorer that reads them stops, naming
+itself and the positions, on a row that has none (``oar.method.truth_scorers``).
 """
 
 from __future__ import annotations
@@ -85,11 +87,6 @@ def check_inputs(spec: ScorerSpec, batch: ScoringBatch) -> None:
     if spec.reads("reference_model") and batch.reference_model is None:
         raise ScorerError(f"scorer {spec.name!r} reads a reference model and the call has none (OARTrainer: "
                           "pass reference_model=, or train with a KL term, beta > 0, whose reference it takes)")
-    if spec.reads("parsed_steps"):
-        missing = [i for i, p in enumerate(batch.probes) if p.decisive is None]
-        if missing:
-            raise ScorerError(f"scorer {spec.name!r} reads the parsed decisive positions and rows {missing[:5]} "
-                              "have none (only the chain task's grammar marks them)")
 
 
 def checked_scores(spec: ScorerSpec, batch: ScoringBatch, output: Any) -> list[Tensor]:
