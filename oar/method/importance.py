@@ -40,7 +40,9 @@ class Scores:
     reasoning_mask: Tensor
     scored: Tensor  # [B] bool: rows a scorer actually ran on
     lt_fallback: Tensor  # [B] bool: rows that asked for an answer-span probe but had no answer span
-    nonfinite: Tensor = field(init=False)  # [B] bool: rows with a NaN/inf reasoning score
+    # [B] bool: rows with a NaN/inf reasoning score (none: the contract's check stops such a call; kept for
+    # the trainer's `oar/fallback_nonfinite` metric, which stays 0)
+    nonfinite: Tensor = field(init=False)
 
     def __post_init__(self):
         bad = ~torch.isfinite(self.scores) & self.reasoning_mask
