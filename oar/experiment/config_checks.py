@@ -6,6 +6,7 @@ being built (``oar.experiment.runs.Registry``) and raises :class:`ConfigError` n
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING
 
@@ -54,12 +55,14 @@ def check_config(reg: Registry) -> None:
                           f"(got {paired['reward_threshold']} and {paired.get('reward_gain')})")
     _check_primary(reg)
     _check_upper_bound(reg)
+    _check_policy_selection(reg)
     _check_mechanism(reg)
     _check_dose(reg)
     oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
     for name in config["models"]:
         if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
             raise ConfigError(f"models.{name}.pretrain", "pretraining settings need source 'chain'")
+        _check_frozen(reg, name)
         unknown = set(config["models"][name]["oar"]) - oar_keys
         if unknown:
             raise ConfigError(f"models.{name}.oar", f"unknown keys {sorted(unknown)} (use {sorted(oar_keys)})")
@@ -102,6 +105,32 @@ def _check_primary(reg: Registry) -> None:
         raise ConfigError("analysis.primary.min_seeds",
                           f"the primary comparisons need {need} paired seeds, runs.main runs {len(set(seeds))} "
                           f"({list(seeds)}); add seeds to runs.main.seeds or declare fewer with the design's reason")
+
+def _check_frozen(reg: Registry, name: str) -> None:
+    """A shipped policy must be the declared file, made by the recipe the config states (before any job)."""
+    from oar.models.frozen import check_frozen
+
+    spec = reg.config["models"][name]
+    if not spec.get("frozen"):
+        return
+    if spec["source"] != "chain":
+        raise ConfigError(f"models.{name}.frozen", "a shipped policy is a testbed policy: it needs source 'chain'")
+    recipe = {**json.loads(reg.pretrain_settings(name)), "seed": spec.get("seed", 0)}
+    problems = check_frozen(name, spec["frozen"], recipe)
+    if problems:
+        raise ConfigError(*problems[0])
+
+
+def _check_policy_selection(reg: Registry) -> None:
+    rule = reg.config["analysis"].get("policy_selection")
+    if not rule:
+        return
+    from oar.analysis.policy_selection import check_rule
+
+    problems = check_rule(rule, list(reg.config["models"]), reg.config["runs"]["main"])
+    if problems:
+        raise ConfigError(*problems[0])
+
 
 def _check_upper_bound(reg: Registry) -> None:
     """The upper-bound test (analysis.upper_bound), declared before its runs: margin, level and looks in

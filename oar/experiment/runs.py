@@ -148,6 +148,11 @@ class Registry:
             return []
         return [f"{self.results}/models/{name}.fetched.json"]
 
+    def frozen_policy(self, name: str) -> str | None:
+        """The shipped policy a model is (``models.<name>.frozen.policy``), or None when it is prepared
+        from its source."""
+        return (self.config["models"][name].get("frozen") or {}).get("policy")
+
     def pretrain_settings(self, name: str) -> str | None:
         """JSON of a ``chain`` model's pretraining settings (None for other sources). Its check samples
         like training does: the model's trainer temperature and group size unless set."""
@@ -447,6 +452,8 @@ class Registry:
                 names.append("upper_bound")
             if self.mechanism:
                 names.append("mechanism")
+        if self.logs_step_credit() and not self.mechanism:
+            names.append("step_credit")
         names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
         if self.chain_models():
             names.append("gradient_share")
@@ -467,6 +474,11 @@ class Registry:
         if self.heatmap["scorers"]:
             names.append("token_heatmap")
         return names
+
+    def logs_step_credit(self) -> bool:
+        """Whether every run of the main group logs where its weight goes (``oar.log_step_credit``)."""
+        main = self.groups["main"]
+        return bool(main) and all(self.runs[r]["oar"].get("log_step_credit") for r in main)
 
     def table_files(self, *names: str) -> list[str]:
         return [f"{self.results}/tables/{n}.{ext}" for n in names if n in self.tables for ext in ("csv", "md")]

@@ -15,12 +15,16 @@ BASELINE = "grpo"  # GRPO's uniform token advantages: no scorer, no gate
 # Mechanism rescues: a scorer's gated weights with the last step's parsed decisive tokens held to the mean
 # weight of the rest of the reasoning (oar.method.interventions); method -> the scorer it rescues.
 RESCUES = {"oar_g_rescue": "oar_g"}
+# Their placebos: as many of the scorer's highest-weighted reasoning tokens outside the last step's decisive
+# tokens held to the rest's mean weight, the mass kept (oar.method.interventions.hold_top_outside); method ->
+# the scorer it changes.
+PLACEBOS = {"oar_g_placebo": "oar_g"}
 # Mechanism doses: a scorer's gated weights with the last step's parsed decisive tokens set to
 # oar.final_step_ratio times the mean weight of the earlier steps' (oar.method.interventions); method ->
 # the scorer it doses. The truth gate gives every decisive token one weight, so its dose at ratio 1 is
 # the truth gate itself (the run registry plans that level as the truth gate's run).
 DOSES = {"truth_dose": "truth"}
-INTERVENED = {**RESCUES, **DOSES}  # methods that change a scorer's gated weights -> that scorer
+INTERVENED = {**RESCUES, **PLACEBOS, **DOSES}  # methods that change a scorer's gated weights -> that scorer
 
 # The built-in scorers (the registry's, in its order), grouped by what each declares it reads.
 SCORER_NAMES = _registry.BUILTIN_SCORERS
