@@ -1,6 +1,6 @@
 # The Snakemake side of the run registry. The logic (config -> run ids, resolved settings, evaluations,
-# tables, figures) is oar.experiment.runs, and that of resources and command-line options its bases in
-# oar.experiment.job_resources and oar.experiment.job_options, tested without Snakemake; this file only
+# tables, figures) is oar.experiment.runs, and that of resources and command-line options its parts
+# REG.resources and REG.jobs (oar.experiment.job_resources, job_options), tested without Snakemake; this file only
 # builds one Registry from the validated config and turns it into the names the rules use: input
 # functions of wildcards, resources of wildcards and shell options.
 
@@ -76,9 +76,9 @@ def rule_resources(kind):
 
     def getter(key):
         def get(wildcards):
-            return REG.resources.scheduler_resources(kind, _model_from_wildcards(wildcards)).get(
-                key
-            )
+            return REG.resources.scheduler_resources(
+                kind, _model_from_wildcards(wildcards)
+            ).get(key)
 
         return get
 
