@@ -272,3 +272,26 @@ def test_the_entropy_controls_top_fraction_keeps_each_responses_highest_entropy_
         assert kept.sum() == math.ceil(0.2 * n)
         assert torch.equal(top.scores[i, :n][kept], full.scores[i, :n][kept])
         assert full.scores[i, :n][kept].min() >= full.scores[i, :n][~kept].max()
+
+
+def test_the_plans_know_every_builtin_scorer():
+    """The cost plan prices every built-in scorer (a model-free one at no cost) and calibrates exactly the
+    ones that run the model: the plans' lists are the registry's, tested equal."""
+    from transformers import LlamaConfig
+
+    from oar.experiment import cost_model
+    from oar.experiment.calibration import CALIBRATED_METHODS
+    from oar.experiment.shapes import shape_of
+    from oar.method.names import BASELINE, MODEL_FREE_SCORERS
+    from oar.method.scorer_registry import BUILTIN_SCORERS
+    from oar.training.settings import OARSettings
+
+    reading = {n for n in BUILTIN_SCORERS if scorer_spec(n).reads("model")}
+    assert set(CALIBRATED_METHODS) == {BASELINE} | reading
+    assert set(MODEL_FREE_SCORERS) == set(BUILTIN_SCORERS) - reading
+    shape = shape_of(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=512))
+    oar = vars(OARSettings())
+    for name in BUILTIN_SCORERS:
+        work = cost_model.scoring_work(shape, name, oar, prompt=32, reasoning=64, probe=110, keep=8, scored=4, group=4)
+        assert (work.flops > 0) == (name in reading), name

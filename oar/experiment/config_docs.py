@@ -15,10 +15,9 @@ from typing import Any, Iterator
 
 import yaml
 
-from oar.experiment.config_schema import allowed_names
+from oar.experiment.config_schema import SCHEMA, allowed_names
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "config" / "schema.yaml"
 PAGE = ROOT / "docs" / "configuration.md"
 
 PREAMBLE = """\
