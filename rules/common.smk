@@ -1,29 +1,30 @@
 # The Snakemake side of the run registry. The logic (config -> run ids, resolved settings, evaluations,
-# tables, figures) is oar.experiment.runs, and that of resources and command-line options its bases in
-# oar.experiment.job_resources and oar.experiment.job_options, tested without Snakemake; this file only
+# tables, figures) is oar.experiment.runs, and that of resources and command-line options its parts
+# REG.resources and REG.jobs (oar.experiment.job_resources, job_options), tested without Snakemake; this file only
 # builds one Registry from the validated config and turns it into the names the rules use: input
 # functions of wildcards, resources of wildcards and shell options.
 
 import os
 import sys
 
-import yaml
-
 from snakemake.exceptions import WorkflowError
 
 # the oar package of this source tree, also where Snakemake runs from an environment without it
 sys.path.insert(0, workflow.basedir)
 from oar.experiment.config_error import ConfigError
+from oar.experiment.config_schema import allowed_names, trainer_keys
 from oar.experiment.job_options import cli
 from oar.experiment.runs import (
     GROUP_TABLES,
+    GROUPS as GROUPS_ALL,
     Registry,
     is_base,
     model_of,
 )
+from oar.method.names import PROBES
 
-with open(os.path.join(workflow.basedir, "config", "schema.yaml")) as _f:
-    TRAINER_KEYS = tuple(yaml.safe_load(_f)["$defs"]["trainer"]["properties"])
+TRAINER_KEYS = trainer_keys()
+HELDOUT_SCORERS = allowed_names("heldout_scorers")[0]  # the scorer wildcard's values
 
 # a config error stops with one line naming the key, before any job is planned
 try:
@@ -66,18 +67,18 @@ def _model_from_wildcards(wildcards):
 
 
 def rule_resources(kind):
-    """Resources of the jobs of one kind, from Registry.scheduler_resources (oar.experiment.job_resources). The
+    """Resources of the jobs of one kind, from Registry.resources (oar.experiment.job_resources). The
     same on every attempt, since a retry resumes a job after a time limit, preemption or node failure (more
     memory would not help it and must not outgrow the node)."""
-    keys = list(REG.scheduler_resources(kind))
+    keys = list(REG.resources.scheduler_resources(kind))
     for m in model_names():
-        keys += [k for k in REG.scheduler_resources(kind, m) if k not in keys]
+        keys += [k for k in REG.resources.scheduler_resources(kind, m) if k not in keys]
 
     def getter(key):
         def get(wildcards):
-            return REG.scheduler_resources(kind, _model_from_wildcards(wildcards)).get(
-                key
-            )
+            return REG.resources.scheduler_resources(
+                kind, _model_from_wildcards(wildcards)
+            ).get(key)
 
         return get
 
@@ -86,15 +87,15 @@ def rule_resources(kind):
 
 def rule_retries(kind):
     """Retries from config (resources.<kind>.retries), else None: the profile's --retries."""
-    return REG.retries(kind)
+    return REG.resources.retries(kind)
 
 
 def rule_threads(kind):
     """Threads from config (the kind's, or the model's override for jobs of one model)."""
-    if not REG.threads_vary_by_model(kind):
-        return int(REG.resource_set(kind)["threads"])
+    if not REG.resources.threads_vary_by_model(kind):
+        return int(REG.resources.resource_set(kind)["threads"])
     return lambda wildcards: int(
-        REG.resource_set(kind, _model_from_wildcards(wildcards))["threads"]
+        REG.resources.resource_set(kind, _model_from_wildcards(wildcards))["threads"]
     )
 
 
@@ -103,7 +104,7 @@ def rule_threads(kind):
 
 def against_files(wildcards):
     """Benchmarks a training set is checked against (overlapping problems: training.on_overlap)."""
-    return REG.against(wildcards.dataset)
+    return REG.jobs.against(wildcards.dataset)
 
 
 def eval_model(wildcards):
@@ -244,7 +245,7 @@ def figure_inputs(wildcards):
 
 def prepare_data_args(wildcards, input, output):
     return cli(
-        **REG.prepare_data_options(wildcards.dataset),
+        **REG.jobs.prepare_data_options(wildcards.dataset),
         against=list(input.against),
         out=output.out,
         summary=output.summary,
@@ -252,7 +253,7 @@ def prepare_data_args(wildcards, input, output):
 
 
 def evaluate_args(wildcards, input, output, threads):
-    settings = REG.eval_settings(model_of(wildcards.run), wildcards.bench)
+    settings = REG.jobs.eval_settings(model_of(wildcards.run), wildcards.bench)
     return cli(
         model=input.model,
         benchmark_file=input.benchmark_file,

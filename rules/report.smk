@@ -27,7 +27,7 @@ rule table:
     params:
         benchmarks=lambda wc: table_benchmarks(wc.name),
         # the cost table says when its times are comparable (training jobs alone)
-        train_threads=int(REG.resource_set("train")["threads"]),
+        train_threads=int(REG.resources.resource_set("train")["threads"]),
         main_methods=config["runs"]["main"]["methods"],
         default_tau=config["training"]["oar"]["tau"],
         default_beta=config["training"]["oar"]["beta"],

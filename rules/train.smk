@@ -40,7 +40,7 @@ rule train:
         **rule_resources("train"),
     params:
         script=f"{SCRIPTS}/train.py",
-        launcher=lambda wc: REG.launcher(model_of(wc.run)),
+        launcher=lambda wc: REG.jobs.launcher(model_of(wc.run)),
     shell:
         "OMP_NUM_THREADS={threads} {params.launcher} {params.script} --settings {input.settings:q}"
         " --out-dir $(dirname {output.done:q}) > {log} 2>&1"

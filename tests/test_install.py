@@ -1,5 +1,6 @@
-"""The pinned installs resolve: pip's resolver (``pip install --dry-run --ignore-installed``) on the base
-install, the ``workflow`` and ``test`` extras, the ``gpu`` extra (vLLM), the cluster's environment of
+"""The tested set installs: constraints.txt pins a version inside each of pyproject.toml's ranges and
+envs/oar.yaml repeats it; pip's resolver (``pip install --dry-run --ignore-installed``, under
+constraints.txt as ``make`` installs) on the base install, the ``workflow`` and ``test`` extras, the ``gpu`` extra (vLLM), the cluster's environment of
 ``make setup-gpu`` (``.[gpu,workflow]``, here and, wheels only, for Linux x86_64 as on a GPU node: CUDA
 torch) and the pip section of ``envs/oar.yaml``. Nothing is installed. The resolver needs the package index: these tests carry the
 ``network`` marker (``pytest -m "not network"`` leaves them out offline). The GPU resolutions fetch
@@ -21,6 +22,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_FILE = ROOT / "envs" / "oar.yaml"
+CONSTRAINTS = ROOT / "constraints.txt"
 
 
 def canonical(name: str) -> str:
@@ -28,15 +30,38 @@ def canonical(name: str) -> str:
 
 
 def pyproject_pins() -> dict[str, str]:
-    """Exact pins (name -> version) of pyproject.toml, extras included."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    """The tested set, name -> version: constraints.txt (what ``make`` installs over pyproject's ranges)."""
     pins = {}
-    for req in reqs:
-        m = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==([^\s;#]+)", req.split("#")[0].strip())
-        if m:
+    for line in CONSTRAINTS.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            m = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line)
+            assert m, f"constraints.txt: {line!r} is not name==version"
             pins[canonical(m.group(1))] = m.group(2)
     return pins
+
+
+def pyproject_requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [r.split("#")[0].strip() for r in
+            project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]]
+
+
+def test_every_range_admits_the_tested_version_and_every_requirement_is_pinned():
+    """Offline: each of pyproject.toml's requirements has its version in constraints.txt, inside its range,
+    and constraints.txt pins nothing the project does not require."""
+    from packaging.requirements import Requirement
+
+    pins = pyproject_pins()
+    required = set()
+    for line in pyproject_requirements():
+        requirement = Requirement(line)
+        name = canonical(requirement.name)
+        required.add(name)
+        assert name in pins, f"{name} has no tested version in constraints.txt"
+        assert requirement.specifier.contains(pins[name]), (name, str(requirement.specifier), pins[name])
+        assert requirement.specifier, f"{name}: give it a range (its tested version is {pins[name]})"
+    assert set(pins) == required, set(pins) ^ required
 
 
 def env_pip_requirements() -> list[str]:
@@ -65,9 +90,11 @@ def resolve(*args: str, env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def gpu_requirements() -> list[str]:
-    """The project's requirements with its gpu extra: the platform-specific part of ``make setup-gpu``."""
+    """The project's requirements with its gpu extra, at their tested versions: the platform-specific part
+    of ``make setup-gpu``."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return [r.split("#")[0].strip() for r in project["dependencies"] + project["optional-dependencies"]["gpu"]]
+    reqs = [r.split("#")[0].strip() for r in project["dependencies"] + project["optional-dependencies"]["gpu"]]
+    return reqs + [f"-c {CONSTRAINTS}"]
 
 
 # A GPU node: Linux x86_64, CPython 3.11, wheels only (pip's condition for resolving for another platform;
@@ -105,11 +132,12 @@ def test_env_file_repeats_the_project_pins():
 
 # The four resolutions run at once (each mostly waits on the index), in a module-scoped pool: the
 # tests take about as long as the slowest one rather than their sum.
+PIN = ["-c", str(CONSTRAINTS)]
 TARGETS = {
-    "base": ["."],
-    "workflow_test": [".[workflow,test,tensorboard]"],
-    "gpu": [".[gpu]"],
-    "setup_gpu": [".[gpu,workflow]"],
+    "base": [*PIN, "."],
+    "workflow_test": [*PIN, ".[workflow,test,tensorboard]"],
+    "gpu": [*PIN, ".[gpu]"],
+    "setup_gpu": [*PIN, ".[gpu,workflow]"],
     "env": ["-r", "{env_requirements}"],
     "linux_cuda": LINUX_CUDA_ARGS,
 }
@@ -134,15 +162,17 @@ def resolutions(tmp_path_factory):
 @pytest.mark.timeout(1200)
 def test_base_install_resolves(resolutions):
     resolved = resolutions["base"].result()
-    assert_pinned(resolved, ["torch", "transformers", "trl", "numpy", "pandas"])
-    assert "snakemake" not in resolved and "vllm" not in resolved
+    assert_pinned(resolved, ["torch", "transformers", "trl", "numpy", "scipy"])
+    # the library alone: no workflow, analysis or GPU stack
+    assert not {"snakemake", "vllm", "matplotlib", "jsonschema", "gguf"} & set(resolved)
 
 
 @pytest.mark.network
 @pytest.mark.timeout(1200)
 def test_workflow_and_test_extras_resolve(resolutions):
     resolved = resolutions["workflow_test"].result()
-    assert_pinned(resolved, ["snakemake", "snakemake-executor-plugin-slurm", "numpy", "pandas", "pytest", "tensorboard"])
+    assert_pinned(resolved, ["snakemake", "snakemake-executor-plugin-slurm", "numpy", "pandas", "pytest", "tensorboard",
+                             "matplotlib", "jsonschema"])
 
 
 @pytest.mark.network

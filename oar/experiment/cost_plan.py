@@ -165,11 +165,11 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
         step = step_plan(shapes[model], settings, hw, assume, gpus, schedule)
         steps = settings["trainer"]["max_steps"]
         hours = step.step * steps / 3600
-        res = registry.resource_set("train", model)
+        res = registry.resources.resource_set("train", model)
         allowed = res["runtime"] / 60 * (res.get("retries", 0) + 1)
         if hours > allowed:
-            key = registry.resource_key("train", model, "runtime")
-            retries_key = registry.resource_key("train", model, "retries").replace("resources.default.",
+            key = registry.resources.resource_key("train", model, "runtime")
+            retries_key = registry.resources.resource_key("train", model, "retries").replace("resources.default.",
                                                                                    "resources.train.")
             attempts = math.ceil(hours / (res["runtime"] / 60))
             over.append(f"{key}: run {run} is planned at {hours:,.1f} h ({steps} steps of {step.step:,.0f} s on "
@@ -191,7 +191,7 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
                 key = (run, bench)
                 if key in evals:
                     continue
-                ev = registry.eval_settings(model, bench)
+                ev = registry.jobs.eval_settings(model, bench)
                 spec = DATASETS.get(bench)
                 n = ev.get("n") or (spec.eval.n if spec is not None and spec.eval else 1)
                 problems = ev.get("limit") or EVAL_PROBLEMS.get(bench)

@@ -1,14 +1,14 @@
 """The command-line options of workflow jobs, from a validated config: what becomes a job's flags.
 
-:func:`cli` spells keyword options as shell flags; :class:`JobOptions` (a base of
-:class:`oar.experiment.runs.Registry`) gives the options of each kind of job that takes more than its
-files: preparing a dataset, evaluating a model on a benchmark, and the training launcher.
+:func:`cli` spells keyword options as shell flags; :class:`JobOptions` (held by
+:class:`oar.experiment.runs.Registry` as ``jobs``) gives the options of each kind of job that takes more
+than its files: preparing a dataset, evaluating a model on a benchmark, and the training launcher.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 EVAL_KEYS = ("limit", "max_new_tokens", "backend", "batch_size", "dtype", "chat", "seed", "n_boot",
@@ -34,12 +34,14 @@ def cli(**options: Any) -> str:
 
 
 class JobOptions:
-    """Options of jobs of a validated workflow config held as ``self.config``; the registry gives the
-    benchmarks (``self.benchmarks``), the prepared data files (``self.data_file``) and the grader's
-    fallbacks (``self.grading``)."""
+    """Options of the jobs of a validated workflow config. ``data_file`` names a dataset's prepared file
+    and ``grading`` gives the grader's fallbacks (the run registry's)."""
 
-    config: Mapping
-    benchmarks: list[str]
+    def __init__(self, config: Mapping, data_file: Callable[[str], str], grading: Callable[[], dict]):
+        self.config = config
+        self.benchmarks = list(config["evaluation"]["benchmarks"])
+        self.data_file = data_file
+        self.grading = grading
 
     def eval_settings(self, model: str, benchmark: str) -> dict:
         """Evaluation options of one model on one benchmark: evaluation <- per_benchmark <- model."""

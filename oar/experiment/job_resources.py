@@ -1,8 +1,8 @@
 """What each kind of workflow job asks the scheduler for, from a validated config's ``resources``.
 
 A job's resources are ``resources.default`` <- ``resources.<kind>`` <- ``models.<name>.resources.<kind>``;
-layouts that cannot run are stopped here, naming the key they came from. :class:`JobResources` is a
-base of :class:`oar.experiment.runs.Registry`, which ``rules/common.smk`` turns into rule resources.
+layouts that cannot run are stopped here, naming the key they came from. :class:`JobResources` is held by
+:class:`oar.experiment.runs.Registry` as ``resources``; ``rules/common.smk`` turns it into rule resources.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ RESOURCE_KINDS = (
 
 
 class JobResources:
-    """The scheduler resources of a validated workflow config held as ``self.config``."""
+    """The scheduler resources of the jobs of a validated workflow config."""
 
-    config: Mapping
+    def __init__(self, config: Mapping):
+        self.config = config
 
     def _models(self) -> list[str]:
         return list(self.config["models"])

@@ -6,32 +6,34 @@ the probe; entropy, position and random ignore the probe; only the dose methods 
 identical settings are one run whichever table asks for them. Every downstream file is keyed by the run
 id.
 
-The config is the one Snakemake holds after ``snakemake.utils.validate`` filled in the schema's
-defaults (``config/schema.yaml``). ``rules/common.smk`` builds one :class:`Registry` and turns it into
-rule inputs, outputs and wildcards; the jobs' scheduler resources and command-line options come from
-its bases (``oar.experiment.job_resources``, ``oar.experiment.job_options``). No module of these
-imports Snakemake, so the logic is tested directly (``tests/test_registry.py``).
+The config is the one the Snakefile holds after ``oar.experiment.config_schema.validate`` filled in the
+schema's defaults (``config/schema.yaml``). ``rules/common.smk`` builds one :class:`Registry` and turns it
+into rule inputs, outputs and wildcards. A registry is made of plain parts: the cross-key checks run on it
+at construction (``oar.experiment.config_checks``), its jobs' scheduler resources (``resources``,
+``oar.experiment.job_resources``) and command-line options (``jobs``, ``oar.experiment.job_options``). No
+module of these imports Snakemake, so the logic is tested directly (``tests/test_registry.py``).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 from collections.abc import Iterable, Mapping
 
 import yaml
 
+from oar.experiment.config_checks import GROUPS, check_config
 from oar.experiment.config_error import ConfigError
 from oar.experiment.job_options import JobOptions
 from oar.experiment.job_resources import JobResources
 from oar.files import atomic_write_text
-from oar.models.frozen import check_frozen
-from oar.method.names import DOSES, GATED, PARSED_SCORERS, READS_PARSED_STEPS, TRUTH_GATES, USES_PROBE
+from oar.method.names import DOSES, TRUTH_GATES, is_gated, run_name, uses_probe
+from oar.method.scorer_config import SCORER_SETTINGS, ScorerConfig
+from oar.training.settings import OARSettings, written_at_default
 
+OAR_DEFAULTS = {name: getattr(OARSettings, name) for name in OARSettings.__dataclass_fields__}
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
-GROUPS = ("main", "gating", "grid", "probes", "controls", "dose")
 # table name -> the registry group whose runs it compares
 GROUP_TABLES = {
     "main_table": "main",
@@ -71,21 +73,25 @@ def write_settings(path: str, settings: Mapping) -> None:
     atomic_write_text(path, yaml.safe_dump(dict(settings), sort_keys=False))
 
 
-class Registry(JobResources, JobOptions):
-    """Run ids, settings, evaluations, tables and figures of one validated config; its jobs'
-    scheduler resources (:class:`JobResources`) and command-line options (:class:`JobOptions`).
+class Registry:
+    """Run ids, settings, evaluations, tables and figures of one validated config; its jobs' scheduler
+    resources (``resources``, a :class:`JobResources`) and command-line options (``jobs``, a
+    :class:`JobOptions`).
 
     ``trainer_keys`` are the keys a ``trainer`` section may hold (the schema's ``$defs.trainer``).
-    Construction checks what the schema cannot express and raises :class:`ConfigError` naming the key.
+    Construction checks what the schema cannot express (``oar.experiment.config_checks``) and raises
+    :class:`ConfigError` naming the key.
     """
 
     def __init__(self, config: Mapping, trainer_keys: Iterable[str]):
         self.config = config
         self.results = config["results"]
         self.trainer_keys = tuple(trainer_keys)
-        self.check()
+        self.resources = JobResources(config)
+        self.jobs = JobOptions(config, self.data_file, self.grading)
+        check_config(self)
         design = config["analysis"].get("upper_bound")
-        declared_seeds = [int(x) for x in self._group_seeds(config["runs"]["main"])]
+        declared_seeds = [int(x) for x in self.group_seeds(config["runs"]["main"])]
         if design and design.get("through_look"):
             # an interim run: plan only the seeds up to the given look (the same run ids as the full run's)
             k = int(design["through_look"])
@@ -104,9 +110,9 @@ class Registry(JobResources, JobOptions):
             self.primary = {"baseline": "grpo", "metric": "final_accuracy", "min_seeds": 10, **self.primary}
             # Holm's family as declared: every primary arm on every main policy that runs it, every main seed
             main = self.config["runs"]["main"]
-            self.primary["family"] = [[m, a] for m in self._group_models(main) for a in self.primary["arms"]
+            self.primary["family"] = [[m, a] for m in self.group_models(main) for a in self.primary["arms"]
                                       if not self.graded_equals_truth(m, a)]
-            self.primary["seeds"] = [int(s) for s in self._group_seeds(main)]
+            self.primary["seeds"] = [int(s) for s in self.group_seeds(main)]
         self.mechanism = dict(analysis["mechanism"]) if analysis.get("mechanism") else None
         if self.mechanism:
             self.mechanism["seeds"] = declared_seeds
@@ -146,18 +152,6 @@ class Registry(JobResources, JobOptions):
         """The shipped policy a model is (``models.<name>.frozen.policy``), or None when it is prepared
         from its source."""
         return (self.config["models"][name].get("frozen") or {}).get("policy")
-
-    def _check_frozen(self, name: str) -> None:
-        """A shipped policy must be the declared file, made by the recipe the config states (before any job)."""
-        spec = self.config["models"][name]
-        if not spec.get("frozen"):
-            return
-        if spec["source"] != "chain":
-            raise ConfigError(f"models.{name}.frozen", "a shipped policy is a testbed policy: it needs source 'chain'")
-        recipe = {**json.loads(self.pretrain_settings(name)), "seed": spec.get("seed", 0)}
-        problems = check_frozen(name, spec["frozen"], recipe)
-        if problems:
-            raise ConfigError(*problems[0])
 
     def pretrain_settings(self, name: str) -> str | None:
         """JSON of a ``chain`` model's pretraining settings (None for other sources). Its check samples
@@ -201,177 +195,6 @@ class Registry(JobResources, JobOptions):
     def analysis_model(self) -> str:
         return self.config["analysis"]["model"] or self.model_names()[0]
 
-    # ------------------------------------------------------------------------------ checks
-
-    def check(self) -> None:
-        """Cross-key checks that a JSON schema cannot express; each error names its key."""
-        config = self.config
-        models, data = set(config["models"]), config["data"]
-        if config["training"]["dataset"] not in data:
-            raise ConfigError(
-                "training.dataset", f"{config['training']['dataset']!r} is not prepared: add it under `data`"
-            )
-        for b in config["evaluation"]["benchmarks"]:
-            if b not in data:
-                raise ConfigError("evaluation.benchmarks", f"{b!r} is not prepared: add it under `data`")
-        for b in config["evaluation"]["per_benchmark"]:
-            if b not in config["evaluation"]["benchmarks"]:
-                raise ConfigError(f"evaluation.per_benchmark.{b}", "not in evaluation.benchmarks")
-        heldout = config["analysis"]["heldout"]["dataset"]
-        if heldout not in data:
-            raise ConfigError("analysis.heldout.dataset", f"{heldout!r} is not prepared: add it under `data`")
-        if config["analysis"]["model"] is not None and config["analysis"]["model"] not in models:
-            raise ConfigError("analysis.model", f"{config['analysis']['model']!r} is not a key of `models`")
-        for name, spec in data.items():
-            if spec.get("source") == "local" and "path" not in spec:
-                raise ConfigError(f"data.{name}.path", "source 'local' needs a path")
-        for group in GROUPS:
-            for m in config["runs"][group].get("models") or []:
-                if m not in models:
-                    raise ConfigError(f"runs.{group}.models", f"{m!r} is not a key of `models`")
-            for b in config["runs"][group].get("benchmarks") or []:
-                if b not in config["evaluation"]["benchmarks"]:
-                    raise ConfigError(f"runs.{group}.benchmarks", f"{b!r} is not in evaluation.benchmarks")
-        paired = config["analysis"]["paired"]
-        if (paired["reward_threshold"] is None) == (paired.get("reward_gain") is None):
-            raise ConfigError("analysis.paired.reward_gain",
-                              "set exactly one of analysis.paired.reward_threshold and analysis.paired.reward_gain "
-                              f"(got {paired['reward_threshold']} and {paired.get('reward_gain')})")
-        self._check_primary()
-        self._check_upper_bound()
-        self._check_policy_selection()
-        self._check_mechanism()
-        self._check_dose()
-        oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
-        for name in config["models"]:
-            if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
-                raise ConfigError(f"models.{name}.pretrain", "pretraining settings need source 'chain'")
-            self._check_frozen(name)
-            unknown = set(config["models"][name]["oar"]) - oar_keys
-            if unknown:
-                raise ConfigError(f"models.{name}.oar", f"unknown keys {sorted(unknown)} (use {sorted(oar_keys)})")
-            trainer = self.trainer_settings(name)
-            unknown = set(trainer) - set(self.trainer_keys)
-            if unknown:
-                raise ConfigError(f"models.{name}.trainer", f"unknown keys {sorted(unknown)} (use {self.trainer_keys})")
-            if trainer["per_device_train_batch_size"] % trainer["num_generations"]:
-                where = f"models.{name}.trainer" if config["models"][name]["trainer"] else "training.trainer"
-                raise ConfigError(
-                    f"{where}.per_device_train_batch_size",
-                    f"{trainer['per_device_train_batch_size']} is not a multiple of "
-                    f"num_generations = {trainer['num_generations']}",
-                )
-        self._check_chain_task()
-        fidelity = config["analysis"]["fidelity"]
-        if fidelity["reference"] in fidelity["scorers"]:
-            raise ConfigError("analysis.fidelity.scorers", "lists the reference scorer itself")
-        self.check_resources()
-
-    def _check_primary(self) -> None:
-        """The declared primary comparisons (analysis.primary) are run: the baseline is the paired
-        analysis's, and each arm and the baseline run in runs.main on at least min_seeds seeds."""
-        primary = self.config["analysis"].get("primary")
-        if not primary:
-            return
-        main = self.config["runs"]["main"]
-        baseline = primary.get("baseline", "grpo")
-        if baseline != self.config["analysis"]["paired"]["baseline"]:
-            raise ConfigError("analysis.primary.baseline",
-                              f"{baseline!r} is not analysis.paired.baseline "
-                              f"({self.config['analysis']['paired']['baseline']!r})")
-        for method in [baseline, *primary["arms"]]:
-            if method not in main["methods"]:
-                key = "analysis.primary.baseline" if method == baseline else "analysis.primary.arms"
-                raise ConfigError(key, f"{method!r} is not run in runs.main.methods {list(main['methods'])}")
-        seeds = self._group_seeds(main)
-        need = primary.get("min_seeds", 10)
-        if len(set(seeds)) < need:
-            raise ConfigError("analysis.primary.min_seeds",
-                              f"the primary comparisons need {need} paired seeds, runs.main runs {len(set(seeds))} "
-                              f"({list(seeds)}); add seeds to runs.main.seeds or declare fewer with the design's reason")
-
-    def _check_policy_selection(self) -> None:
-        rule = self.config["analysis"].get("policy_selection")
-        if not rule:
-            return
-        from oar.analysis.policy_selection import check_rule
-
-        problems = check_rule(rule, list(self.config["models"]), self.config["runs"]["main"])
-        if problems:
-            raise ConfigError(*problems[0])
-
-    def _check_upper_bound(self) -> None:
-        """The upper-bound test (analysis.upper_bound), declared before its runs: margin, level and looks in
-        range, fresh seeds, two arms, an exclusion rule that reads only what precedes the first update."""
-        design = self.config["analysis"].get("upper_bound")
-        if not design:
-            return
-        from oar.analysis.upper_bound import check_design
-
-        main = dict(self.config["runs"]["main"])
-        main["models"] = self._group_models(main)
-        main["seeds"] = self._group_seeds(main)
-        problems = check_design(design, main)
-        if problems:
-            raise ConfigError(*problems[0])
-        if self.config["analysis"].get("primary"):
-            raise ConfigError("analysis.primary", "the upper-bound test is this config's one decision; set "
-                              "analysis.primary to null (a second family would need its own correction)")
-
-    def _check_mechanism(self) -> None:
-        """The declared contrasts (analysis.mechanism): arms run in runs.main, balanced, tests and margins in
-        range, and its step-error tests read on a chain task; one family per config (analysis.primary null)."""
-        design = self.config["analysis"].get("mechanism")
-        if not design:
-            return
-        from oar.analysis import step_errors
-        from oar.analysis.mechanism import check_design
-        from oar.data.catalogue import chain_steps
-
-        main = self.config["runs"]["main"]
-        problems = check_design(design, list(main["methods"]), self._group_models(main))
-        # the step errors are read where the contrasts' accuracies are: the paired benchmark
-        benchmark = (self.config["analysis"]["paired"]["benchmark"]
-                     or (main.get("benchmarks") or self.config["evaluation"]["benchmarks"])[0])
-        problems += step_errors.check_design(design.get("step_errors"), list(main["methods"]), chain_steps(benchmark),
-                                             benchmark)
-        if problems:
-            raise ConfigError(*problems[0])
-        if self.config["analysis"].get("primary") or self.config["analysis"].get("upper_bound"):
-            raise ConfigError("analysis.mechanism", "the contrasts are this config's decision family; set "
-                              "analysis.primary and analysis.upper_bound to null")
-
-    def _check_dose(self) -> None:
-        """The dose runs (runs.dose: every dose method at every ratio, methods and ratios given together)
-        and their declared trend test (analysis.dose_response: its runs planned, a mechanism table to be
-        written into)."""
-        spec = self.config["runs"].get("dose") or {}
-        if spec:
-            for key in ("methods", "ratios"):
-                if not spec.get(key):
-                    raise ConfigError(f"runs.dose.{key}", f"{spec.get(key)!r}: runs.dose needs its {key}, at least "
-                                      "one (or leave runs.dose out)")
-            for m in spec["methods"]:
-                if m not in DOSES:
-                    raise ConfigError("runs.dose.methods", f"{m!r} is not a dose method {list(DOSES)}")
-            for r in spec["ratios"]:
-                if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-                    raise ConfigError("runs.dose.ratios", f"{r!r} is not a ratio: a finite number above 0")
-            if len({float(r) for r in spec["ratios"]}) != len(spec["ratios"]):
-                raise ConfigError("runs.dose.ratios", f"{spec['ratios']} repeats a ratio")
-        design = self.config["analysis"].get("dose_response")
-        if not design:
-            return
-        from oar.analysis.dose_response import check_design
-
-        dose = {**spec, "models": self._group_models(spec), "seeds": self._group_seeds(spec)} if spec else {}
-        problems = check_design(design, dose)
-        if problems:
-            raise ConfigError(*problems[0])
-        if not self.config["analysis"].get("mechanism"):
-            raise ConfigError("analysis.dose_response", "its reading is a section of the mechanism table: "
-                              "declare analysis.mechanism beside it")
-
     def _dose_design(self) -> dict | None:
         """analysis.dose_response with what its reading needs from runs.dose: the ratios, the seeds and
         each (ratio, seed)'s run id (ratio 1 of a dose of the truth gate is the truth gate's run)."""
@@ -379,41 +202,11 @@ class Registry(JobResources, JobOptions):
         if not design:
             return None
         spec = self.config["runs"]["dose"]
-        seeds = [int(s) for s in self._group_seeds(spec)]
+        seeds = [int(s) for s in self.group_seeds(spec)]
         ratios = [float(r) for r in spec["ratios"]]
         runs = [{"ratio": r, "seed": s, "run": self.run_id(design["model"], design["method"], s, ratio=r)}
                 for r in ratios for s in seeds]
         return {"alpha": 0.05, **design, "ratios": ratios, "seeds": seeds, "runs": runs}
-
-    def _check_chain_task(self) -> None:
-        """The methods that read the decisive tokens parsed from the chain task's grammar (the truth
-        scorers, the rescue, the dose) train on it, and a chain policy is pretrained on chains of as many
-        steps as the RL data has."""
-        from oar.data.catalogue import chain_steps
-
-        config = self.config
-        steps = chain_steps(config["training"]["dataset"])
-        for group in GROUPS:
-            parsed = [m for m in config["runs"][group].get("methods", []) if m in READS_PARSED_STEPS]
-            if parsed and steps is None:
-                raise ConfigError(f"runs.{group}.methods",
-                                  f"method {parsed[0]!r} reads the decisive tokens parsed from the chain task's "
-                                  f"responses; training.dataset {config['training']['dataset']!r} has none to parse")
-            truth = [m for m in parsed if m in PARSED_SCORERS]
-            models = self._group_models(config["runs"][group])
-            if "truth_graded" in truth and all(self.graded_equals_truth(m, "truth_graded") for m in models):
-                raise ConfigError(f"runs.{group}.methods",
-                                  f"'truth_graded' on {models}: these policies write no remarks or notes, so its "
-                                  "weights equal the truth gate's; run 'truth', or a policy with "
-                                  "models.<name>.pretrain.filler or .distractors above 0")
-        for name, spec in config["models"].items():
-            if spec["source"] != "chain" or steps is None:
-                continue
-            pretrain_steps = (spec.get("pretrain") or {}).get("steps", 3)
-            if pretrain_steps != steps:
-                raise ConfigError(f"models.{name}.pretrain.steps",
-                                  f"{pretrain_steps} steps, but training.dataset {config['training']['dataset']!r} "
-                                  f"has chains of {steps}")
 
     # ------------------------------------------------------------------------ run settings
 
@@ -423,6 +216,15 @@ class Registry(JobResources, JobOptions):
     def oar_settings(self, model: str) -> dict:
         """training.oar with the model's own ``oar`` overrides (e.g. chunk_tokens sized to its memory)."""
         return deep_merge(self.config["training"]["oar"], self.config["models"][model]["oar"])
+
+    def scorer_options(self) -> dict:
+        """The held-out scoring script's scorer settings from ``training.oar`` (one option per
+        ``ScorerConfig`` field but the probe, which the job's wildcard gives); a setting added after scores
+        were made is passed only off its default, so that their jobs are not rerun."""
+        oar = self.config["training"]["oar"]
+        defaults = ScorerConfig()
+        return {name: oar[name] for name in SCORER_SETTINGS if name != "probe" and name in oar
+                and (written_at_default(name) or oar[name] != getattr(defaults, name))}
 
     def grading(self) -> dict:
         """The grader's fallbacks after the last \\boxed{} (schema ``grading``), as oar.grading's arguments."""
@@ -445,12 +247,12 @@ class Registry(JobResources, JobOptions):
     def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None, ratio=None) -> str:
         method, ratio = self._dosed(model, method, ratio)
         oar = self.oar_settings(model)
-        parts = [method]
-        if method in GATED:
+        parts = [run_name(method)]
+        if is_gated(method):
             tau = oar["tau"] if tau is None else tau
             beta = oar["beta"] if beta is None else beta
             parts.append(f"tau{fmt_float(tau)}-beta{fmt_float(beta)}")
-        if method in USES_PROBE:
+        if uses_probe(method):
             parts.append(oar["probe"] if probe is None else probe)
         if ratio is not None:
             parts.append(f"ratio{fmt_float(ratio)}")
@@ -462,21 +264,17 @@ class Registry(JobResources, JobOptions):
         config = self.config
         method, ratio = self._dosed(model, method, ratio)
         oar = self.oar_settings(model)
-        if method in GATED:
+        if is_gated(method):
             oar["tau"] = float(oar["tau"] if tau is None else tau)
             oar["beta"] = float(oar["beta"] if beta is None else beta)
-        if method in USES_PROBE and probe is not None:
+        if uses_probe(method) and probe is not None:
             oar["probe"] = probe
         oar.update(self.grading())  # rewards and probes grade as evaluation does
-        for added_later, default in (("window_tokens", 0), ("log_step_credit", False),
-                                     ("scoring_attention", "no_cudnn"), ("grad_chunk_tokens", 0),
-                                     ("grad_prompt", "cached")):
-            if oar.get(added_later, default) == default:
-                # at its default (exact OAR-P; no step-credit log; scoring without cuDNN's attention; OAR-G's
-                # micro-batches at chunk_tokens, over a cached prompt): left
-                # out so that runs made before the setting existed keep their settings, and Snakemake does
-                # not retrain them
-                oar.pop(added_later, None)
+        for name in list(oar):
+            if name in OAR_DEFAULTS and not written_at_default(name) and oar[name] == OAR_DEFAULTS[name]:
+                # a setting added after runs were made (oar.method.scorer_config.setting's `written`), at its
+                # default: left out so that those runs keep their settings, and Snakemake does not retrain them
+                del oar[name]
         # only a dose reads the ratio: left out of every other run's settings, which stay as they were
         oar.pop("final_step_ratio", None)
         if ratio is not None:
@@ -493,19 +291,21 @@ class Registry(JobResources, JobOptions):
             "trainer": self.trainer_settings(model),
         }
 
-    def _group_models(self, spec: Mapping) -> list[str]:
+    def group_models(self, spec: Mapping) -> list[str]:
+        """The models a group of runs trains: its own ``models``, else every model."""
         return spec.get("models") or self.model_names()
 
-    def _group_seeds(self, spec: Mapping) -> list[int]:
+    def group_seeds(self, spec: Mapping) -> list[int]:
+        """The seeds a group of runs trains: its own ``seeds``, else ``runs.seeds``."""
         return spec.get("seeds") or self.config["runs"]["seeds"]
 
     def _expand_group(self, group: str) -> list[dict]:
         """Run settings (in a stable order) that one registry group declares."""
         spec = self.config["runs"][group]
         out = []
-        for model in self._group_models(spec):
+        for model in self.group_models(spec):
             default_tau = float(self.oar_settings(model)["tau"])
-            for seed in self._group_seeds(spec):
+            for seed in self.group_seeds(spec):
                 if group in ("main", "controls"):
                     out += [self.run_settings(model, m, seed) for m in spec["methods"]
                             if not self.graded_equals_truth(model, m)]
@@ -538,7 +338,7 @@ class Registry(JobResources, JobOptions):
                 spec = self.config["runs"][group]
                 settings = [
                     self.run_settings(model, "grpo", seed)
-                    for model in self._group_models(spec) for seed in self._group_seeds(spec)
+                    for model in self.group_models(spec) for seed in self.group_seeds(spec)
                 ] + settings
             ids: list[str] = []
             for s in settings:
@@ -561,9 +361,9 @@ class Registry(JobResources, JobOptions):
             meta[run] = {
                 "model": model_of(run),
                 "method": s["method"],
-                "tau": s["oar"]["tau"] if s["method"] in GATED else None,
-                "beta": s["oar"]["beta"] if s["method"] in GATED else None,
-                "probe": s["oar"]["probe"] if s["method"] in USES_PROBE else None,
+                "tau": s["oar"]["tau"] if is_gated(s["method"]) else None,
+                "beta": s["oar"]["beta"] if is_gated(s["method"]) else None,
+                "probe": s["oar"]["probe"] if uses_probe(s["method"]) else None,
                 "seed": s["seed"],
             }
         return meta

@@ -6,6 +6,7 @@ which reads the outcome, is in ``oar.method.gradient_scorers``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -20,7 +21,9 @@ from oar.method.scoring_batches import (batch_pad_id, flat_ids, gather_rows, mas
 
 @torch.no_grad()
 def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
-    """Policy entropy of the distribution each reasoning token was sampled from (GTPO-style control)."""
+    """Policy entropy of the distribution each reasoning token was sampled from (GTPO-style control); with
+    ``config.entropy_top_fraction`` below 1, only each response's highest-entropy fraction of tokens keeps
+    its entropy and the rest score 0 (:func:`top_fraction`)."""
     device = model_device(model)
     fmt = mask_format(model)
     pad_id = batch_pad_id(probes)
@@ -46,15 +49,25 @@ def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config:
         logp = F.log_softmax(logits[:, : keep - 1].float(), dim=-1)
         # the rows end together: row r's reasoning is predicted by the last R_r of these keep - 1 positions
         gather_rows(out, -(logp.exp() * logp).sum(dim=-1), keep - 1 - row_count, row_count, row_dest)
-    return to_host(list(out[:-1].split(reasoning)))
+    rows = to_host(list(out[:-1].split(reasoning)))
+    return rows if config.entropy_top_fraction == 1 else [top_fraction(r, config.entropy_top_fraction) for r in rows]
 
 
-def position_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+def top_fraction(scores: Tensor, fraction: float) -> Tensor:
+    """``scores`` where they are among the row's ceil(fraction x R) highest (ties at the boundary kept), 0
+    elsewhere: the 80/20 rule's high-entropy tokens of one response."""
+    kept = max(1, math.ceil(fraction * scores.numel() - 1e-9))
+    threshold = torch.topk(scores, kept).values[-1]
+    return torch.where(scores >= threshold, scores, torch.zeros_like(scores))
+
+
+def position_scores(probes: Sequence[Probe]) -> list[Tensor]:
     """Recency control: the token's index in the response."""
     return [torch.arange(p.reasoning_len, dtype=torch.float32) for p in probes]
 
 
-def random_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
-    """Random control: the same gate on uniform random scores (is the gain the signal or any reshaping?)."""
-    generator = torch.Generator(device="cpu").manual_seed(config.seed)
+def random_scores(probes: Sequence[Probe], seed: int) -> list[Tensor]:
+    """Random control: the same gate on uniform random scores (is the gain the signal or any reshaping?),
+    drawn from a generator of its own seeded with ``seed``."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
     return [torch.rand(p.reasoning_len, generator=generator) for p in probes]

@@ -55,8 +55,8 @@ class Resources(dict):
 def job(reg: Registry, kind: str, model: str | None) -> SimpleNamespace:
     """The executor's view of one job of `kind`: its resources and threads (a stand-in for Snakemake's
     Job object, which needs a DAG)."""
-    threads = int(reg.resource_set(kind, model)["threads"])
-    return SimpleNamespace(resources=Resources(reg.scheduler_resources(kind, model)), threads=threads,
+    threads = int(reg.resources.resource_set(kind, model)["threads"])
+    return SimpleNamespace(resources=Resources(reg.resources.scheduler_resources(kind, model)), threads=threads,
                            is_group=lambda: False)
 
 
@@ -102,8 +102,8 @@ def test_one_gpu_and_cpu_jobs_run_on_one_node_as_one_task():
 
 def test_retries_resume_long_training_runs():
     reg = registry(paper())
-    assert reg.retries("train") == 26  # 1 + 26 attempts of 24 h for the longest run (7B exact OAR-P, ~633 h)
-    assert reg.retries("evaluate") is None  # the profile's --retries
+    assert reg.resources.retries("train") == 26  # 1 + 26 attempts of 24 h for the longest run (7B exact OAR-P, ~633 h)
+    assert reg.resources.retries("evaluate") is None  # the profile's --retries
 
 
 @pytest.mark.parametrize("overlay, key", [
@@ -130,7 +130,7 @@ def test_two_multi_gpu_launches_on_one_node_do_not_share_a_port():
     launch = pytest.importorskip("accelerate.commands.launch")
     from accelerate.utils.launch import prepare_multi_gpu_env
 
-    launcher = registry(paper()).launcher(BIG)
+    launcher = registry(paper()).jobs.launcher(BIG)
     assert launcher.endswith("--main_process_port 0")
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
