@@ -25,7 +25,7 @@ from oar.experiment.cost_model import SCHEDULE, Assumptions, calibrated_scorer
 from oar.experiment.cost_plan import Plan, StepPlan, plan_config, step_plan
 from oar.experiment.hardware import Hardware
 from oar.experiment.rank_wait import slowest_rank_factor
-from oar.experiment.rate_limits import (Measurement, capped_seconds, carries, check_carry, measurements, shape_name,
+from oar.experiment.rate_limits import (capped_seconds, carries, check_carry, measurements, shape_name,
                                         verdict)
 from oar.experiment.workload import Workload, model_workload
 from oar.method.names import BASELINE, MODEL_FREE_SCORERS, scorer_of
@@ -94,13 +94,14 @@ def band_knobs(scenario: str) -> Knobs:
 
 
 def rated_step(rates: Rates, workloads: Mapping[str, Workload], knobs: Knobs, prompt_tokens: int, model: str, shape,
-               settings: Mapping, gpus: int, schedule: str = SCHEDULE) -> StepPlan:
-    """One step of a run at ``knobs``' ends of its model's workload and its phases' rates."""
+               settings: Mapping, gpus: int, schedule: str = SCHEDULE, first_step: bool = False) -> StepPlan:
+    """One step of a run at ``knobs``' ends of its model's workload and its phases' rates (``first_step``:
+    a process's first generation at its length, ``step_plan``'s)."""
     workload = workloads[model]
     assume = Assumptions(prompt_tokens=prompt_tokens, completion_fill=workload.completion_fill.scenario(knobs.fill),
                          scored_share=workload.scored_share.scenario(knobs.share))
     name = shape_name(shape)
-    plan = step_plan(shape, settings, rates.for_shape(name), assume, gpus, schedule)
+    plan = step_plan(shape, settings, rates.for_shape(name), assume, gpus, schedule, first_step)
     trainer, oar = settings["trainer"], settings["oar"]
     scorer = scorer_of(settings["method"]) or settings["method"]
     scores = scorer != BASELINE and scorer not in MODEL_FREE_SCORERS
