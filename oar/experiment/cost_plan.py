@@ -22,7 +22,6 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from oar.experiment.calibration import calibrate
 from oar.experiment.cost_model import (SCHEDULE, SCHEDULES, Assumptions, calibrated_scorer, generation_work,
                                        reasoning_probe, scaled, scoring_work, update_work)
 from oar.experiment.hardware import HARDWARE, Hardware, hardware
