@@ -7,7 +7,7 @@ placeholder tokens up to the shape's vocabulary, and responses are forced to the
 so groups have non-zero advantages, and every response is scored (``score_all``): the timings are those
 of a full step, whatever the model says. Each row trains in its own process, so its peak memory is its own.
 
-    python bench/gpu_check.py --budget-s 720     # the 1.5B rows, then the 7B rows in what the budget leaves
+    python bench/gpu_check.py --budget-s 900     # the 1.5B rows, then the 7B rows in what the budget leaves
     python bench/gpu_check.py --plan-only        # print the plan and stop
     python bench/gpu_check.py --shape qwen2.5-7b --methods oar_p   # one shape's rows
     python bench/gpu_check.py --shape tiny --response-tokens 16 --batch 4 --num-generations 2   # CPU smoke run
