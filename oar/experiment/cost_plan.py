@@ -2,15 +2,16 @@
 
 One training step has three phases, generation, scoring and update; ``oar.experiment.cost_model``
 counts each one's work from the model's shape and turns it into time by a hardware figure
-(``oar.experiment.hardware``): peak x utilisation and an assumed per-layer call cost, printed above the
-table, or the rates and fixed costs measured on a GPU by ``bench/gpu_check.py`` (its
-``calibration.json``; ``oar.experiment.calibration``), each applied to what it measured.
+(``oar.experiment.hardware``): peak x utilisation and an assumed per-layer call cost, or the rates and
+fixed costs measured on a GPU by ``bench/gpu_check.py`` (its ``calibration.json``;
+``oar.experiment.calibration``), each applied to what it measured. The CLI prints the plan as a band
+(``oar.experiment.cost_band``): each model's workload from its sources, no rate faster than any row ran,
+the slowest rank's wait.
 
-    python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, Markdown
+    python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, assumed rates
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware a100
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
-        --calibration bench/calibration/h200-2026-11/calibration_1024.json \\
-                      bench/calibration/h200-2026-11/calibration_256.json
+        --calibration bench/calibration/h200-2026-11-no-cudnn/calibration.json ...   # docs/cost.md
 """
 
 from __future__ import annotations
