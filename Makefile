@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 test explain test-slurm test-cpu-kinds install-profile progress
+.PHONY: setup run select-policy rebuild-policies run-ceiling ceiling-plan run-rescue run-oar-p-credit run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 test explain test-slurm test-cpu-kinds install-profile progress
 setup: $(STAMP)
 
 # Order matters: torch first (the exact pin takes the local CPU build instead of CUDA wheels), then the
@@ -58,12 +58,54 @@ run-upper-bound: setup
 upper-bound-plan: setup
 	$(BIN)/python -m oar.analysis.upper_bound config/upper-bound.yaml
 
+# The ceiling test (config/ceiling.yaml over config/decisive.yaml): GRPO and the graded truth gate on the shipped
+# chain_d8, 46 fresh seeds read at 23 and 46 pairs, a non-superiority test of a +1.5-point gain with a
+# non-binding futility statement at look 1. LOOK=1 runs only the first look's seeds; a read look is never rerun.
+CEILING_CONFIG = --configfile config/decisive.yaml config/ceiling.yaml --config results=results-ceiling \
+	$(call cpu_pin,config/decisive.yaml config/ceiling.yaml)
+run-ceiling: setup
+	$(BIN)/snakemake --cores 2 upper_bound --rerun-triggers mtime params input software-env $(CEILING_CONFIG) \
+	    $(if $(LOOK),'analysis={upper_bound: {through_look: $(LOOK)}}')
+
+ceiling-plan: setup
+	$(BIN)/python -m oar.analysis.upper_bound config/ceiling.yaml
+
+# The rescue with a placebo (config/rescue.yaml over config/decisive.yaml): OAR-G, its rescue and the placebo on
+# the shipped chain_d8, 30 fresh seeds, two declared contrasts (Holm), the declared overturn rule, the mediator.
+run-rescue: setup
+	$(BIN)/snakemake --cores 2 mechanism --rerun-triggers mtime params input software-env \
+	    --configfile config/decisive.yaml config/rescue.yaml --config results=results-rescue \
+	    $(call cpu_pin,config/decisive.yaml config/rescue.yaml)
+
+# Where OAR-P puts its weight during training on the shipped chain_d8 (config/oar-p-credit.yaml; exploratory,
+# three seeds): results-oar-p-credit/tables/step_credit.md.
+run-oar-p-credit: setup
+	$(BIN)/snakemake --cores 2 step_credit --rerun-triggers mtime params input software-env \
+	    --configfile config/decisive.yaml config/oar-p-credit.yaml --config results=results-oar-p-credit \
+	    $(call cpu_pin,config/decisive.yaml config/oar-p-credit.yaml)
+
 # The 2x2 of where truth credit goes (config/mechanism.yaml over config/decisive.yaml): GRPO, the final-step,
 # earlier-steps and whole truth gates on chain_d8, and OAR-G with its rescue, ten fresh seeds, the declared
 # contrasts and the mediator; the truth gate at five ratios of the last step's weight (the dose-response).
 run-mechanism: setup
 	$(BIN)/snakemake --cores 2 mechanism --configfile config/decisive.yaml config/mechanism.yaml \
 	    --config results=results-mechanism $(call cpu_pin,config/decisive.yaml config/mechanism.yaml)
+
+# How the shipped chain_d8 policy is chosen (config/policy-selection.yaml over config/decisive.yaml): its
+# candidates in order, each pretrained and piloted with GRPO on seeds no test uses, until one passes the rule
+# declared there; the table is results-selection/tables/policy_selection.md.
+SELECTION_CONFIG = config/decisive.yaml config/policy-selection.yaml
+select-policy: setup
+	$(BIN)/python workflow_scripts/select_policy.py --configfile $(SELECTION_CONFIG) --results results-selection \
+	    --config $(call cpu_pin,$(SELECTION_CONFIG))
+
+# Every shipped policy's recipe pretrained again (models.<name>.frozen in config/config.yaml and
+# config/decisive.yaml), and whether this machine gives the shipped bits (results-rebuilt/models-rebuilt/).
+rebuild-policies: setup
+	$(BIN)/snakemake --cores 2 rebuild_policies --config results=results-rebuilt $(call cpu_pin,config/config.yaml)
+	$(BIN)/snakemake --cores 2 rebuild_policies --configfile config/decisive.yaml --config results=results-rebuilt \
+	    $(call cpu_pin,config/decisive.yaml)
+	@cat results-rebuilt/logs/rebuild_policy/*.log | grep "rebuilt"
 
 # The SmolLM2-135M experiment (config/smollm2.yaml) in its own results folder.
 run-smollm2: setup
@@ -186,6 +228,12 @@ Try it
   run-decisive-part  its part without OAR-P (config/decisive-part.yaml; about 4 h on 2 cores)
   run-upper-bound  the upper-bound test: GRPO and the graded truth gate on chain_d8, 60 fresh seeds read at 20, 40, 60 pairs (config/upper-bound.yaml; LOOK=1 runs the first look's seeds, about 2.8 h on 2 cores; all three about 8.4 h)
   run-mechanism    why the scorers lose, on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, OAR-G and its rescue, ten fresh seeds, declared contrasts, the mediator, the dose-response over the last step's weight (config/mechanism.yaml; about 6 h on 2 cores)
+  select-policy    how the shipped chain_d8 was chosen: pretraining candidates piloted with GRPO in order until one passes the rule declared in config/policy-selection.yaml (about 30 min a candidate on 2 cores)
+  rebuild-policies pretrain every shipped policy's recipe again and say whether this machine gives the shipped bits (a few minutes)
+  run-ceiling      the ceiling test on the shipped chain_d8: GRPO and the graded truth gate, 46 fresh seeds read at 23 and 46 pairs (config/ceiling.yaml; LOOK=1 about 3.2 h on 2 cores, both about 6.4 h)
+  ceiling-plan     print the ceiling test's boundaries, power and time from its declared design (no runs)
+  run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/rescue.yaml; about 7.5 h on 2 cores)
+  run-oar-p-credit where OAR-P puts its weight in training on the shipped chain_d8, three seeds, exploratory (config/oar-p-credit.yaml; about 45 min on 2 cores)
   upper-bound-plan  print the upper-bound test's boundaries, power and time from its declared design (no runs)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   progress         beside a running `make run`: jobs done and about how long is left, a line a minute

@@ -128,6 +128,7 @@ def table_inputs(wildcards):
             "summaries": [f"{R}/models/{m}.summary.json" for m in REG.chain_models()]
         },
         "paired_differences": {"differences": rules.paired_analysis.output.differences},
+        "step_credit": {"curves": f"{R}/analysis/credit/main.csv"},
         "decisive": {
             "differences": rules.paired_analysis.output.differences,
             "outcomes": rules.paired_analysis.output.outcomes,
@@ -138,6 +139,7 @@ def table_inputs(wildcards):
         },
         "mechanism": {
             "outcomes": rules.paired_analysis.output.outcomes,
+            "accuracy": rules.paired_analysis.input.accuracy,
             "summaries": step_error_summaries(),
             # the declared dose-response, a section of the mechanism table: its runs' accuracy and curves
             **(

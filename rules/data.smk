@@ -37,6 +37,7 @@ rule prepare_model:
         source=lambda wc: config["models"][wc.model]["source"],
         seed=lambda wc: config["models"][wc.model]["seed"],
         pretrain=lambda wc: pretrain_settings(wc.model),
+        frozen=lambda wc: REG.frozen_policy(wc.model),
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/prepare_model.py"
@@ -62,3 +63,33 @@ rule prepare_data:
         args=prepare_data_args,
     shell:
         "python {params.script} {params.args} > {log} 2>&1"
+
+
+# A shipped policy (models.<name>.frozen) pretrained again from the recipe that made it, beside the shipped
+# file: whether this machine's kernels give the same bits (`make rebuild-policies`). Nothing reads the rebuilt
+# folder; the runs keep starting from the shipped file.
+rule rebuild_policy:
+    output:
+        model=directory(f"{R}/models-rebuilt/{{model}}"),
+        report=f"{R}/models-rebuilt/{{model}}.json",
+    log:
+        f"{R}/logs/rebuild_policy/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/rebuild_policy/{{model}}.tsv"
+    conda:
+        "../envs/oar.yaml"
+    threads: rule_threads("prepare_model")
+    resources:
+        **rule_resources("prepare_model"),
+    params:
+        policy=lambda wc: REG.frozen_policy(wc.model),
+        seed=lambda wc: config["models"][wc.model]["seed"],
+        pretrain=lambda wc: pretrain_settings(wc.model),
+        threads=lambda wc, threads: threads,
+    script:
+        "../workflow_scripts/rebuild_policy.py"
+
+
+rule rebuild_policies:
+    input:
+        [f"{R}/models-rebuilt/{m}.json" for m in model_names() if REG.frozen_policy(m)],

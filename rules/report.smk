@@ -168,6 +168,11 @@ rule report:
         rules.html_report.output.html,
 
 
+rule step_credit:
+    input:
+        table_files("step_credit"),
+
+
 rule upper_bound:
     input:
         table_files("upper_bound", "paired_differences"),

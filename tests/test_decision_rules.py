@@ -550,6 +550,33 @@ def test_a_continuing_test_states_its_power_at_the_measured_sd_and_its_condition
                                  "status": "not reached"}], _design()) is None
 
 
+def test_a_declared_futility_statement_says_at_its_look_whether_it_applies():
+    """Non-binding futility at look 1: it applies when the conditional power at the measured gain is below
+    the declared level; at another look it is not read; a look at or after the last is refused."""
+    seeds = list(range(100, 160))
+    rng = np.random.default_rng(12)
+    noisy = rng.normal(0.0, 0.11, 20)
+    noisy = noisy - noisy.mean() + 0.005
+    design = {**_design(), "futility": {"look": 1, "conditional_power_below": 0.10}}
+    reading = upper_bound.read_upper_bound(_outcomes(list(noisy), seeds[:20]), design, seeds, 0.45)
+    measured = {c["gain_from"]: c["power"] for c in reading["outlook"]["conditional"]}["measured"]
+    assert reading["outlook"]["futile"] == (measured < 0.10)
+    _, md = upper_bound.upper_bound_table(reading, design)
+    assert ("Futility (declared, non-binding)" in md) == (measured < 0.10)
+    strict = {**design, "futility": {"look": 1, "conditional_power_below": 0.99}}
+    _, md = upper_bound.upper_bound_table(upper_bound.read_upper_bound(_outcomes(list(noisy), seeds[:20]), strict,
+                                                                       seeds, 0.45), strict)
+    assert "**Futility (declared, non-binding): the conditional power at the gain measured so far is below 0.99" in md
+    lenient = {**design, "futility": {"look": 1, "conditional_power_below": 1e-9}}
+    _, md = upper_bound.upper_bound_table(upper_bound.read_upper_bound(_outcomes(list(noisy), seeds[:20]), lenient,
+                                                                       seeds, 0.45), lenient)
+    assert "does not apply: continuing is the declared design" in md
+    main = {"models": ["chain_d8"], "methods": ["grpo", "truth_graded"], "seeds": seeds}
+    late = {**_design(), "futility": {"look": 3, "conditional_power_below": 0.1}}
+    assert ("analysis.upper_bound.futility.look", "3: futility is read at a look before the last (1-2)") in \
+        upper_bound.check_design(late, main)
+
+
 # ------------------------------------------------------------------------------ declared contrasts (mechanism)
 
 
@@ -595,6 +622,61 @@ def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
                                  design, seeds)
 
 
+def _rescue_design():
+    return {"model": "chain_d8", "alpha": 0.05,
+            "contrasts": [{"name": "rescue recovers", "plus": ["oar_g_rescue"], "minus": ["oar_g"], "test": "greater"},
+                          {"name": "rescue beats its placebo", "plus": ["oar_g_rescue"], "minus": ["oar_g_placebo"],
+                           "test": "greater"}],
+            "placebo": {"method": "oar_g_placebo", "rescue": "oar_g_rescue"},
+            "overturn": {"contrast": "rescue recovers", "upper_below": 0.02,
+                         "placebo_contrast": "rescue beats its placebo"},
+            "derailment": {"below_base": 0.0}}
+
+
+def test_the_rescue_table_reads_wilcoxon_derailment_and_the_declared_overturn_rule():
+    from oar.analysis import mechanism
+
+    design, seeds = _rescue_design(), list(range(400, 430))
+    arms = ["oar_g", "oar_g_rescue", "oar_g_placebo"]
+    # the mechanism holds: the rescue recovers 6 points, the placebo nothing
+    holds = mechanism.read_contrasts(_arms({"oar_g": 0.0, "oar_g_rescue": 0.06, "oar_g_placebo": 0.0}, seeds), design,
+                                     seeds)
+    assert list(holds["wilcoxon_p_holm"]) == pytest.approx(statistics.holm(list(holds["wilcoxon_p"])))
+    assert holds["decided"].all() and holds["wilcoxon_decided"].all()
+    assert mechanism.overturn_verdict(holds, design["overturn"]) == "stands"
+    outcomes = _arms({"oar_g": 0.0, "oar_g_rescue": 0.06, "oar_g_placebo": 0.0}, seeds)
+    derailed = mechanism.derailment(outcomes, design, seeds, base_accuracy=0.5)
+    expected = {arm: int(((outcomes["method"] == arm) & (outcomes["final_accuracy"] < 0.5)).sum()) for arm in arms}
+    assert dict(zip(derailed["method"], derailed["derailed"])) == expected and set(derailed["runs"]) == {30}
+    _, md = mechanism.mechanism_table(holds, design, derailed=derailed)
+    assert "| decided: above 0.0 |" in md and "(agrees)" in md and "**Verdict: stands** (both contrasts decided)." in md
+    assert "oar_g_rescue " + f"{expected['oar_g_rescue']}/30" in md
+    # the placebo recovers as much as the rescue: overturned, whatever the rescue's own test says
+    same = mechanism.read_contrasts(_arms({"oar_g": 0.0, "oar_g_rescue": 0.06, "oar_g_placebo": 0.065}, seeds),
+                                    design, seeds)
+    assert mechanism.overturn_verdict(same, design["overturn"]) == "overturned"
+    # a rescue whose interval excludes gains of 2 points: overturned
+    nothing = mechanism.read_contrasts(_arms({"oar_g": 0.0, "oar_g_rescue": -0.01, "oar_g_placebo": -0.03}, seeds),
+                                       design, seeds)
+    assert nothing.set_index("name").loc["rescue recovers", "ci_high"] < 0.02
+    assert mechanism.overturn_verdict(nothing, design["overturn"]) == "overturned"
+
+
+def test_a_placebo_that_would_hold_the_last_steps_tokens_is_refused_naming_the_key():
+    from oar.analysis import mechanism
+
+    methods = ["oar_g", "oar_g_rescue", "oar_g_placebo"]
+    assert mechanism.check_design(_rescue_design(), methods, ["chain_d8"]) == []
+    for method in ("oar_g_rescue", "truth_final"):
+        design = {**_rescue_design(), "placebo": {"method": method, "rescue": "oar_g_rescue"}}
+        problems = mechanism.check_design(design, methods, ["chain_d8"])
+        assert problems[0][0] == "analysis.mechanism.placebo.method" and "never those tokens" in problems[0][1]
+    design = {**_rescue_design(), "placebo": {"method": "oar_g_placebo", "rescue": "truth_final"}}
+    assert mechanism.check_design(design, methods, ["chain_d8"])[0][0] == "analysis.mechanism.placebo.rescue"
+    design = {**_rescue_design(), "overturn": {**_rescue_design()["overturn"], "contrast": "nope"}}
+    assert mechanism.check_design(design, methods, ["chain_d8"])[0][0] == "analysis.mechanism.overturn.contrast"
+
+
 def test_the_mediator_table_reads_each_arms_logged_step_credit_from_its_curves():
     """Step-credit shares logged per training step reach the per-seed outcomes as each run's mean over
     its steps, and the mechanism table reports them per arm over the declared seeds; runs that did not
@@ -629,6 +711,49 @@ def test_the_mediator_table_reads_each_arms_logged_step_credit_from_its_curves()
         "final_step_weight_share", "early_steps_weight_share", "final_step_token_share", "early_steps_token_share"]),
         "chain_test", threshold=0.9)
     assert "final_step_weight_share" not in plain and mechanism.mediator(plain, design, seeds).empty
+
+
+def test_the_step_credit_table_reads_each_arms_shares_over_its_runs_and_names_silent_runs():
+    from oar.analysis.step_credit import step_credit_table
+
+    rows = []
+    for seed, share in ((400, 0.30), (401, 0.40), (402, 0.50)):
+        for step, bump in ((1, 0.0), (2, 0.02)):
+            rows.append({"run": f"chain_d8/oar_p-seed{seed}", "model": "chain_d8", "method": "oar_p", "seed": seed,
+                         "step": step, "final_step_weight_share": share + bump, "early_steps_weight_share": 0.1,
+                         "final_step_token_share": 0.023, "early_steps_token_share": 0.091})
+    frame, md = step_credit_table(pd.DataFrame(rows))
+    r = frame.set_index("method").loc["oar_p"]
+    assert r["n_seeds"] == 3 and r["final_step_weight_share"] == pytest.approx(0.41)
+    half = statistics.t_half_width(statistics.seed_sd([0.31, 0.41, 0.51]), 3)
+    assert r["final_step_weight_share_high"] == pytest.approx(0.41 + half)
+    assert "| chain_d8 | oar_p | 3 | 41.0 [" in md and "| 2.3 |" in md
+    silent = pd.DataFrame(rows).assign(final_step_weight_share=lambda f: f["final_step_weight_share"].where(
+        f["seed"] != 401))
+    with pytest.raises(ValueError, match="runs without a logged step credit: \\['chain_d8/oar_p-seed401'\\]"):
+        step_credit_table(silent)
+    with pytest.raises(ValueError, match="did not log oar.log_step_credit"):
+        step_credit_table(pd.DataFrame(rows).drop(columns=["early_steps_weight_share"]))
+
+
+def test_the_ratio_regression_recovers_a_known_slope_pooled_and_within_arms():
+    from oar.analysis.step_credit import per_token_ratio, ratio_regression, ratio_regression_text
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for arm, offset in (("a", 0.0), ("b", 0.05)):
+        for seed in range(20):
+            ratio = 2 ** rng.uniform(-1, 3)  # the per-token ratio this run logged
+            rows.append({"method": arm, "seed": seed, "final_step_token_share": 0.02, "early_steps_token_share": 0.10,
+                         "final_step_weight_share": 0.02 * ratio, "early_steps_weight_share": 0.10,
+                         "final_accuracy": 0.5 + offset - 0.04 * math.log2(ratio) + rng.normal(0, 0.002)})
+    frame = pd.DataFrame(rows)
+    assert per_token_ratio(frame.iloc[:1]).iloc[0] == pytest.approx(2 ** math.log2(frame["final_step_weight_share"][0] / 0.02))
+    pooled, within = ratio_regression(frame, ["a", "b"])
+    assert within["slope"] == pytest.approx(-0.04, abs=0.002) and within["ci_low"] < -0.04 < within["ci_high"]
+    assert within["runs"] == 40 and within["p"] < 1e-6 and within["r2"] > 0.99
+    assert pooled["slope"] == pytest.approx(-0.04, abs=0.01)  # the arms' offset is not tied to the ratio here
+    assert "within arms: -4.0 points per doubling" in ratio_regression_text([pooled, within])
 
 
 def _mechanism_config(contrasts=None, **over):

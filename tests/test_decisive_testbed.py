@@ -377,6 +377,31 @@ def test_the_rescue_holds_oar_gs_credit_on_the_last_step_to_the_rest_in_the_trai
         assert torch.equal(rescued[i, r:], plain[i, r:])
 
 
+def test_the_placebo_holds_as_many_of_oar_gs_other_top_tokens_and_never_the_last_steps_in_the_trainer(tokenizer,
+                                                                                                     tmp_path):
+    """Method oar_g_placebo: the trainer scores with OAR-G and holds, per response, as many of its
+    highest-weighted reasoning tokens outside the last step's decisive tokens as that step has, to the
+    mean weight of the rest; the last step's decisive tokens keep OAR-G's weight up to the mass factor."""
+    from oar.method.interventions import top_outside
+
+    torch.manual_seed(0)
+    output, probes, weights = _chain_rollout_weights(tokenizer, tmp_path)
+    plain, placebo = weights("oar_g"), weights("oar_g_placebo")
+    mask = torch.zeros_like(plain, dtype=torch.bool)
+    for i, p in enumerate(probes):
+        mask[i, : p.reasoning_len] = True
+    chosen = top_outside(plain, mask, [p.final_step for p in probes])
+    for i, p in enumerate(probes):
+        r, final, held = p.reasoning_len, sorted(set(p.final_step)), chosen[i]
+        assert len(held) == len(final) and not set(held) & set(final)
+        assert all(plain[i, h] >= plain[i, t] for h in held for t in range(r) if t not in held and t not in final)
+        rest = [t for t in range(r) if t not in held]
+        factor = placebo[i, rest] / plain[i, rest]
+        assert torch.allclose(factor, factor[0].expand_as(factor))  # the last step's tokens included
+        assert torch.allclose(placebo[i, held], (plain[i, rest].mean() * factor[0]).expand(len(held)))
+        assert placebo[i, :r].sum().item() == pytest.approx(plain[i, :r].sum().item(), rel=1e-5)
+
+
 def test_the_dose_sets_the_last_steps_weight_to_r_times_the_earlier_steps_in_the_trainer(tokenizer, tmp_path):
     """Method truth_dose: the trainer scores with the truth gate, attaches the parsed positions and sets
     the last step's decisive tokens to oar.final_step_ratio times the earlier steps' decisive tokens'

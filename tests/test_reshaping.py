@@ -181,6 +181,27 @@ def test_hold_to_rest_gives_the_held_tokens_the_rests_mean_and_keeps_the_mass():
         hold_to_rest(weights, reasoning, [(5,), None, None])
 
 
+def test_the_placebo_holds_as_many_top_weighted_tokens_outside_the_protected_ones():
+    from oar.method.interventions import hold_to_rest, hold_top_outside, top_outside
+
+    weights = torch.tensor([[0.2, 3.0, 2.6, 0.6, 2.6, 1.0, 1.0],
+                            [0.5, 1.5, 1.0, 1.0, 1.0, 1.0, 1.0],
+                            [2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    reasoning = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    protected = [(1, 3), None, (0, 1)]
+    # row 0: two protected tokens, so the two heaviest others: 2.6 at 2 and 2.6 at 4 (a tie kept in order);
+    # row 1: none protected, none held; row 2: every reasoning token protected, none left to hold
+    assert top_outside(weights, reasoning, protected) == [[2, 4], [], []]
+    out = hold_top_outside(weights, reasoning, protected)
+    assert torch.equal(out, hold_to_rest(weights, reasoning, [(2, 4), None, None]))
+    # the protected tokens keep their relative weight (one factor restores the mass) and the mass is kept
+    assert out[0, 1] / out[0, 3] == pytest.approx(3.0 / 0.6)
+    assert out[0, :5].sum().item() == pytest.approx(weights[0, :5].sum().item())
+    assert torch.equal(out[1], weights[1]) and torch.equal(out[2], weights[2])
+    with pytest.raises(ValueError, match="row 0: protected positions \\[5\\] are not all reasoning positions"):
+        hold_top_outside(weights, reasoning, [(5,), None, None])
+
+
 # ------------------------------------------------------------------------------ the mechanism's dose
 
 

@@ -33,6 +33,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="initialisation (and pretraining) seed of sources 'tiny' and 'chain'")
     p.add_argument("--pretrain", default=None,
                    help="source 'chain': pretraining settings as JSON (models.<name>.pretrain), e.g. '{\"filler\": 1}'")
+    p.add_argument("--frozen", default=None,
+                   help="source 'chain': install this shipped policy (oar/models/frozen/) instead of pretraining")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
     # Snakemake passes the option without a value for sources that need no download
     p.add_argument("--fetched", nargs="*", default=[],
@@ -52,7 +54,13 @@ def main(argv=None):
 
     if args.pretrain and args.source != "chain":
         raise ValueError(f"--pretrain is for source 'chain', not {args.source!r}")
-    if args.source == "chain":
+    if args.frozen and args.source != "chain":
+        raise ValueError(f"--frozen is for source 'chain', not {args.source!r}")
+    if args.frozen:
+        from oar.models.frozen import install
+
+        path = install(args.frozen, args.model)  # every file's hash checked first
+    elif args.source == "chain":
         from oar.training.pretrain import write_testbed_model
 
         key = f"models.{Path(args.model).name}.pretrain"
@@ -71,6 +79,7 @@ def main(argv=None):
         "num_hidden_layers": getattr(cfg, "num_hidden_layers", None),
         "hidden_size": getattr(cfg, "hidden_size", None),
         "wall_s": time.perf_counter() - started,
+        "frozen": args.frozen,  # the shipped policy this folder is, or None (prepared from its source)
         # source 'chain': settings, loss curve and the measured sampled pass rate of the pretrained model
         "pretrain": json.loads((path / "pretrain.json").read_text()) if (path / "pretrain.json").exists() else None,
         "checksums": checksum(path),

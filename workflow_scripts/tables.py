@@ -94,8 +94,20 @@ def build(smk):
         from oar.analysis import mechanism
         design = p.mechanism
         outcomes = pd.read_csv(smk.input.outcomes)
+        derailed = None
+        if design.get("derailment"):
+            base = base_accuracy(pd.read_csv(smk.input.accuracy), p.paired_benchmark)
+            if design["model"] not in base:
+                raise ValueError(f"no {p.paired_benchmark} accuracy of the untrained {design['model']} (the derailment "
+                                 "outcome's reference)")
+            derailed = mechanism.derailment(outcomes, design, design["seeds"], base[design["model"]])
+        weights = mechanism.mediator(outcomes, design, design["seeds"])
         frame, md = mechanism.mechanism_table(mechanism.read_contrasts(outcomes, design, design["seeds"]), design,
-                                              weights=mechanism.mediator(outcomes, design, design["seeds"]))
+                                              weights=weights, derailed=derailed)
+        if len(weights):  # the mediator was logged: the exploratory regression on it
+            from oar.analysis.step_credit import ratio_regression, ratio_regression_text
+            of_model = outcomes[(outcomes["model"] == design["model"]) & outcomes["seed"].isin(design["seeds"])]
+            md += ratio_regression_text(ratio_regression(of_model, list(weights["method"])))
         if design.get("step_errors"):
             frame, md = _with_step_errors(frame, md, outcomes, design, smk)
         return _with_dose_response(smk, frame, md, outcomes) if p.dose_response else (frame, md)
@@ -110,6 +122,9 @@ def build(smk):
         summaries = {Path(f).name.removesuffix(".summary.json"): json.loads(Path(f).read_text())
                      for f in smk.input.summaries}
         return gradient_share_table(summaries)
+    if name == "step_credit":
+        from oar.analysis.step_credit import step_credit_table
+        return step_credit_table(pd.read_csv(smk.input.curves))
     if name == "cost":
         return cost_table(pd.read_csv(smk.input.cost), p.train_threads)
     raise ValueError(f"unknown table {name!r}")

@@ -17,6 +17,7 @@ METHOD_NAMES = {
     "oar_p": "OAR-P",
     "oar_g": "OAR-G",
     "oar_g_rescue": "OAR-G, last step held",
+    "oar_g_placebo": "OAR-G, as many others held",
     "truth_dose": "truth gate, last step at a ratio",
     "grad_norm": "grad-norm",
     "entropy": "entropy",

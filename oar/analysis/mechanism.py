@@ -23,8 +23,9 @@ from typing import Any
 import pandas as pd
 
 from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, is_missing, markdown_table
-from oar.analysis.statistics import declared_test, holm, seed_interval
+from oar.analysis.statistics import declared_test, holm, seed_interval, wilcoxon_shift
 from oar.method.metrics import STEP_CREDIT
+from oar.method.names import PLACEBOS, RESCUES
 
 KEY = "analysis.mechanism"
 TESTS = ("greater", "less", "two-sided", "equivalent")
@@ -54,7 +55,34 @@ def check_design(design: Mapping[str, Any], methods: Sequence[str], models: Sequ
     alpha = design.get("alpha", 0.05)
     if not isinstance(alpha, (int, float)) or not 0 < alpha <= 0.2:
         problems.append((f"{KEY}.alpha", f"{alpha!r} is outside (0, 0.2]"))
+    problems += _placebo_problems(design.get("placebo"), methods)
+    overturn = design.get("overturn")
+    if overturn:
+        for key in ("contrast", "placebo_contrast"):
+            if overturn.get(key) not in names:
+                problems.append((f"{KEY}.overturn.{key}", f"{overturn.get(key)!r} is not a declared contrast {names}"))
+        if not isinstance(overturn.get("upper_below"), (int, float)) or not 0 < overturn["upper_below"] < MARGIN_RANGE[1]:
+            problems.append((f"{KEY}.overturn.upper_below", f"{overturn.get('upper_below')!r} is outside (0, "
+                                                            f"{MARGIN_RANGE[1]}) on the 0-1 scale"))
     return problems
+
+
+def _placebo_problems(placebo: Mapping[str, Any] | None, methods: Sequence[str]) -> list[tuple[str, str]]:
+    """A declared placebo must hold tokens outside the last step's decisive tokens (a placebo method, never
+    the rescue itself or a gate on the last step) and change the same scorer as the rescue it controls."""
+    if not placebo:
+        return []
+    method, rescue = placebo.get("method"), placebo.get("rescue")
+    if method not in PLACEBOS:
+        return [(f"{KEY}.placebo.method", f"{method!r} is not a placebo method {list(PLACEBOS)}: a placebo holds as "
+                                          "many tokens outside the last step's decisive tokens, never those tokens")]
+    if rescue not in RESCUES or RESCUES[rescue] != PLACEBOS[method]:
+        return [(f"{KEY}.placebo.rescue", f"{rescue!r} is not a rescue of {PLACEBOS[method]!r}, the scorer "
+                                          f"{method!r} changes")]
+    missing = [m for m in (method, rescue) if m not in methods]
+    if missing:
+        return [(f"{KEY}.placebo", f"{missing} are not run in runs.main.methods {list(methods)}")]
+    return []
 
 
 def test_problems(key: str, test, margin, scale: str) -> list[tuple[str, str]]:
@@ -93,12 +121,47 @@ def read_contrasts(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Seq
         d = contrast_values(outcomes, design["model"], c["plus"], c["minus"], seeds)
         rows.append({"name": c["name"], "plus": " + ".join(c["plus"]), "minus": " + ".join(c["minus"]),
                      "test": c["test"], "margin": c.get("margin"),
-                     **declared_test(d, c["test"], c.get("margin"), alpha)})
+                     **declared_test(d, c["test"], c.get("margin"), alpha),
+                     "wilcoxon_p": wilcoxon_p(d, c["test"], c.get("margin"))})
     frame = pd.DataFrame(rows)
     frame["p_holm"] = holm(list(frame["p"]))
+    frame["wilcoxon_p_holm"] = holm(list(frame["wilcoxon_p"]))
     frame["family_size"] = len(frame)
     frame["decided"] = [not math.isnan(p) and p < alpha for p in frame["p_holm"]]
+    frame["wilcoxon_decided"] = [not math.isnan(p) and p < alpha for p in frame["wilcoxon_p_holm"]]
     return frame
+
+
+def wilcoxon_p(differences: Sequence[float], test: str, margin: float | None) -> float:
+    """The declared sensitivity analysis of a contrast: Wilcoxon's signed-rank test of the same differences
+    with the same alternative (against ``margin``; an equivalence by two one-sided tests, the larger p)."""
+    m = float(margin or 0.0)
+    if test == "equivalent":
+        return max(wilcoxon_shift(differences, -m, "greater")["p"], wilcoxon_shift(differences, m, "less")["p"])
+    return wilcoxon_shift(differences, 0.0 if test == "two-sided" else m, test)["p"]
+
+
+def derailment(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Sequence[int],
+               base_accuracy: float) -> pd.DataFrame:
+    """Per arm of the contrasts, the runs on the declared seeds whose final accuracy falls more than
+    ``derailment.below_base`` under the untrained policy's: an outcome of its own, never an exclusion."""
+    below = float(design["derailment"]["below_base"])
+    o = outcomes[(outcomes["model"] == design["model"]) & outcomes["seed"].isin([int(s) for s in seeds])]
+    arms = list(dict.fromkeys(m for c in design["contrasts"] for m in [*c["plus"], *c["minus"]]))
+    return pd.DataFrame([{"method": arm, "runs": int((o["method"] == arm).sum()),
+                          "derailed": int(((o["method"] == arm) & (o["final_accuracy"] < base_accuracy - below)).sum())}
+                         for arm in arms])
+
+
+def overturn_verdict(contrasts: pd.DataFrame, overturn: Mapping[str, Any]) -> str:
+    """The declared overturn rule read on the contrasts: ``overturned`` (the rescue's 95% upper limit below
+    ``upper_below``, or the rescue-minus-placebo mean at or below 0), ``stands`` (both contrasts decided) or
+    ``open``."""
+    by_name = contrasts.set_index("name")
+    rescue, placebo = by_name.loc[overturn["contrast"]], by_name.loc[overturn["placebo_contrast"]]
+    if rescue["ci_high"] < overturn["upper_below"] or placebo["mean"] <= 0:
+        return "overturned"
+    return "stands" if bool(rescue["decided"]) and bool(placebo["decided"]) else "open"
 
 
 def mediator(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Sequence[int]) -> pd.DataFrame:
@@ -133,11 +196,13 @@ CONTRAST_CLAIMS = {"greater": "above", "less": "below", "two-sided": "different 
 
 
 def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared: str = "",
-                    weights: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
+                    weights: pd.DataFrame | None = None, derailed: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
     """The declared contrasts (:func:`read_contrasts`): each with its mean and 95%
-    interval (points), the declared test, its p and Holm p over the family, and what is decided. An
-    equivalence is claimed only where its TOST decides it. With ``weights`` (:func:`mediator`), a second
-    table: where each arm put the weight during training."""
+    interval (points), the declared test, its p and Holm p over the family, the Wilcoxon sensitivity
+    analysis, and what is decided. An equivalence is claimed only where its TOST decides it. With
+    ``derailed`` (:func:`derailment`), the derailed runs per arm; with a declared ``overturn`` rule, its
+    verdict; with ``weights`` (:func:`mediator`), a second table: where each arm put the weight during
+    training."""
     rows = []
     for r in contrasts.to_dict("records"):
         margin = None if is_missing(r.get("margin")) else r["margin"]  # a margin left out reads nan from the frame
@@ -155,17 +220,34 @@ def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared
         interval = fmt_cell(r["mean"], r["ci_low"], r["ci_high"])
         if r["test"] == "equivalent":
             interval += f"; 90% [{fmt_num(r['tost_low'], 1, 100.0)}, {fmt_num(r['tost_high'], 1, 100.0)}]"
+        agrees = "agrees" if bool(r["wilcoxon_decided"]) == bool(r["decided"]) else "disagrees"
         rows.append([r["name"], f"{r['plus']} - {r['minus']}", r["test"], interval, fmt_p(r["p"]),
-                     fmt_p(r["p_holm"]), fmt_num(r["mde"], 1, 100.0), int(r["n_seeds"]), verdict])
+                     fmt_p(r["p_holm"]), f"{fmt_p(r['wilcoxon_p_holm'])} ({agrees})", fmt_num(r["mde"], 1, 100.0),
+                     int(r["n_seeds"]), verdict])
     md = (f"## Declared contrasts on {design['model']}\n\n"
-          + markdown_table(["contrast", "arms", "test", "mean, points [95%]", "p", "Holm p", "MDE 80%", "seeds",
-                            "decision"], rows, align="lllrrrrrl")
+          + markdown_table(["contrast", "arms", "test", "mean, points [95%]", "p", "Holm p", "Wilcoxon Holm p",
+                            "MDE 80%", "seeds", "decision"], rows, align="lllrrrrrrl")
           + f"\nEach contrast is the sum of the plus arms' final accuracies minus the minus arms' on the same seed, "
             f"declared with its test before the runs. greater/less: one-sided paired t-test against the margin; "
             f"two-sided: paired t-test of 0; equivalent: two one-sided tests within ±margin (its 90% interval "
             f"inside the margins), the only test by which a table claims equivalence. Holm p: over the "
-            f"{len(contrasts)} declared contrasts at alpha {design.get('alpha', 0.05)}; a contrast that is not "
-            f"decided says only that this design did not detect it (MDE 80%: two-sided 5%).\n" + declared)
+            f"{len(contrasts)} declared contrasts at alpha {design.get('alpha', 0.05)}; Wilcoxon Holm p: the "
+            f"declared sensitivity analysis (the signed-rank test of the same differences with the same alternative, "
+            f"Holm over the family), and whether it decides as the t-test does. A contrast that is not decided says "
+            f"only that this design did not detect it (MDE 80%: two-sided 5%, unadjusted).\n")
+    if derailed is not None and len(derailed):
+        below = 100 * float(design["derailment"]["below_base"])
+        md += ("\nDerailed runs (final accuracy more than " + f"{below:.1f}" + " points below the untrained policy's; "
+               "an outcome, never an exclusion): " + "; ".join(f"{r['method']} {r['derailed']}/{r['runs']}"
+                                                             for r in derailed.to_dict("records")) + ".\n")
+    if design.get("overturn"):
+        o = design["overturn"]
+        verdict = overturn_verdict(contrasts, o)
+        md += (f"\nDeclared overturn rule: the claim is overturned if `{o['contrast']}` has a 95% upper limit below "
+               f"+{100 * o['upper_below']:.1f} points or `{o['placebo_contrast']}` has a mean at or below 0. "
+               f"**Verdict: {verdict}**" + {"overturned": ".", "stands": " (both contrasts decided).",
+                                          "open": " (neither overturned nor both decided)."}[verdict] + "\n")
+    md += declared
     if weights is not None and len(weights):
         md += "\n" + _mediator_section(weights)
     return contrasts, md

@@ -82,6 +82,10 @@ def check_design(design: Mapping[str, Any], main: Mapping[str, Any]) -> list[tup
                                        f"got {main.get('models')}"))
     if design.get("metric", "final_accuracy") != "final_accuracy":
         problems.append((f"{k}.metric", f"{design.get('metric')!r}: the test reads final_accuracy"))
+    futility = design.get("futility")
+    if futility and looks and all(isinstance(n, int) for n in looks) and not 1 <= futility.get("look", 0) < len(looks):
+        problems.append((f"{k}.futility.look", f"{futility.get('look')!r}: futility is read at a look before the "
+                                               f"last (1-{len(looks) - 1})"))
     derail = design.get("derailment") or {}
     rule = derail.get("exclude")
     if rule:
@@ -192,8 +196,10 @@ def outlook(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any]) -> di
     the whole design's power at that SD and the planning's assumed gain, and the conditional power (the
     chance that a later look stops the test, given the last look read) at the assumed gain and at the
     gain measured so far. Normal approximation on the looks' Z scale. None unless the last look read
-    says continue. It decides nothing: no futility rule is declared, so stopping early leaves the test
-    undecided and continuing is the declared design."""
+    says continue. With a declared futility statement (``futility``: a look and a conditional power) it
+    says whether the statement applies at that look (``futile``): the conditional power at the gain measured
+    so far is below the declared level. Non-binding: stopping then leaves the test undecided and cannot
+    raise its error rate; continuing is allowed. Without one it decides nothing."""
     read = [r for r in looks if "mean" in r]
     if not read or read[-1]["status"] != "continue" or not read[-1]["sd"] > 0:
         return None
@@ -206,11 +212,32 @@ def outlook(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any]) -> di
     z = -last["t"]  # the look's own t statistic, oriented so that crossing the boundary rejects
     assumed = float(design["planning"]["assumed_gain"])
     gains = [("assumed", assumed), ("measured", float(last["mean"]))]
+    conditional = [{"gain_from": name, "gain": g,
+                    "power": conditional_power(bounds, fractions, k, z, drift_for(margin - g, sd, total))}
+                   for name, g in gains]
+    futility = design.get("futility")
+    futile = None
+    if futility and futility["look"] == last["look"]:
+        futile = conditional[1]["power"] < float(futility["conditional_power_below"])
     return {"look": last["look"], "pairs": last["pairs"], "sd": sd, "z": z, "assumed_gain": assumed,
             "power_at_sd": power(bounds, fractions, drift_for(margin - assumed, sd, total)),
-            "conditional": [{"gain_from": name, "gain": g,
-                             "power": conditional_power(bounds, fractions, k, z, drift_for(margin - g, sd, total))}
-                            for name, g in gains]}
+            "conditional": conditional, "futile": futile}
+
+
+def _futility_text(design: Mapping[str, Any], ahead: Mapping[str, Any]) -> str:
+    futility = design.get("futility")
+    if not futility:
+        return "No futility rule is declared: stopping here decides nothing, continuing is the declared design."
+    level = float(futility["conditional_power_below"])
+    if ahead.get("futile") is None:
+        return (f"The declared futility statement (non-binding) is read at look {futility['look']}, not this one: "
+                "continuing is the declared design.")
+    if ahead["futile"]:
+        return (f"**Futility (declared, non-binding): the conditional power at the gain measured so far is below "
+                f"{level:g}, so the test may stop here, undecided**: a gain of the margin is not excluded. Stopping "
+                "cannot raise the error rate; continuing remains allowed.")
+    return (f"The declared futility statement (non-binding, conditional power at the measured gain below {level:g}) "
+            "does not apply: continuing is the declared design.")
 
 
 def derailment_outcome(pairs: Sequence[Mapping[str, Any]], arm: str, baseline: str) -> dict[str, Any]:
@@ -277,7 +304,7 @@ def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], pla
     ahead = reading.get("outlook")
     if ahead:
         frame_rows.append({"kind": "outlook", "look": ahead["look"], "pairs": ahead["pairs"], "sd": ahead["sd"],
-                           "power_at_sd": ahead["power_at_sd"],
+                           "power_at_sd": ahead["power_at_sd"], "futile": ahead["futile"],
                            **{f"conditional_power_{c['gain_from']}": c["power"] for c in ahead["conditional"]}})
         planned_sd = ""
         if planned:
@@ -290,8 +317,7 @@ def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], pla
                      f"given look {ahead['look']}, a later look stops the test with probability "
                      f"{cond['assumed']['power']:.2f} at a true gain of {100 * ahead['assumed_gain']:.1f} points and "
                      f"{cond['measured']['power']:.2f} at the gain measured so far "
-                     f"({100 * cond['measured']['gain']:+.2f} points). No futility rule is declared: stopping "
-                     "here decides nothing, continuing is the declared design.\n")
+                     f"({100 * cond['measured']['gain']:+.2f} points). " + _futility_text(design, ahead) + "\n")
     if planned:
         scen = "; ".join(f"SD {100 * s['sd']:.2f} points: power {s['power']:.2f}, expected {s['expected_pairs']:.0f} pairs"
                          for s in planned["scenarios"])

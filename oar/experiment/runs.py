@@ -27,6 +27,7 @@ from oar.experiment.config_error import ConfigError
 from oar.experiment.job_options import JobOptions
 from oar.experiment.job_resources import JobResources
 from oar.files import atomic_write_text
+from oar.models.frozen import check_frozen
 from oar.method.names import DOSES, GATED, PARSED_SCORERS, READS_PARSED_STEPS, TRUTH_GATES, USES_PROBE
 
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
@@ -141,6 +142,23 @@ class Registry(JobResources, JobOptions):
             return []
         return [f"{self.results}/models/{name}.fetched.json"]
 
+    def frozen_policy(self, name: str) -> str | None:
+        """The shipped policy a model is (``models.<name>.frozen.policy``), or None when it is prepared
+        from its source."""
+        return (self.config["models"][name].get("frozen") or {}).get("policy")
+
+    def _check_frozen(self, name: str) -> None:
+        """A shipped policy must be the declared file, made by the recipe the config states (before any job)."""
+        spec = self.config["models"][name]
+        if not spec.get("frozen"):
+            return
+        if spec["source"] != "chain":
+            raise ConfigError(f"models.{name}.frozen", "a shipped policy is a testbed policy: it needs source 'chain'")
+        recipe = {**json.loads(self.pretrain_settings(name)), "seed": spec.get("seed", 0)}
+        problems = check_frozen(name, spec["frozen"], recipe)
+        if problems:
+            raise ConfigError(*problems[0])
+
     def pretrain_settings(self, name: str) -> str | None:
         """JSON of a ``chain`` model's pretraining settings (None for other sources). Its check samples
         like training does: the model's trainer temperature and group size unless set."""
@@ -221,12 +239,14 @@ class Registry(JobResources, JobOptions):
                               f"(got {paired['reward_threshold']} and {paired.get('reward_gain')})")
         self._check_primary()
         self._check_upper_bound()
+        self._check_policy_selection()
         self._check_mechanism()
         self._check_dose()
         oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
         for name in config["models"]:
             if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
                 raise ConfigError(f"models.{name}.pretrain", "pretraining settings need source 'chain'")
+            self._check_frozen(name)
             unknown = set(config["models"][name]["oar"]) - oar_keys
             if unknown:
                 raise ConfigError(f"models.{name}.oar", f"unknown keys {sorted(unknown)} (use {sorted(oar_keys)})")
@@ -269,6 +289,16 @@ class Registry(JobResources, JobOptions):
             raise ConfigError("analysis.primary.min_seeds",
                               f"the primary comparisons need {need} paired seeds, runs.main runs {len(set(seeds))} "
                               f"({list(seeds)}); add seeds to runs.main.seeds or declare fewer with the design's reason")
+
+    def _check_policy_selection(self) -> None:
+        rule = self.config["analysis"].get("policy_selection")
+        if not rule:
+            return
+        from oar.analysis.policy_selection import check_rule
+
+        problems = check_rule(rule, list(self.config["models"]), self.config["runs"]["main"])
+        if problems:
+            raise ConfigError(*problems[0])
 
     def _check_upper_bound(self) -> None:
         """The upper-bound test (analysis.upper_bound), declared before its runs: margin, level and looks in
@@ -622,6 +652,8 @@ class Registry(JobResources, JobOptions):
                 names.append("upper_bound")
             if self.mechanism:
                 names.append("mechanism")
+        if self.logs_step_credit() and not self.mechanism:
+            names.append("step_credit")
         names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
         if self.chain_models():
             names.append("gradient_share")
@@ -642,6 +674,11 @@ class Registry(JobResources, JobOptions):
         if self.heatmap["scorers"]:
             names.append("token_heatmap")
         return names
+
+    def logs_step_credit(self) -> bool:
+        """Whether every run of the main group logs where its weight goes (``oar.log_step_credit``)."""
+        main = self.groups["main"]
+        return bool(main) and all(self.runs[r]["oar"].get("log_step_credit") for r in main)
 
     def table_files(self, *names: str) -> list[str]:
         return [f"{self.results}/tables/{n}.{ext}" for n in names if n in self.tables for ext in ("csv", "md")]

@@ -5,6 +5,12 @@ tokens, where the scorers put their credit) held to the mean weight of the rest 
 total mass kept. If concentrating credit on those tokens is what costs a scorer its accuracy, the rescued
 scorer recovers GRPO's.
 
+``hold_top_outside`` is the rescue's placebo: as many of the scorer's highest-weighted reasoning tokens as
+the row has protected tokens (the last step's decisive tokens), chosen among the other reasoning tokens,
+held to the mean weight of the rest, the mass kept. It changes as much weight as the rescue, on tokens the
+mechanism does not name; if it recovers as much accuracy as the rescue, the rescue's gain is not the
+mechanism's.
+
 ``set_to_ratio`` is the dose: chosen reasoning tokens (the last step's decisive tokens) set to a ratio
 times the mean weight of reference tokens (the earlier steps' decisive tokens), the total mass kept. Run
 at several ratios it asks whether accuracy falls as the last step's share of the credit grows.
@@ -66,6 +72,44 @@ def hold_to_rest(weights: Tensor, reasoning_mask: Tensor, positions: Sequence[Se
     changed = held.any(dim=1) & rest.any(dim=1)
     out = torch.where(held & changed[:, None], rest_mean[:, None], work)
     return _keep_mass(work, out, mask, changed).to(weights.dtype)
+
+
+@torch.no_grad()
+def top_outside(weights: Tensor, reasoning_mask: Tensor, protected: Sequence[Sequence[int] | None]) -> list[list[int]]:
+    """Per row, as many reasoning positions as the row has ``protected`` ones: the highest-weighted reasoning
+    positions outside ``protected`` (ties: the earlier position), or all of them where there are fewer."""
+    guarded = _positions_mask(weights, reasoning_mask, protected, "protected positions")
+    candidates = reasoning_mask.bool() & ~guarded
+    chosen = []
+    for i in range(weights.shape[0]):
+        k = int(guarded[i].sum())
+        index = candidates[i].nonzero().flatten()
+        if k == 0 or index.numel() == 0:
+            chosen.append([])
+            continue
+        order = torch.sort(-weights[i, index].double(), stable=True).indices  # stable: the earlier of equal weights
+        chosen.append(sorted(index[order[:k]].tolist()))
+    return chosen
+
+
+@torch.no_grad()
+def hold_top_outside(weights: Tensor, reasoning_mask: Tensor, protected: Sequence[Sequence[int] | None]) -> Tensor:
+    """The rescue's placebo: per row, :func:`top_outside` of ``protected`` held to the mean weight of the rest
+    of the reasoning, the mass kept (:func:`hold_to_rest`); ``protected`` itself is never touched.
+
+    Args:
+        weights: [B, T] the gate's weights.
+        reasoning_mask: [B, T] bool, True on reasoning positions.
+        protected: per row, the reasoning positions the rescue holds (the last step's decisive tokens); the
+            placebo holds as many others.
+    Returns:
+        [B, T] tensor in ``weights``' dtype.
+    """
+    held = top_outside(weights, reasoning_mask, protected)
+    for i, (row, guard) in enumerate(zip(held, protected)):
+        if set(row) & set(guard or ()):
+            raise ValueError(f"row {i}: the placebo would hold protected positions {sorted(set(row) & set(guard))}")
+    return hold_to_rest(weights, reasoning_mask, held)
 
 
 @torch.no_grad()

@@ -22,12 +22,16 @@ MODEL_FREE_SCORERS = ("position", "random", *PARSED_SCORERS)
 # Mechanism rescues: a scorer's gated weights with the last step's parsed decisive tokens held to the mean
 # weight of the rest of the reasoning (oar.method.interventions); method -> the scorer it rescues.
 RESCUES = {"oar_g_rescue": "oar_g"}
+# Their placebos: as many of the scorer's highest-weighted reasoning tokens outside the last step's decisive
+# tokens held to the rest's mean weight, the mass kept (oar.method.interventions.hold_top_outside); method ->
+# the scorer it changes.
+PLACEBOS = {"oar_g_placebo": "oar_g"}
 # Mechanism doses: a scorer's gated weights with the last step's parsed decisive tokens set to
 # oar.final_step_ratio times the mean weight of the earlier steps' (oar.method.interventions); method ->
 # the scorer it doses. The truth gate gives every decisive token one weight, so its dose at ratio 1 is
 # the truth gate itself (the run registry plans that level as the truth gate's run).
 DOSES = {"truth_dose": "truth"}
-INTERVENED = {**RESCUES, **DOSES}  # methods that change a scorer's gated weights -> that scorer
+INTERVENED = {**RESCUES, **PLACEBOS, **DOSES}  # methods that change a scorer's gated weights -> that scorer
 
 GATED = (*SCORER_NAMES, *INTERVENED)  # every method whose weights come from the bi-level gate
 METHODS = (BASELINE, *GATED)

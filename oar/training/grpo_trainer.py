@@ -28,8 +28,8 @@ from oar.grading.grader import grade
 from oar.method.gate import gate
 from oar.method.importance import score
 from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
-from oar.method.interventions import hold_to_rest, set_to_ratio
-from oar.method.names import BASELINE, DOSES, METHODS, READS_PARSED_STEPS, RESCUES, scorer_of
+from oar.method.interventions import hold_to_rest, hold_top_outside, set_to_ratio
+from oar.method.names import BASELINE, DOSES, METHODS, PLACEBOS, READS_PARSED_STEPS, RESCUES, scorer_of
 from oar.method.probes import Probe, probes_from_padded, token_char_spans
 from oar.method.scorer_config import ScorerConfig
 from oar.sdpa_kernels import without_cudnn_attention
@@ -266,6 +266,8 @@ class OARTrainer(GRPOTrainer):
             weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
             if args.oar_method in RESCUES:  # the mechanism's rescue: the last step's decisive tokens held
                 weights = hold_to_rest(weights, scores.reasoning_mask, [p.final_step for p in probes])
+            elif args.oar_method in PLACEBOS:  # the rescue's placebo: as many other top-weighted tokens held
+                weights = hold_top_outside(weights, scores.reasoning_mask, [p.final_step for p in probes])
             elif args.oar_method in DOSES:  # the mechanism's dose: the last step's decisive tokens at a ratio
                 weights = set_to_ratio(weights, scores.reasoning_mask, [p.final_step for p in probes],
                                        [set(p.decisive) - set(p.final_step) for p in probes],
