@@ -205,17 +205,18 @@ rehearse: setup
 
 # `make gpu-preflight`: on one CUDA GPU with torch, transformers, accelerate and TRL installed (no .venv
 # needed: the project runs from PYTHONPATH; no network): where every second of a GRPO, OAR-G and OAR-P step
-# goes at the 1.5B shape with the paper's scorer settings, exact OAR-P at 1,024 tokens included: planned
-# at 5.7 minutes of one H200 (measured: about 6.3), within a 12-minute budget; at a smaller GPU_PREFLIGHT_BUDGET the rows are sized
-# to fit and exact OAR-P's 1,024-token step is tried in whatever time is left (bench/gpu_check.py;
+# goes at the paper config's settings (scorer settings, micro-batch, gradient checkpointing), the 1.5B
+# shape's rows, exact OAR-P at 1,024 tokens included, then the 7B shape's exact OAR-P: planned at 14.5
+# minutes of one H200, within a 15-minute budget; at a smaller GPU_PREFLIGHT_BUDGET the rows are sized to
+# fit or skipped, and the last row's dropped step is tried in whatever time is left (bench/gpu_check.py;
 # docs/cost.md). GPU_PREFLIGHT_ARGS adds options, e.g. --shape qwen2.5-7b.
 GPU_PREFLIGHT_WORK ?= results/bench/gpu_check
-GPU_PREFLIGHT_BUDGET ?= 720
+GPU_PREFLIGHT_BUDGET ?= 900
 .PHONY: gpu-preflight
 gpu-preflight:
 	@echo "gpu-preflight: table $(GPU_PREFLIGHT_WORK)/gpu_check.md, calibration $(GPU_PREFLIGHT_WORK)/calibration.json, each row's metrics, step times and scorer profile in $(GPU_PREFLIGHT_WORK)/<row>/"
 	PYTHONPATH=$(CURDIR) $(PYTHON) bench/gpu_check.py --budget-s $(GPU_PREFLIGHT_BUDGET) --try-beyond-plan --work $(GPU_PREFLIGHT_WORK) $(GPU_PREFLIGHT_ARGS)
-	@echo "gpu-preflight: done; the cost plan calibrated by it: PYTHONPATH=. $(PYTHON) -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 --calibration $(GPU_PREFLIGHT_WORK)/calibration.json"
+	@echo "gpu-preflight: done; the cost plan calibrated by it: PYTHONPATH=. $(PYTHON) -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 --calibration $(GPU_PREFLIGHT_WORK)/calibration.json $(GPU_PREFLIGHT_WORK)/qwen2.5-7b/calibration.json (the second where the 7B rows ran)"
 
 # `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
 define HELP_TEXT
@@ -245,7 +246,7 @@ Test
   test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user; ~3 min)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
-  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the 1.5B shape, paper settings (about 6 min of an H200)
+  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the paper settings, 1.5B then 7B exact OAR-P (about 15 min of an H200)
 
 Set up
   setup            create .venv with the pinned packages (the other targets do this first)

@@ -126,13 +126,42 @@ def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp
 @pytest.mark.parametrize("responses, chunk_tokens", [(2, 24), (7, 24), (7, 400)])
 def test_no_host_synchronisation_inside_a_scoring_call(tokenizer_and_models, method, settings, responses,
                                                        chunk_tokens):
+    """With the model's ``use_cache`` off, as transformers' Trainer sets it: a forward given neither a
+    mask nor a cache would otherwise read a device value on the host in transformers' check for packed
+    rows (one ``aten::item`` per forward of OAR-G's inline rows, seen in the H200's profiles)."""
     tokenizer, models = tokenizer_and_models
     model = models["qwen2"]
     probes = batch_of_probes(tokenizer, 8)[:responses]
     config = ScorerConfig(probe="as_mean", chunk_tokens=chunk_tokens, **settings)
-    calls, syncs = harness.calls_and_syncs(model, lambda: score(method, model, probes, config))
-    assert calls > 0
-    assert syncs == dict.fromkeys(harness.SYNC_OPS, 0), syncs
+    for use_cache in (False, True):
+        model.config.use_cache = use_cache
+        try:
+            calls, syncs = harness.calls_and_syncs(model, lambda: score(method, model, probes, config))
+        finally:
+            model.config.use_cache = True
+        assert calls > 0
+        assert syncs == dict.fromkeys(harness.SYNC_OPS, 0), (use_cache, syncs)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_the_inline_rows_empty_cache_changes_no_score(tokenizer_and_models, monkeypatch, kind):
+    """The cache that keeps nothing (``KeepNothingCache``), which spares OAR-G's inline forwards the
+    packed-rows check, gives the scores bit for bit that the same forwards give without it."""
+    from oar.method import gradient_scorers
+
+    tokenizer, models = tokenizer_and_models
+    model = models[kind]
+    probes = batch_of_probes(tokenizer, 8)
+    config = ScorerConfig(probe="as_mean", chunk_tokens=24, grad_prompt="inline")
+    model.config.use_cache = False
+    try:
+        now = score("oar_g", model, probes, config)
+        monkeypatch.setattr(gradient_scorers, "KeepNothingCache", lambda: None)  # the forwards as they were
+        before = score("oar_g", model, probes, config)
+    finally:
+        model.config.use_cache = True
+    assert (now.scores.abs() > 0).any()
+    assert torch.equal(now.scores, before.scores)
 
 
 @pytest.mark.parametrize("settings", [{}, {"span_tokens": 2}, {"window_tokens": 3}])

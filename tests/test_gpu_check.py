@@ -19,6 +19,8 @@ CHECK = [sys.executable, str(REPO / "bench" / "gpu_check.py")]
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
 TINY = ["--shape", "tiny", "--response-tokens", "12", "--exact-oar-p-tokens", "8", "--batch", "4",
         "--num-generations", "2"]
+# the settings the H200 rows were measured at: the 1.5B shape, 8 completions a step, no gradient checkpointing
+H200_SETTINGS = ["--shape", "qwen2.5-1.5b", "--batch", "8", "--no-gradient-checkpointing"]
 
 
 def _run(args, timeout=300):
@@ -27,7 +29,7 @@ def _run(args, timeout=300):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_gpu_check_refuses_to_run_real_shapes_without_cuda(tmp_path):
-    done = _run(["--work", str(tmp_path / "work")])
+    done = _run(["--work", str(tmp_path / "work"), "--batch", "8"])
     assert done.returncode == 2, done.stderr[-2000:]
     assert "--device cuda (the default for --shape qwen2.5-1.5b): no CUDA device is visible" in done.stderr
     assert not (tmp_path / "work").exists()  # stopped before building anything
@@ -40,51 +42,68 @@ def _plan(stderr: str) -> tuple[dict, float]:
     return rows, total
 
 
-def test_default_check_is_planned_as_the_h200_ran_it_and_says_what_it_sized():
-    """The default 1.5B check, by oar.experiment.cost_plan with the H200 rates (bench/calibration/
-    h200-2026-11-no-cudnn, h200-2026-11-generate-no-cudnn and h200-2026-11-inline) and the paper config's
-    scorer settings (8,192-token forwards, OAR-G's prompt inline): GRPO and OAR-G at 1,024 tokens (two
-    steps each) and exact OAR-P at 256 (two steps) and 1,024 tokens, each row planned within 15% of the
-    process time the H200 measured for it at these settings (OAR-G's, with its prompt inline, from the
-    inline file; without the steady profile the runs added), under 6 minutes in all where the H200 took
-    6.3 (6.5 with that profile) for everything; even a budget of 5 minutes keeps every row, dropping exact
-    OAR-P's 1,024-token step first and saying so."""
-    done = _run(["--plan-only", "--budget-s", "480"])
+def test_the_h200_rows_settings_are_planned_as_the_h200_ran_them_and_it_says_what_it_sized():
+    """The 1.5B check at the settings the H200 rows ran at (8 completions a step, no checkpointing), by
+    oar.experiment.cost_plan with the H200 rates (gpu_check_plan.CALIBRATION) and the paper config's scorer
+    settings (8,192-token forwards, OAR-G's prompt inline in evened micro-batches): GRPO and OAR-G at 1,024
+    tokens (two steps each) and exact OAR-P at 256 (two steps) and 1,024 tokens, each row planned within 15%
+    of the process time the H200 measured for it at these settings (OAR-G's from the evened inline file;
+    without the steady profile the runs added), under 6 minutes in all where the H200 took 6.3; even a
+    budget of 5 minutes keeps every row, dropping exact OAR-P's 1,024-token step first and saying so."""
+    done = _run(["--plan-only", "--budget-s", "480"] + H200_SETTINGS)
     assert done.returncode == 0, done.stderr[-3000:]
     rows, total = _plan(done.stderr)
     assert {m: lengths for m, (lengths, _) in rows.items()} == {
         "grpo": [1024, 1024], "oar_g": [1024, 1024], "oar_p": [256, 256, 1024]}, done.stderr
     assert 300 < total <= 360 and "skipped" not in done.stderr and "sized" not in done.stderr
-    assert ("bench/calibration/h200-2026-11-no-cudnn, bench/calibration/h200-2026-11-generate-no-cudnn and "
-            "bench/calibration/h200-2026-11-inline") in done.stderr
+    assert "completions a step 8 (--batch); gradient checkpointing False (--gradient-checkpointing)" in done.stderr
+    assert "bench/calibration/h200-2026-11-inline-even/calibration.json" in done.stderr
     process_s = {}
-    for folder, methods in (("h200-2026-11-generate-no-cudnn", ("grpo", "oar_p")), ("h200-2026-11-inline", ("oar_g",))):
+    for folder, methods in (("h200-2026-11-generate-no-cudnn", ("grpo", "oar_p")),
+                            ("h200-2026-11-inline-even", ("oar_g",))):
         measured = json.loads((REPO / "bench/calibration" / folder / "calibration.json").read_text())
         process_s |= {r["method"]: r["process_s"] - r.get("profiled_repeat_s", 0.0) for r in measured["rows"]
                       if r["method"] in methods}
     assert set(process_s) == {"grpo", "oar_g", "oar_p"}
     for method, seconds in process_s.items():
         assert abs(rows[method][1] - seconds) <= 0.15 * seconds, (method, rows[method][1], seconds)
-    smaller = _run(["--plan-only", "--budget-s", "300"])
+    smaller = _run(["--plan-only", "--budget-s", "300"] + H200_SETTINGS)
     rows, total = _plan(smaller.stderr)
     assert rows["oar_p"][0] == [256, 256] and total <= 300
     assert "sized from steps of [256, 256, 1024] tokens to [256, 256] to fit the budget" in smaller.stderr
 
 
+def test_the_default_check_runs_the_paper_settings_and_the_7b_rows_next():
+    """By default the check measures the paper config's settings: the 1.5B model's micro-batch of 32 with
+    gradient checkpointing, then in the time the budget leaves the 7B rows at its micro-batch of 16, exact
+    OAR-P first (no row has measured it); where the memory plan does not fit a micro-batch on the GPU, the
+    largest that does, said so."""
+    done = _run(["--plan-only", "--budget-s", "900", "--gpu-memory-gib", "64"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("qwen2.5-1.5b: completions a step 32 (models.qwen2.5-math-1.5b.trainer.per_device_train_batch_size); "
+            "gradient checkpointing True (training.trainer.gradient_checkpointing); G 8") in done.stderr
+    assert ("8 completions a step, not the config's per-device micro-batch of 16 "
+            "(models.qwen2.5-7b.trainer.per_device_train_batch_size): the memory plan puts 16 at") in done.stderr
+    planned = re.findall(r"^  (\w+): steps of", done.stderr, re.M)
+    assert planned[:3] == ["grpo", "oar_g", "oar_p"] and planned[3] == "oar_p", done.stderr  # 7B: exact OAR-P first
+    total = float(re.search(r"^  total ([\d,]+) s", done.stderr, re.M).group(1).replace(",", ""))
+    assert total <= 900
+
+
 def test_budget_sizes_and_skips_rows_and_says_so():
-    done = _run(["--plan-only", "--budget-s", "170"])
+    done = _run(["--plan-only", "--budget-s", "170"] + H200_SETTINGS)
     assert done.returncode == 0, done.stderr[-3000:]
     rows, total = _plan(done.stderr)
     assert total <= 170
     assert rows["oar_g"][0] == [512, 512] and "sized from steps of [1024, 1024] tokens to [512, 512]" in done.stderr
     assert "exact OAR-P at 1,024 tokens: skipped" in done.stderr and "oar_p" not in rows
-    done = _run(["--plan-only", "--budget-s", "60"])
+    done = _run(["--plan-only", "--budget-s", "60"] + H200_SETTINGS)
     assert done.returncode == 0 and "skipped" in done.stderr, done.stderr[-3000:]
     assert _plan(done.stderr)[1] <= 60
 
 
 def test_budget_too_small_for_one_step_names_the_option():
-    done = _run(["--plan-only", "--budget-s", "20"])
+    done = _run(["--plan-only", "--budget-s", "20"] + H200_SETTINGS)
     assert done.returncode == 2
     assert "--budget-s 20: too small for one row" in done.stderr
 
@@ -96,7 +115,7 @@ def test_an_option_contradicting_the_config_names_the_key():
     assert "--chunk-tokens 512 contradicts models.qwen2.5-math-1.5b.oar.chunk_tokens = 8192" in done.stderr
     done = _run(["--plan-only", "--probe", "lt_logits"])
     assert done.returncode == 2 and "contradicts training.oar.probe = as_mean" in done.stderr
-    assert _run(["--plan-only", "--chunk-tokens", "8192"]).returncode == 0  # agreeing is fine
+    assert _run(["--plan-only", "--chunk-tokens", "8192"] + H200_SETTINGS).returncode == 0  # agreeing is fine
 
 
 def test_a_calibration_without_grpo_names_the_field(tmp_path):
@@ -277,7 +296,7 @@ def test_profile_steady_profiles_the_last_steps_scoring_call_again_out_of_its_ti
 def test_try_beyond_plan_gives_the_last_row_back_the_length_the_budget_dropped():
     """--try-beyond-plan: the plan is unchanged (exact OAR-P sized to two steps at 256 tokens), and its
     process then runs the 1,024-token step it dropped in whatever time the budget has left."""
-    done = _run(["--plan-only", "--budget-s", "300", "--try-beyond-plan"])
+    done = _run(["--plan-only", "--budget-s", "300", "--try-beyond-plan"] + H200_SETTINGS)
     assert done.returncode == 0, done.stderr[-3000:]
     rows, total = _plan(done.stderr)
     assert rows["oar_p"][0] == [256, 256] and total <= 300

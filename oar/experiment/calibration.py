@@ -30,10 +30,11 @@ CALIBRATED_METHODS = ("grpo", "oar_p", "oar_g", "grad_norm", "entropy")
 UNMEASURABLE = ("update_s", "step_s")
 
 
-def calibration_rows(path: str | Path) -> tuple[dict, list[dict]]:
+def calibration_rows(path: str | Path, require_grpo: bool = True) -> tuple[dict, list[dict]]:
     """(header, rows) of a ``calibration.json``: the current format (``rows``: one per method and length)
     or the earlier one (``methods`` at one ``response_tokens``), normalised to the current one. Stops with
-    a :class:`PlanError` naming the field that is missing or of the wrong type."""
+    a :class:`PlanError` naming the field that is missing or of the wrong type, or, with ``require_grpo``,
+    when no row is GRPO's (a file calibrated beside others of its shape may leave GRPO to them)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as error:
@@ -93,7 +94,7 @@ def calibration_rows(path: str | Path) -> tuple[dict, list[dict]]:
         schedule = row.setdefault("scorer_schedule", "per_response")
         if schedule not in SCHEDULES:
             raise PlanError(f"{where}: field 'rows[{n}].scorer_schedule': {schedule!r} is not one of {SCHEDULES}")
-    if not any(r["method"] == "grpo" for r in rows):
+    if require_grpo and not any(r["method"] == "grpo" for r in rows):
         raise PlanError(f"{where}: no GRPO row (field 'method' = 'grpo' in no row): the update, generation and "
                         "per-call costs are fitted from GRPO's step")
     return data, rows
@@ -126,7 +127,7 @@ def calibrate(paths, base: Hardware) -> Hardware:
         raise PlanError("--calibration: no file given")
     rows, header, shape_spec = [], None, None
     for path in paths:
-        data, file_rows = calibration_rows(path)
+        data, file_rows = calibration_rows(path, require_grpo=False)
         spec = {k: v for k, v in sorted(data["shape"].items())}
         if shape_spec is not None and spec != shape_spec:
             raise PlanError(f"--calibration {path}: field 'shape' differs from {paths[0]}'s: the files of one "
@@ -135,6 +136,9 @@ def calibrate(paths, base: Hardware) -> Hardware:
         rows += file_rows
     shape = shape_of(Qwen2Config(**shape_spec))
     grpo = [r for r in rows if r["method"] == "grpo"]
+    if not grpo:
+        raise PlanError(f"--calibration {', '.join(str(p) for p in paths)}: no GRPO row (field 'method' = 'grpo' in "
+                        "no row of this shape): the update, generation and per-call costs are fitted from GRPO's step")
 
     # the update: t = F / R + U over the lengths of the rows whose update was timed to completion (the
     # update is the same work whatever the method scored), else over GRPO's
@@ -206,6 +210,28 @@ def calibrate(paths, base: Hardware) -> Hardware:
                                memory_gb=header.get("memory_gb") or base.memory_gb,
                                measured=f"{', '.join(str(p) for p in paths)} ({device})",
                                scorer_call_s=tuple((m, sched, sec) for (m, sched), sec in sorted(per_call.items())))
+
+
+def calibrate_by_shape(paths, base: Hardware, require_fit: bool = True) -> dict[str, tuple[Hardware | None, list]]:
+    """:func:`calibrate` for each model shape among ``paths`` (files of several shapes): shape name
+    (``oar.experiment.rate_limits.shape_name``) -> (its hardware, its files). Without ``require_fit`` a
+    shape whose files hold no GRPO row gets no hardware (None): its rows still bound the rates."""
+    from transformers import Qwen2Config
+
+    from oar.experiment.rate_limits import shape_name
+
+    groups: dict[str, list] = {}
+    for path in ([paths] if isinstance(paths, (str, Path)) else list(paths)):
+        data, rows = calibration_rows(path, require_grpo=False)
+        groups.setdefault(shape_name(shape_of(Qwen2Config(**data["shape"]))), []).append((path, rows))
+    if not groups:
+        raise PlanError("--calibration: no file given")
+    fits = {}
+    for name, files in groups.items():
+        has_grpo = any(r["method"] == "grpo" for _, rows in files for r in rows)
+        hw = calibrate([p for p, _ in files], base) if has_grpo or require_fit else None
+        fits[name] = (hw, [p for p, _ in files])
+    return fits
 
 
 def _preferred(items: list, current) -> list:

@@ -2,26 +2,27 @@
 
 One training step has three phases, generation, scoring and update; ``oar.experiment.cost_model``
 counts each one's work from the model's shape and turns it into time by a hardware figure
-(``oar.experiment.hardware``): peak x utilisation and an assumed per-layer call cost, printed above the
-table, or the rates and fixed costs measured on a GPU by ``bench/gpu_check.py`` (its
-``calibration.json``; ``oar.experiment.calibration``), each applied to what it measured.
+(``oar.experiment.hardware``): peak x utilisation and an assumed per-layer call cost, or the rates and
+fixed costs measured on a GPU by ``bench/gpu_check.py`` (its ``calibration.json``;
+``oar.experiment.calibration``), each applied to what it measured. The CLI prints the plan as a band
+(``oar.experiment.cost_band``): each model's workload from its sources, no rate faster than any row ran,
+the slowest rank's wait.
 
-    python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, Markdown
+    python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, assumed rates
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware a100
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
-        --calibration bench/calibration/h200-2026-11/calibration_1024.json \\
-                      bench/calibration/h200-2026-11/calibration_256.json
+        --calibration bench/calibration/h200-2026-11-no-cudnn/calibration.json ...   # docs/cost.md
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from oar.experiment.calibration import calibrate
 from oar.experiment.cost_model import (SCHEDULE, SCHEDULES, Assumptions, calibrated_scorer, generation_work,
                                        reasoning_probe, scaled, scoring_work, update_work)
 from oar.experiment.hardware import HARDWARE, Hardware, hardware
@@ -45,6 +46,9 @@ class StepPlan:
     update: float
     processes: int  # GPUs a run holds
     scoring_calls: float = 0.0  # the scoring phase's model calls (forwards and OAR-G's backwards)
+    scoring_flops: float = 0.0
+    update_flops: float = 0.0
+    notes: tuple = ()  # what a rated plan says of its phases (oar.experiment.cost_band)
 
     @property
     def step(self) -> float:
@@ -105,7 +109,7 @@ def step_plan(shape: Shape, settings: Mapping, hw: Hardware, assume: Assumptions
                  sequences)
     if hw.update_fixed_s is not None:  # measured: a fixed time per micro-batch stands for its calls' cost
         upd.calls, upd.fixed_s = 0.0, hw.update_fixed_s * sequences / micro
-    return StepPlan(generation, scoring, upd.seconds(hw, shape.layers), processes, score.calls)
+    return StepPlan(generation, scoring, upd.seconds(hw, shape.layers), processes, score.calls, score.flops, upd.flops)
 
 
 # ---------------------------------------------------------------------------------- the config
@@ -149,7 +153,10 @@ class Plan:
 
 
 def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir: str | None = None,
-                schedule: str = SCHEDULE) -> Plan:
+                schedule: str = SCHEDULE, stepper=None) -> Plan:
+    """Every run's step and GPU-hours and every evaluation's GPU-hours. ``stepper(model, shape, settings,
+    gpus)``, when given, plans a run's step instead of ``step_plan`` on ``hw`` and ``assume`` (a rated
+    plan: per-model workloads, calibrations by shape, capped rates; ``oar.experiment.cost_band``)."""
     from oar.data.catalogue import DATASETS
     from oar.experiment.memory_plan import _trainer_keys
     from oar.experiment.runs import Registry, model_of
@@ -162,7 +169,8 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
     for run, settings in registry.runs.items():
         model = model_of(run)
         gpus = _processes(config["models"][model])
-        step = step_plan(shapes[model], settings, hw, assume, gpus, schedule)
+        step = (stepper(model, shapes[model], settings, gpus) if stepper else
+                step_plan(shapes[model], settings, hw, assume, gpus, schedule))
         steps = settings["trainer"]["max_steps"]
         hours = step.step * steps / 3600
         res = registry.resources.resource_set("train", model)
@@ -218,34 +226,51 @@ def _eval_hours(plan: Plan, groups) -> float:
     return sum(plan.evals.get(r, 0.0) for r in ids)
 
 
-def table(plan: Plan) -> str:
-    hw, a = plan.hw, plan.assume
+def hardware_line(hw: Hardware) -> str:
+    """The rates a hardware times work at, and where they come from."""
     if hw.measured:
-        rates = (f"measured by {hw.measured}: sustained {hw.flops / 1e12:.3g} TFLOP/s (the update's, fitted with "
-                 f"{(hw.update_fixed_s or 0) * 1e3:.0f} ms fixed per update micro-batch), an eager forward call "
-                 + (f"{hw.call_s * 1e3:.1f} ms fixed" if hw.call_s is not None else
-                    f"{hw.layer_overhead_s * 1e6:.0f} us per layer (assumed)")
-                 + f", a {hw.decode_backend} decode step {hw.decode_step_s * 1e3:.1f} ms fixed (applied to "
-                 f"{hw.decode_backend} generation only); "
-                 + "".join(f"{m} {sched} scoring {sec * 1e3:.1f} ms a model call; "
-                           for m, sched, sec in hw.scorer_call_s)
-                 + (f"scoring's FLOPs at {hw.scoring_flops / 1e12:.3g} TFLOP/s (fitted beside those costs); "
-                    if hw.scoring_flops else "scoring's FLOPs at the update's rate; ")
-                 + f"decode {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
-                 f"{hw.bytes_per_s / 1e12:.2f} TB/s; vLLM's calls {hw.layer_overhead_s * 1e6:.0f} us per layer "
-                 "(assumed)")
-    else:
-        rates = (f"{hw.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense x MFU {hw.mfu} (assumed) = "
-                 f"{hw.flops / 1e12:,.0f} TFLOP/s; {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
-                 f"{hw.bytes_per_s / 1e12:.2f} TB/s for decode; {hw.layer_overhead_s * 1e6:.0f} us per layer per "
-                 "forward call (assumed)")
+        return (f"measured by {hw.measured}: sustained {hw.flops / 1e12:.3g} TFLOP/s (the update's, fitted with "
+                f"{(hw.update_fixed_s or 0) * 1e3:.0f} ms fixed per update micro-batch), an eager forward call "
+                + (f"{hw.call_s * 1e3:.1f} ms fixed" if hw.call_s is not None else
+                   f"{hw.layer_overhead_s * 1e6:.0f} us per layer (assumed)")
+                + f", a {hw.decode_backend} decode step {hw.decode_step_s * 1e3:.1f} ms fixed (applied to "
+                f"{hw.decode_backend} generation only); "
+                + "".join(f"{m} {sched} scoring {sec * 1e3:.1f} ms a model call; "
+                          for m, sched, sec in hw.scorer_call_s)
+                + (f"scoring's FLOPs at {hw.scoring_flops / 1e12:.3g} TFLOP/s (fitted beside those costs); "
+                   if hw.scoring_flops else "scoring's FLOPs at the update's rate; ")
+                + f"decode {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
+                f"{hw.bytes_per_s / 1e12:.2f} TB/s; vLLM's calls {hw.layer_overhead_s * 1e6:.0f} us per layer "
+                "(assumed)")
+    return (f"{hw.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense x MFU {hw.mfu} (assumed) = "
+            f"{hw.flops / 1e12:,.0f} TFLOP/s; {hw.bandwidth / 1e12:.2f} TB/s x {hw.bandwidth_util} (assumed) = "
+            f"{hw.bytes_per_s / 1e12:.2f} TB/s for decode; {hw.layer_overhead_s * 1e6:.0f} us per layer per "
+            "forward call (assumed)")
+
+
+def target_hours(plan: Plan) -> dict[str, tuple[int, float, float]]:
+    """Per target, and ``all``: (training runs, training GPU-hours, evaluation GPU-hours)."""
+    found = {}
+    for target, group in TARGETS.items():
+        if plan.groups.get(group):
+            found[target] = (len(plan.groups[group]), sum(plan.runs[r][1] for r in plan.groups[group]),
+                             _eval_hours(plan, [group]))
+    found["all"] = (len(plan.runs), sum(v[1] for v in plan.runs.values()), _eval_hours(plan, plan.eval_groups))
+    return found
+
+
+def table(plan: Plan, rates: str | None = None, assumed: str | None = None) -> str:
+    """The plan's tables: per run type, then per target. ``rates`` and ``assumed`` replace the sentences
+    on the hardware's rates and the workload (a rated plan's, per model)."""
+    hw, a = plan.hw, plan.assume
+    assumed = assumed or (f"Assumed: mean prompt {a.prompt_tokens} tokens; completions at {a.completion_fill:.0%} of "
+                          f"max_completion_length; {a.scored_share:.0%} of rows have advantage != 0 and are scored; "
+                          f"{a.answer_tokens}-token answers.")
     lines = [
-        f"Cost plan (planned, not measured) on {hw.name}, {hw.memory_gb:.0f} GB: {rates}. Scorers on the "
-        f"{plan.schedule} schedule" + (" (oar.method.substitution's)" if plan.schedule == SCHEDULE else
-                                        " (the scorers' earlier one)") + ".",
-        f"Assumed: mean prompt {a.prompt_tokens} tokens; completions at {a.completion_fill:.0%} of "
-        f"max_completion_length; {a.scored_share:.0%} of rows have advantage != 0 and are scored; "
-        f"{a.answer_tokens}-token answers. Evaluation: vLLM decode of problems x samples x max_new_tokens. "
+        f"Cost plan (planned, not measured) on {hw.name}, {hw.memory_gb:.0f} GB: {rates or hardware_line(hw)}. Scorers "
+        f"on the {plan.schedule} schedule" + (" (oar.method.substitution's)" if plan.schedule == SCHEDULE else
+                                              " (the scorers' earlier one)") + ".",
+        f"{assumed} Evaluation: vLLM decode of problems x samples x max_new_tokens. "
         "Not included: model and data preparation, the held-out analysis (oracle, scoring), restarts.",
         "",
         "| run type | runs | GPUs | steps | generate s | score s | update s | step s | GPU-h per run | GPU-h |",
@@ -260,33 +285,38 @@ def table(plan: Plan) -> str:
                      f"{step.scoring:,.0f} | {step.update:,.0f} | {step.step:,.0f} | {hours:,.1f} | "
                      f"{sum(h for h, _, _ in items):,.0f} |")
     lines += ["", "| target | training runs | training GPU-h | evaluation GPU-h | GPU-h |", "|---|---|---|---|---|"]
-    for target, group in TARGETS.items():
-        if not plan.groups.get(group):
-            continue
-        train = sum(plan.runs[r][1] for r in plan.groups[group])
-        ev = _eval_hours(plan, [group])
-        lines.append(f"| {target} | {len(plan.groups[group])} | {train:,.0f} | {ev:,.0f} | {train + ev:,.0f} |")
-    train = sum(v[1] for v in plan.runs.values())
-    ev = _eval_hours(plan, plan.eval_groups)
-    lines.append(f"| **all (total)** | {len(plan.runs)} | {train:,.0f} | {ev:,.0f} | **{train + ev:,.0f}** |")
+    for target, (runs, train, ev) in target_hours(plan).items():
+        name = "**all (total)**" if target == "all" else target
+        total = f"**{train + ev:,.0f}**" if target == "all" else f"{train + ev:,.0f}"
+        lines.append(f"| {name} | {runs} | {train:,.0f} | {ev:,.0f} | {total} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
+    from oar.experiment.cost_band import SCENARIOS, Rates, plan_band, report, workloads_of
+    from oar.experiment.workload import measured_workloads, validated
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="config/paper.yaml")
     parser.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
     parser.add_argument("--mfu", type=float, help="sustained share of peak FLOP/s (default 0.4, assumed)")
     parser.add_argument("--bandwidth-util", type=float, help="sustained share of bandwidth in decode (default 0.65)")
     parser.add_argument("--calibration", nargs="+", metavar="JSON",
-                        help="calibration.json file(s) written by bench/gpu_check.py (one model shape; two lengths "
-                             "fit the update's fixed cost), e.g. bench/calibration/h200-2026-11/*.json")
+                        help="calibration.json file(s) written by bench/gpu_check.py, of one or more model shapes "
+                             "(two lengths fit the update's fixed cost), e.g. bench/calibration/*/calibration.json")
     parser.add_argument("--schedule", choices=SCHEDULES, default=SCHEDULE,
                         help="the scorers' schedule: stacked (the code's) or per_response (the earlier code's)")
     parser.add_argument("--prompt-tokens", type=int, default=Assumptions.prompt_tokens)
-    parser.add_argument("--completion-fill", type=float, default=Assumptions.completion_fill)
-    parser.add_argument("--scored-share", type=float, default=Assumptions.scored_share,
-                        help="share of rows with advantage != 0 (scored)")
+    parser.add_argument("--completion-fill", type=float, nargs="+", metavar="FILL",
+                        help="mean completion / max_completion_length for every model instead of its sources': one "
+                             "figure, or three (low central high)")
+    parser.add_argument("--scored-share", type=float, nargs="+", metavar="SHARE",
+                        help="share of rows with advantage != 0 (scored) for every model instead of its sources': "
+                             "one figure in (0, 1], or three (low central high)")
+    parser.add_argument("--metrics", nargs="+", metavar="JSONL",
+                        help="metrics.jsonl of runs already made (a run.yaml beside each names its model): their "
+                             "logged frac_scored and completion_length stand for their model's workload")
+    parser.add_argument("--no-swings", action="store_true", help="the band only, without the table of what moves it")
     parser.add_argument("--span-tokens", type=int,
                         help="plan OAR-P over spans of this many tokens (training.oar.span_tokens) instead of "
                              "the config's, to see what the cheaper, less faithful variant would cost")
@@ -295,13 +325,13 @@ def main(argv: list[str] | None = None) -> int:
                              "0: exact) instead of the config's")
     args = parser.parse_args(argv)
     try:
-        for flag, value in (("--scored-share", args.scored_share), ("--completion-fill", args.completion_fill)):
-            if not 0 < value <= 1:
-                raise PlanError(f"{flag}: {value} is not in (0, 1]")
-        assume = Assumptions(args.prompt_tokens, args.completion_fill, args.scored_share)
+        bands = {}
+        for flag, values, share in (("--scored-share", args.scored_share, True),
+                                    ("--completion-fill", args.completion_fill, False)):
+            if values is not None:
+                bands[flag] = validated(values * 3 if len(values) == 1 else values, flag, share)
         hw = hardware(args.hardware, mfu=args.mfu, bandwidth_util=args.bandwidth_util)
-        if args.calibration:
-            hw = calibrate(args.calibration, hw)
+        rates = Rates.calibrated(args.calibration, hw) if args.calibration else Rates(hw)
         config = load_config(args.config)
         if args.span_tokens is not None:
             if args.span_tokens < 1:
@@ -311,7 +341,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.window_tokens < 0:
                 raise PlanError(f"--window-tokens: {args.window_tokens} is not a number of tokens >= 0")
             config["training"]["oar"]["window_tokens"] = args.window_tokens
-        plan = plan_config(config, hw, assume, schedule=args.schedule)
+        workloads = workloads_of(config, measured_workloads(args.metrics) if args.metrics else None)
+        for model, workload in workloads.items():
+            workloads[model] = dataclasses.replace(
+                workload, scored_share=bands.get("--scored-share", workload.scored_share),
+                completion_fill=bands.get("--completion-fill", workload.completion_fill),
+                sources=workload.sources + tuple(f"{flag} given: {b.low:g} / {b.central:g} / {b.high:g}"
+                                                 for flag, b in bands.items()))
+        band = plan_band(config, rates, workloads, args.prompt_tokens, args.schedule, swings=not args.no_swings)
     except PlanError as error:
         print(f"cost plan: {error}", file=sys.stderr)
         return 2
@@ -320,13 +357,13 @@ def main(argv: list[str] | None = None) -> int:
         variant.append(f"spans of {args.span_tokens} tokens")
     if args.window_tokens:
         variant.append(f"a window of {args.window_tokens} tokens")
-    print(f"Cost plan of {args.config}" + (f" with OAR-P over {' and '.join(variant)}" if variant else "") + "\n")
-    print(table(plan))
-    try:
-        plan.check()
-    except PlanError as error:
-        print(f"cost plan: {error}", file=sys.stderr)
-        return 1
+    print(report(band, args.config + (f" with OAR-P over {' and '.join(variant)}" if variant else "")))
+    for scenario in reversed(SCENARIOS):  # the high end first: a run its jobs cannot hold even there
+        try:
+            band.plans[scenario].check()
+        except PlanError as error:
+            print(f"cost plan ({scenario} end of the band): {error}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -19,9 +19,10 @@ from transformers.cache_utils import DynamicCache
 
 from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scoring_batches import (FIRST_LEN, PROBE, OutcomeRows, batch_pad_id, even_micro_batches, flat_ids,
-                                        gather_rows, left_aligned, logits_at, logits_to_keep, mask_format,
-                                        micro_batches, model_device, piece_starts, row_inputs, row_table, to_host)
+from oar.method.scoring_batches import (FIRST_LEN, PROBE, KeepNothingCache, OutcomeRows, batch_pad_id,
+                                        even_micro_batches, flat_ids, gather_rows, left_aligned, logits_at,
+                                        logits_to_keep, mask_format, micro_batches, model_device, piece_starts,
+                                        row_inputs, row_table, to_host)
 
 
 @dataclass
@@ -143,7 +144,8 @@ def _inline_rows(model, probes: Sequence[Probe], kinds: Sequence[str], seqs: Seq
     depends on this grouping) and right-padded. A real token never sees the padding after it, so the
     model needs no attention mask: SDPA runs causal attention alone (flash attention on a GPU, with the
     key-value heads shared rather than repeated), at the price of running each prompt again per probe.
-    The logits are read at each row's own last positions (``logits_at``)."""
+    The logits are read at each row's own last positions (``logits_at``); an empty cache that keeps nothing
+    spares each forward transformers' host-side check for packed rows (``KeepNothingCache``)."""
     device = flat.device
     lengths = [len(s) for s in seqs]
     groups = even_micro_batches(lengths, config.grad_budget)
@@ -165,7 +167,7 @@ def _inline_rows(model, probes: Sequence[Probe], kinds: Sequence[str], seqs: Seq
 
         def run(last=last, **inputs) -> Tensor:
             with logits_at(model, last):
-                return model(**inputs, logits_to_keep=0).logits
+                return model(**inputs, past_key_values=KeepNothingCache(), logits_to_keep=0).logits
 
         yield _GradRows(probe_of, ids, first, count, row_dest, run)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from transformers.cache_utils import DynamicCache
 
 from oar.method.probes import Probe
 
@@ -138,6 +139,19 @@ def packed_inputs(table: Tensor, placement: Tensor, rows: int, width: int, cache
     own = own | torch.eye(width, dtype=torch.bool, device=device)[None]
     last = placement[:, 0] * width + placement[:, 1] + length - 1
     return token_ids, positions, model_mask(torch.cat([cached, own], dim=-1), fmt), last
+
+
+class KeepNothingCache(DynamicCache):
+    """A key-value cache that keeps nothing, for a forward that needs no cache and passes no mask (OAR-G's
+    inline rows). Given neither, transformers' mask builder checks whether the rows pack several
+    sequences (``masking_utils.find_packed_sequence_indices``: ``(...).all()`` read on the host), one wait
+    for the device per forward wherever the model's ``use_cache`` is off, as a trainer sets it. With a
+    cache the check is skipped; this one hands every layer its own keys and values back unchanged (no
+    copy), and the causal mask is left to SDPA's ``is_causal`` as before: the same kernels, the same
+    floats."""
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        return key_states, value_states
 
 
 @contextmanager
