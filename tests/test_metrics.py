@@ -10,9 +10,12 @@ import torch
 
 from oar.method.metrics import (
     AccuracySummary,
+    average_precision,
     default_k,
     ess_ratio,
+    expected_average_precision,
     mean_accuracy,
+    outrank_share,
     pass_at_k,
     recall_at_k,
     spearman,
@@ -212,3 +215,30 @@ def test_mean_accuracy_rejects_bad_inputs():
         mean_accuracy([[1]], confidence=1.0)
     with pytest.raises(ValueError, match="n_boot"):
         mean_accuracy([[1]], n_boot=0)
+
+
+# --- average precision and rank shares (the token-credit benchmark) -----------------------------------
+
+
+def test_average_precision_by_hand():
+    # order 0, 2, 3, 1: the relevant tokens 1 and 2 at ranks 4 and 2 -> (1/2 + 2/4) / 2
+    assert average_precision([0.9, 0.1, 0.8, 0.3], {1, 2}) == pytest.approx(0.5)
+    assert average_precision([0.1, 0.9, 0.8, 0.3], [1, 2]) == 1.0
+    assert average_precision([1.0, 1.0, 1.0], [2]) == pytest.approx(1 / 3)  # ties: the earlier token first
+    assert math.isnan(average_precision([1.0, 2.0], []))
+    with pytest.raises(ValueError, match="relevant indices"):
+        average_precision([1.0, 2.0], [2])
+
+
+@pytest.mark.parametrize("r_len, m", [(1, 1), (2, 1), (4, 2), (5, 3), (6, 1), (6, 6)])
+def test_expected_average_precision_is_the_mean_over_every_ranking(r_len, m):
+    relevant = set(range(m))
+    aps = [average_precision([-float(rank) for rank in order], relevant)
+           for order in itertools.permutations(range(r_len))]
+    assert expected_average_precision(r_len, m) == pytest.approx(float(np.mean(aps)))
+
+
+def test_outrank_share_counts_ties_half():
+    assert outrank_share([3.0, 1.0, 3.0, 5.0], 0, [1, 2, 3]) == pytest.approx((1 + 0.5 + 0) / 3)
+    assert outrank_share([2.0, 2.0], 0, [1]) == 0.5
+    assert math.isnan(outrank_share([2.0], 0, []))

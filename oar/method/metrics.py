@@ -211,6 +211,59 @@ def recall_at_k(scores: Sequence[float] | Tensor, oracle: set[int] | Sequence[in
     return len(hits) / min(k, len(causal))
 
 
+def average_precision(scores: Sequence[float] | Tensor, relevant: set[int] | Sequence[int]) -> float:
+    """Average precision of one response's ranking against its relevant tokens.
+
+    Tokens are ranked by score, highest first, ties to the lower index (the order of :func:`recall_at_k`);
+    with ``r_d`` the rank (1-based) of relevant token d among R and ``m`` relevant tokens::
+
+        AP = (1/m) sum_d |{relevant tokens ranked at or above r_d}| / r_d
+
+    1 exactly when every relevant token ranks above every other; nan when there is none.
+    """
+    values = _as_vector(scores, "scores")
+    wanted = {int(i) for i in relevant}
+    if any(i < 0 or i >= len(values) for i in wanted):
+        raise ValueError(f"relevant indices must lie in [0, {len(values)}), got {sorted(wanted)}")
+    if not wanted:
+        return math.nan
+    order = np.argsort(-values, kind="stable")
+    hit = np.isin(order, sorted(wanted))
+    ranks = np.flatnonzero(hit) + 1  # 1-based ranks of the relevant tokens, in ranking order
+    return float(np.mean(np.arange(1, len(ranks) + 1) / ranks))
+
+
+def expected_average_precision(num_tokens: int, num_relevant: int) -> float:
+    """Average precision of a uniformly random ranking of R tokens of which m are relevant, in expectation::
+
+        E[AP] = ((m - 1) / (R - 1) * (R - H_R) + H_R) / R,   H_R = sum_{i=1}^R 1/i
+
+    (relevant token d at rank r counts itself, and each of the other m - 1 ranks above it with probability
+    (r - 1) / (R - 1)). The chance line of :func:`average_precision`; nan when m is 0."""
+    r_len, m = int(num_tokens), int(num_relevant)
+    if not 0 <= m <= r_len:
+        raise ValueError(f"need 0 <= num_relevant <= num_tokens, got {m} and {r_len}")
+    if m == 0:
+        return math.nan
+    harmonic = float(np.sum(1.0 / np.arange(1, r_len + 1)))
+    if r_len == 1:
+        return 1.0
+    return ((m - 1) / (r_len - 1) * (r_len - harmonic) + harmonic) / r_len
+
+
+def outrank_share(scores: Sequence[float] | Tensor, one: int, others: Sequence[int]) -> float:
+    """Share of the tokens ``others`` that token ``one`` outranks: ``(#{s_one > s_o} + #{s_one = s_o} / 2) /
+    |others|``. 0.5 for a ranking that cannot tell them apart (equal or random scores); nan without others."""
+    values = _as_vector(scores, "scores")
+    positions = [int(one), *(int(o) for o in others)]
+    if any(i < 0 or i >= len(values) for i in positions):
+        raise ValueError(f"positions must lie in [0, {len(values)}), got {positions}")
+    if not others:
+        return math.nan
+    mine, theirs = values[int(one)], values[[int(o) for o in others]]
+    return float(((mine > theirs).sum() + 0.5 * (mine == theirs).sum()) / len(theirs))
+
+
 def spearman(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) -> float:
     """Spearman rank correlation: the Pearson correlation of the average ranks (ties share the mean
     rank). nan when either input is constant, since its ranks carry no order."""
