@@ -11,9 +11,8 @@
 import os
 import sys
 
-from jsonschema import ValidationError
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -25,14 +24,17 @@ if not workflow.overwrite_configfiles:
     configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
+# the oar package of this source tree, also where Snakemake runs from an environment without it
+sys.path.insert(0, workflow.basedir)
+from oar.experiment.config_error import ConfigError
+from oar.experiment.config_schema import validate
+
+# config/schema.yaml with its defaults filled in, a scorer named by import path imported (one line naming
+# the key where the config is wrong)
 try:
-    validate(config, "config/schema.yaml")
-except WorkflowError as e:
-    cause = e.__context__  # validate() raises inside its `except ValidationError`
-    if not isinstance(cause, ValidationError):
-        raise
-    key = ".".join(str(p) for p in cause.absolute_path) or "(top level)"
-    raise WorkflowError(f"config error at {key}: {cause.message}") from None
+    validate(config)
+except ConfigError as e:
+    raise WorkflowError(str(e)) from None
 
 
 # The report's landing page: what the run was (from the config) and how to read it.
@@ -73,9 +75,9 @@ wildcard_constraints:
     dataset="|".join(map(re.escape, config["data"])),
     run="|".join(map(re.escape, list(RUNS) + [f"{m}/base" for m in config["models"]])),
     bench="|".join(map(re.escape, config["evaluation"]["benchmarks"])),
-    group="main|gating|grid|probes|controls|dose",
-    scorer="oar_p|oar_g|grad_norm|entropy|position|random",
-    probe="lt_logits|as_mean|as_joint",
+    group="|".join(GROUPS_ALL),
+    scorer="|".join(map(re.escape, HELDOUT_SCORERS)),
+    probe="|".join(PROBES),
     name="[a-z_]+",
 
 

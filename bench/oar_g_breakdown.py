@@ -127,7 +127,7 @@ def main() -> None:
     policy = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
     rows_all = read_jsonl(args.responses)
-    config = ScorerConfig(probe="as_mean", chunk_tokens=args.chunk_tokens, seed=0)
+    config = ScorerConfig(probe="as_mean", chunk_tokens=args.chunk_tokens)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     report = {"threads": args.threads, "chunk_tokens": args.chunk_tokens, "batches": {}}
     eos_ids = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id]

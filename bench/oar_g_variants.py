@@ -119,7 +119,7 @@ def variants(model, optimizer, probes, args, device):
         ("oar_g", scoring(config)),
         ("oar_g, evened micro-batches", scoring(config, cached=even_micro_batches)),
         ("oar_g, one micro-batch", scoring(replace(config, grad_chunk_tokens=total))),
-        ("oar_g, torch's attention kernels", scoring(replace(config, attention="torch_default"))),
+        ("oar_g, torch's attention kernels", scoring(replace(config, scoring_attention="torch_default"))),
         ("oar_g, prompt inline", scoring(replace(config, grad_prompt="inline"))),
         ("oar_g, prompt inline, filled in turn", scoring(replace(config, grad_prompt="inline"),
                                                          inline=micro_batches)),

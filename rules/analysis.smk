@@ -151,22 +151,11 @@ rule score_heldout:
     resources:
         **rule_resources("score"),
     params:
-        # window_tokens and grad_chunk_tokens only when set: scores made before the settings existed stay valid
-        **(
-            {"window_tokens": config["training"]["oar"]["window_tokens"]}
-            if config["training"]["oar"]["window_tokens"]
-            else {}
-        ),
-        **(
-            {"grad_chunk_tokens": config["training"]["oar"]["grad_chunk_tokens"]}
-            if config["training"]["oar"]["grad_chunk_tokens"]
-            else {}
-        ),
+        # the scorer settings of training.oar (a setting added later only off its default: scores made
+        # before it existed stay valid)
+        **REG.scorer_options(),
         scorer=lambda wc: wc.scorer,
         probe=lambda wc: wc.probe,
-        noise_sigma=config["training"]["oar"]["noise_sigma"],
-        chunk_tokens=config["training"]["oar"]["chunk_tokens"],
-        span_tokens=config["training"]["oar"]["span_tokens"],
         seed=config["analysis"]["heldout"]["seed"],
         no_fallback_last_number=not config["grading"]["last_number"],
         no_answer_statement=not config["grading"]["answer_statement"],

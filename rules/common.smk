@@ -7,23 +7,24 @@
 import os
 import sys
 
-import yaml
-
 from snakemake.exceptions import WorkflowError
 
 # the oar package of this source tree, also where Snakemake runs from an environment without it
 sys.path.insert(0, workflow.basedir)
 from oar.experiment.config_error import ConfigError
+from oar.experiment.config_schema import allowed_names, trainer_keys
 from oar.experiment.job_options import cli
 from oar.experiment.runs import (
     GROUP_TABLES,
+    GROUPS as GROUPS_ALL,
     Registry,
     is_base,
     model_of,
 )
+from oar.method.names import PROBES
 
-with open(os.path.join(workflow.basedir, "config", "schema.yaml")) as _f:
-    TRAINER_KEYS = tuple(yaml.safe_load(_f)["$defs"]["trainer"]["properties"])
+TRAINER_KEYS = trainer_keys()
+HELDOUT_SCORERS = allowed_names("heldout_scorers")[0]  # the scorer wildcard's values
 
 # a config error stops with one line naming the key, before any job is planned
 try:

@@ -5,13 +5,16 @@ reference the batched scorers (``oar.method.importance``) must reproduce, to flo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers.cache_utils import DynamicCache
 
+from oar.method import scorer_registry
 from oar.method.scorer_config import ScorerConfig
+from oar.method.scorer_registry import ScorerSpec, scorer_spec
 from oar.method.scoring_batches import batch_pad_id, logits_to_keep, micro_batches, model_device
 from oar.method.probes import Outcome, Probe, divergence, outcome_from_logits
 
@@ -406,5 +409,25 @@ def _span_chunks(probe: Probe, kind: str, chunk_tokens: int, spans: Sequence[tup
         k0 += copies
 
 
-# The reference of each batched scorer, for ``oar.method.importance.SCORERS`` (monkeypatched in tests).
+# The reference of each batched scorer.
 REFERENCE = {"oar_p": oar_p_scores, "oar_g": oar_g_scores, "grad_norm": grad_norm_scores, "entropy": entropy_scores}
+
+
+@dataclass(frozen=True)
+class SeededConfig(ScorerConfig):
+    """The scorers' settings with the call's seed, where the references read it."""
+
+    seed: int = 0
+
+
+def as_registered(method: str) -> ScorerSpec:
+    """The reference of a batched scorer as the registry holds a scorer (``oar.method.scorer_registry``)."""
+    def call(batch):
+        config = SeededConfig(**asdict(batch.config), seed=batch.seed)
+        return REFERENCE[method](batch.model, batch.probes, batch.kinds, config)
+    return ScorerSpec(method, call, scorer_spec(method).needs)
+
+
+def use_reference(patch, method: str) -> None:
+    """Within a monkeypatch context, ``score(method, ...)`` runs the reference of the scorer."""
+    patch.setitem(scorer_registry._REGISTRY, method, as_registered(method))

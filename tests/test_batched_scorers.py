@@ -65,10 +65,10 @@ def batch_of_probes(tokenizer, seed: int) -> list[Probe]:
     return probes
 
 
-def reference_scores(monkeypatch, method, model, probes, config):
+def reference_scores(monkeypatch, method, model, probes, config, seed=0):
     with monkeypatch.context() as patch:
-        patch.setitem(importance.SCORERS, method, reference_scorers.REFERENCE[method])
-        return score(method, model, probes, config)
+        reference_scorers.use_reference(patch, method)
+        return score(method, model, probes, config, seed=seed)
 
 
 SETTINGS = [
@@ -89,9 +89,9 @@ def test_batched_scores_equal_the_per_response_scores(tokenizer_and_models, monk
     probes = batch_of_probes(tokenizer, 7)
     if method == "entropy":  # the first token of a response without a prompt has no distribution it was drawn from
         probes = [p for p in probes if p.prompt_ids]
-    config = ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, seed=3, **settings)
-    now = score(method, model, probes, config)
-    before = reference_scores(monkeypatch, method, model, probes, config)
+    config = ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, **settings)
+    now = score(method, model, probes, config, seed=3)
+    before = reference_scores(monkeypatch, method, model, probes, config, seed=3)
     assert (before.scores.abs() > 0).any()
     assert torch.equal(now.reasoning_mask, before.reasoning_mask) and torch.equal(now.lt_fallback, before.lt_fallback)
     difference = (now.scores - before.scores).abs().max().item()
@@ -109,7 +109,7 @@ def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp
     for name in ("batched", "reference"):
         with monkeypatch.context() as patch:
             if name == "reference":
-                patch.setitem(importance.SCORERS, method, reference_scorers.REFERENCE[method])
+                reference_scorers.use_reference(patch, method)
             trainer = make_trainer(tiny_model_dir, tmp_path / name, oar_method=method, oar_chunk_tokens=64, **extra)
             trainer.model.to(torch.float64)
             trainer.train()
@@ -272,13 +272,13 @@ def test_torch_default_attention_leaves_torch_its_choice_with_the_same_scores(to
     seen = []
     handle = model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
     try:
-        default = score("oar_g", model, probes, ScorerConfig(chunk_tokens=64, attention="torch_default"))
+        default = score("oar_g", model, probes, ScorerConfig(chunk_tokens=64, scoring_attention="torch_default"))
     finally:
         handle.remove()
     assert seen and all(seen)
     assert torch.equal(default.scores, score("oar_g", model, probes, ScorerConfig(chunk_tokens=64)).scores)
     with pytest.raises(ValueError, match="attention must be one of"):
-        ScorerConfig(attention="cudnn")
+        ScorerConfig(scoring_attention="cudnn")
 
 
 @pytest.mark.parametrize("method", ["oar_g", "grad_norm"])
@@ -289,8 +289,8 @@ def test_grad_chunk_tokens_sizes_the_micro_batches_with_grad_alone(tokenizer_and
     negative or fractional value is an error naming the field."""
     tokenizer, models = tokenizer_and_models
     model, probes = models["qwen2"], batch_of_probes(tokenizer, 5)
-    together = ScorerConfig(chunk_tokens=4096, seed=3)
-    apart = ScorerConfig(chunk_tokens=4096, grad_chunk_tokens=1, seed=3)
+    together = ScorerConfig(chunk_tokens=4096)
+    apart = ScorerConfig(chunk_tokens=4096, grad_chunk_tokens=1)
     assert together.grad_budget == 4096 and apart.grad_budget == 1
     calls_together, _ = harness.calls_and_syncs(model, lambda: score(method, model, probes, together))
     calls_apart, _ = harness.calls_and_syncs(model, lambda: score(method, model, probes, apart))

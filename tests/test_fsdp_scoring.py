@@ -57,8 +57,8 @@ def score_rows(model, probes, active):
 
     with gathered_for_scoring(model):
         return {name: score(method, model, probes,
-                            ScorerConfig(probe="as_mean", chunk_tokens=CHUNK_TOKENS, seed=7, **settings),
-                            active=active).scores
+                            ScorerConfig(probe="as_mean", chunk_tokens=CHUNK_TOKENS, **settings),
+                            active=active, seed=7).scores
                 for name, (method, settings) in SCORINGS.items()}
 
 

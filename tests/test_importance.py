@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from oar.method.importance import SCORERS, score
+from oar.method.importance import score
+from oar.method.scorer_registry import BUILTIN_SCORERS
 from oar.method.scorer_config import ScorerConfig
 from oar.method.substitution import forward_equivalents
 from oar.method.probes import (CONCLUDE_TEXT, Probe, build_probes, divergence, outcome_from_logits, pad_token_id,
@@ -137,13 +138,13 @@ def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_toke
     model, tokenizer = model_and_tokenizer
     g = torch.Generator().manual_seed(6)
     probes = [random_probe(tokenizer, g, 3, 5, 2), random_probe(tokenizer, g, 3, 5, 0)]
-    first = score("random", model, probes, ScorerConfig(seed=7))
-    assert torch.equal(first.scores, score("random", model, probes, ScorerConfig(seed=7)).scores)
-    assert not torch.equal(first.scores, score("random", model, probes, ScorerConfig(seed=8)).scores)
+    first = score("random", model, probes, seed=7)
+    assert torch.equal(first.scores, score("random", model, probes, seed=7).scores)
+    assert not torch.equal(first.scores, score("random", model, probes, seed=8).scores)
     assert score("position", model, probes).scores[0, :5].tolist() == [0, 1, 2, 3, 4]
     assert first.lt_fallback.tolist() == [False, True]
     assert score("random", model, probes, ScorerConfig(probe="lt_logits")).lt_fallback.tolist() == [False, False]
-    assert set(SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded",
+    assert set(BUILTIN_SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded",
                            "truth_final", "truth_early"}
     with pytest.raises(ValueError, match="probe"):
         ScorerConfig(probe="as_median")
@@ -656,13 +657,13 @@ def test_gradient_scorers_with_the_prompt_cache_equal_the_full_probe_computation
 
     model, tokenizer = model_and_tokenizer
     probes = grouped_probes(tokenizer, 21)
-    config = ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, seed=5, noise_sigma=1e-2)
-    now = score(method, model, probes, config)
+    config = ScorerConfig(probe=kind, chunk_tokens=chunk_tokens, noise_sigma=1e-2)
+    now = score(method, model, probes, config, seed=5)
     import reference_scorers
 
     monkeypatch.setattr(reference_scorers, "_embedding_gradients", full_probe_embedding_gradients)
-    monkeypatch.setitem(importance.SCORERS, method, reference_scorers.REFERENCE[method])
-    before = score(method, model, probes, config)
+    reference_scorers.use_reference(monkeypatch, method)
+    before = score(method, model, probes, config, seed=5)
     assert (before.scores.abs() > 0).any()
     scale = before.scores.abs().amax(dim=1, keepdim=True)
     assert torch.allclose(now.scores, before.scores, rtol=1e-3, atol=1e-4 * float(scale.max())), \

@@ -19,25 +19,6 @@ SCHEMA = ROOT / "config" / "schema.yaml"
 TRAINER_KEYS = tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"])
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])  # the full configs; the rest are overlays
-def test_load_config_fills_in_what_the_snakefile_fills_in(name):
-    """oar does not import Snakemake, so load_config validates with jsonschema itself: the result must be
-    the config the Snakefile's snakemake.utils.validate makes of the same file."""
-    validate = pytest.importorskip("snakemake.utils").validate
-    expected = yaml.safe_load((ROOT / "config" / name).read_text())
-    validate(expected, str(SCHEMA))
-    assert memory_plan.load_config(ROOT / "config" / name) == expected
-
-
-def test_load_config_stops_at_a_bad_key(tmp_path):
-    jsonschema = pytest.importorskip("jsonschema")
-    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
-    config["training"]["trainer"]["max_stepz"] = 3
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(jsonschema.ValidationError, match="max_stepz"):
-        memory_plan.load_config(tmp_path / "bad.yaml")
-
-
 def test_every_phase_of_both_paper_models_fits_80_gb():
     phases = memory_plan.plan_config(memory_plan.load_config(ROOT / "config" / "paper.yaml"))
     table = memory_plan.table(phases)

@@ -42,12 +42,19 @@ def parity_reward(*grading, **more_grading):  # the grading settings are irrelev
     return parity
 run.correctness_reward = parity_reward
 
+seeds = []
+scorer = grpo_trainer.score
+def seed_recording(*args, **kwargs):
+    seeds.append(kwargs["seed"])
+    return scorer(*args, **kwargs)
+grpo_trainer.score = seed_recording
+
 score = grpo_trainer.OARTrainer._token_weights
 def recording(self, output):
     weights, counts = score(self, output)
     ids = output["completion_ids"].tolist()
     line = {"step": self.state.global_step, "world": self.accelerator.num_processes, "rows": len(ids),
-            "completions": hashlib.sha1(repr(ids).encode()).hexdigest(), "counts": counts}
+            "completions": hashlib.sha1(repr(ids).encode()).hexdigest(), "counts": counts, "seed": seeds.pop()}
     with open(os.path.join(record_dir, f"rank{self.accelerator.process_index}.jsonl"), "a") as handle:
         handle.write(json.dumps(line) + "\\n")
     return weights, counts
@@ -109,6 +116,9 @@ def test_two_processes_train_oar_g_to_the_end_and_resume(tiny_model_dir, tmp_pat
         assert all(r["world"] == 2 and r["rows"] == PER_PROCESS_BATCH and r["counts"]["scored"] == PER_PROCESS_BATCH
                    for r in ranks[rank])
     assert all(a["completions"] != b["completions"] for a, b in zip(ranks[0], ranks[1]))
+    # ...with its own noise: rank 0 the seed a one-process run scores step s with (seed 0: s), rank 1 another
+    assert [r["seed"] for r in ranks[0]] == [r["step"] for r in ranks[0]]
+    assert [r["seed"] for r in ranks[1]] == [r["step"] + (1 << 20) for r in ranks[1]]
     first_records = ranks
 
     # Second launch: resumes from checkpoint-2 and trains steps 3 and 4 only.

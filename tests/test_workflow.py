@@ -95,22 +95,30 @@ def test_no_default_profile():
 
 
 def test_schema_matches_library():
-    """The schema's enums, trainer keys and oar defaults are the library's (a drift would reject valid
-    configs, let invalid ones through to a job, or train under other defaults than the docs state)."""
+    """The schema's name lists are the scorer registry's and the methods', its trainer keys and oar defaults
+    the library's (a drift would reject valid configs, let invalid ones through to a job, or train under
+    other defaults than the docs state)."""
     import dataclasses
 
     from oar.data.catalogue import DATASETS
-    from oar.method.importance import SCORERS
-    from oar.method.names import DOSES, METHODS, MODEL_SCORERS, PROBES, SCORER_NAMES
+    from oar.experiment.config_schema import allowed_names
+    from oar.method.names import DOSES, METHODS, MODEL_SCORERS, PROBE_SCORERS, PROBES, SCORER_NAMES
+    from oar.method.scorer_registry import BUILTIN_SCORERS
     from oar.training.settings import TRAINER_DEFAULTS, OARSettings
 
     schema = load(SCHEMA)
     defs = schema["$defs"]
-    assert set(defs["method"]["enum"]) == set(METHODS)
-    assert set(defs["dose_method"]["enum"]) == set(DOSES)
-    assert set(SCORERS) == set(SCORER_NAMES)  # every named scorer registered, nothing registered unnamed
+    lists = {name: node["x-oar-names"] for name, node in defs.items() if "x-oar-names" in node}
+    assert lists == {"method": "methods", "gated_method": "gated_methods", "dose_method": "dose_methods",
+                     "scorer": "heldout_scorers"}
+    builtin = {kind: allowed_names(kind, builtin_only=True) for kind in set(lists.values()) | {"probe_scorers"}}
+    assert set(builtin["methods"][0]) == set(METHODS) and builtin["methods"][1]
+    assert set(builtin["gated_methods"][0]) == set(METHODS) - {"grpo"}
+    assert set(builtin["dose_methods"][0]) == set(DOSES)
+    assert SCORER_NAMES == BUILTIN_SCORERS  # every built-in scorer registered once, in one place
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
-    assert set(defs["scorer"]["enum"]) == set(MODEL_SCORERS)
+    assert set(builtin["heldout_scorers"][0]) == set(MODEL_SCORERS)
+    assert set(builtin["probe_scorers"][0]) == set(PROBE_SCORERS) == {"oar_p", "oar_g", "grad_norm"}
     assert set(defs["probe"]["enum"]) == set(PROBES)
     assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
     assert set(defs["trainer"]["properties"]) == set(TRAINER_DEFAULTS)
@@ -121,6 +129,15 @@ def test_schema_matches_library():
     stated = {key: spec["default"] for key, spec in defs["oar"]["properties"].items()}
     stated |= {key: schema["properties"]["grading"]["properties"][name]["default"] for key, name in grading.items()}
     assert stated == oar_defaults
+
+
+def test_the_snakefile_wildcards_are_the_registry_names():
+    """The scorer, group and probe wildcards are made from the registry's lists, not written out."""
+    text = (ROOT / "Snakefile").read_text()
+    constraints = text[text.index("wildcard_constraints:"):text.index('include: "rules/data.smk"')]
+    assert 'scorer="|".join(map(re.escape, HELDOUT_SCORERS))' in constraints
+    assert 'group="|".join(GROUPS_ALL)' in constraints and 'probe="|".join(PROBES)' in constraints
+    assert "oar_p" not in constraints and "lt_logits" not in constraints
 
 
 # ----------------------------------------------------------------------------------- registry

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
-
-import pytest
-import yaml
-
-SCHEMA = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
 
 
 def validated_registry(cfg):
-    """``Registry`` of a deep copy of ``cfg`` after the schema's validation (defaults filled in); skips the
-    test where Snakemake, which validates, is not installed."""
+    """``Registry`` of a deep copy of ``cfg`` after the schema's validation (defaults filled in), as the
+    Snakefile validates it (``oar.experiment.config_schema``)."""
+    from oar.experiment.config_schema import trainer_keys, validate
     from oar.experiment.runs import Registry
 
-    validate = pytest.importorskip("snakemake.utils").validate
-    cfg = copy.deepcopy(cfg)
-    validate(cfg, str(SCHEMA))
-    return Registry(cfg, tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"]))
+    return Registry(validate(copy.deepcopy(cfg)), trainer_keys())

@@ -35,18 +35,14 @@ def parse_args(argv):
     p.add_argument("--responses", required=True, help="held-out responses (JSONL from heldout.py)")
     p.add_argument("--scores", required=True, help="output JSONL")
     p.add_argument("--scorer", required=True,
-                   help="oar_p, oar_g, grad_norm, entropy, position or random (oar.method.importance)")
-    p.add_argument("--probe", default=ScorerConfig.probe, help="outcome probe: lt_logits, as_mean or as_joint")
-    p.add_argument("--noise-sigma", type=float, default=ScorerConfig.noise_sigma,
-                   help="OAR-G's Gaussian noise on the embeddings")
-    p.add_argument("--chunk-tokens", type=int, default=ScorerConfig.chunk_tokens, help="token budget of one scoring forward")
-    p.add_argument("--grad-chunk-tokens", type=int, default=ScorerConfig.grad_chunk_tokens,
-                   help="token budget of one OAR-G / grad_norm micro-batch with grad (0: --chunk-tokens)")
-    p.add_argument("--span-tokens", type=int, default=ScorerConfig.span_tokens,
-                   help="OAR-P substitutes this many consecutive reasoning tokens at once (1: exact OAR-P)")
-    p.add_argument("--window-tokens", type=int, default=ScorerConfig.window_tokens,
-                   help="OAR-P recomputes only this many reasoning tokens after a substitution (0: exact OAR-P)")
-    p.add_argument("--seed", type=int, default=ScorerConfig.seed,
+                   help="a registered scorer (oar_p, oar_g, grad_norm, entropy, position, random, ...) or an import "
+                        "path package.module:function (oar.method.scorer_registry)")
+    # one option per scorer setting (oar.method.scorer_config.ScorerConfig: default, type and help)
+    for setting in dataclasses.fields(ScorerConfig):
+        kind = {"int": int, "float": float, "str": str}[setting.type]
+        p.add_argument("--" + setting.name.replace("_", "-"), type=kind, default=setting.default,
+                       help=setting.metadata["help"])
+    p.add_argument("--seed", type=int, default=0,
                    help="seed of OAR-G's noise and the random scorer (each response draws its own from it)")
     return p.parse_args(argv)
 
@@ -62,17 +58,14 @@ def main(argv=None):
                           fallback_last_number=not args.no_fallback_last_number,
                           own_conclusion=not args.appended_conclusion, substitute=args.substitute,
                           answer_statement=not args.no_answer_statement)
-    config = ScorerConfig(probe=args.probe, noise_sigma=args.noise_sigma, chunk_tokens=args.chunk_tokens,
-                          grad_chunk_tokens=args.grad_chunk_tokens,
-                          span_tokens=args.span_tokens, window_tokens=args.window_tokens, seed=args.seed)
+    config = ScorerConfig.of(vars(args))
     out = []
     total = 0.0
     for row, probe in zip(rows, probes):
         started = time.perf_counter()
         # each response its own draw of the random scores and OAR-G's noise (one seed for all would give
         # every response of a fixed layout the same random ranking of positions), reproducible per index
-        seeded = dataclasses.replace(config, seed=args.seed * 1_000_003 + int(row["index"]))
-        result = score(args.scorer, model, [probe], seeded)
+        result = score(args.scorer, model, [probe], config, seed=args.seed * 1_000_003 + int(row["index"]))
         wall = time.perf_counter() - started
         total += wall
         out.append({"index": row["index"], "reasoning_len": probe.reasoning_len,

@@ -18,7 +18,8 @@ import torch
 from oar.data.datasets import load_dataset_records
 from oar.grading.grader import grade
 from oar.method.gate import gate
-from oar.method.importance import SCORERS, score
+from oar.method.importance import score
+from oar.method.scorer_registry import registered
 from oar.method.scorer_config import ScorerConfig
 from oar.method.probes import build_probes
 from oar.models.sources import load_packaged, load_pretrained
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="packaged", help="'packaged' or a model folder / hub id")
     parser.add_argument("--problem-index", type=int, default=0, help="row of the packaged GSM8K test set")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--scorers", nargs="+", default=["oar_p", "oar_g", "entropy"], choices=sorted(SCORERS))
+    parser.add_argument("--scorers", nargs="+", default=["oar_p", "oar_g", "entropy"], choices=registered(lambda spec: spec.heldout))
     parser.add_argument("--probe", default="as_mean", choices=["lt_logits", "as_mean", "as_joint"])
     parser.add_argument("--tau", type=float, default=0.4)
     parser.add_argument("--beta", type=float, default=2.0)

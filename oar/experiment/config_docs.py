@@ -15,6 +15,8 @@ from typing import Any, Iterator
 
 import yaml
 
+from oar.experiment.config_schema import allowed_names
+
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "config" / "schema.yaml"
 PAGE = ROOT / "docs" / "configuration.md"
@@ -24,7 +26,7 @@ PREAMBLE = """\
 # Configuration
 
 Every key the workflow reads, with its type, allowed values, default and meaning. The Snakefile
-validates the configuration against `config/schema.yaml` before it plans any job: an unknown key or a
+validates the configuration against `config/schema.yaml` (`oar.experiment.config_schema`) before it plans any job: an unknown key or a
 value out of range stops the run with one line naming the key, for example
 `config error at runs.gating.taus.0: 1.5 is greater than the maximum of 1`. Defaults below are filled
 in where a file leaves a key out.
@@ -100,6 +102,10 @@ def _allowed(node: dict[str, Any], defs: dict[str, Any]) -> str:
     parts = []
     if "enum" in node:
         parts.append(", ".join(_fmt(v) for v in node["enum"]))
+    if "x-oar-names" in node:  # a list of names the registry gives (oar.experiment.config_schema)
+        listed, paths = allowed_names(node["x-oar-names"], builtin_only=True)
+        parts.append(", ".join(_fmt(v) for v in listed) + (", or an import path `package.module:function`"
+                                                           if paths else ""))
     for key, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
         if key in node:
             parts.append(f"{sign} {node[key]}")

@@ -50,6 +50,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from oar.experiment.config_schema import load_config as load_workflow_config, trainer_keys
 from oar.experiment.shapes import Shape, shape_of
 from oar.method.copy_packing import CACHED_PER_CHUNK_TOKEN, PackedForward, pack_copies
 from oar.training.settings import OARSettings, grad_budget
@@ -463,30 +464,15 @@ def plan_config(config: Mapping, prompt_tokens: int = 512, gpu_gb: float = GPU_G
 
 
 def _trainer_keys() -> set[str]:
-    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "schema.yaml").read_text())
-    return set(schema["$defs"]["trainer"]["properties"])
+    """The keys a ``trainer`` section may hold (``oar.experiment.config_schema``)."""
+    return set(trainer_keys())
 
 
 def load_config(path: str | Path) -> dict:
     """A workflow config validated against config/schema.yaml with the schema's defaults filled in, as the
-    Snakefile's ``snakemake.utils.validate`` does (the same jsonschema validator and default rule; oar
-    never imports Snakemake). A bad config raises ``jsonschema.ValidationError`` naming the key."""
-    import jsonschema
-
-    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "schema.yaml").read_text())
-    check_properties = jsonschema.Draft202012Validator.VALIDATORS["properties"]
-
-    def fill_defaults(validator, properties, instance, subschema):
-        if validator.is_type(instance, "object"):
-            for key, prop in properties.items():
-                if "default" in prop:
-                    instance.setdefault(key, prop["default"])
-        yield from check_properties(validator, properties, instance, subschema)
-
-    filling = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": fill_defaults})
-    config = yaml.safe_load(Path(path).read_text())
-    filling(schema).validate(config)
-    return config
+    Snakefile validates it (``oar.experiment.config_schema``); a bad config raises ``ConfigError`` naming
+    the key."""
+    return load_workflow_config(path)
 
 
 def table(phases: list[Phase], gpu_gb: float = GPU_GB) -> str:

@@ -28,8 +28,11 @@ from oar.experiment.job_options import JobOptions
 from oar.experiment.job_resources import JobResources
 from oar.files import atomic_write_text
 from oar.models.frozen import check_frozen
-from oar.method.names import DOSES, GATED, PARSED_SCORERS, READS_PARSED_STEPS, TRUTH_GATES, USES_PROBE
+from oar.method.names import DOSES, PARSED_SCORERS, TRUTH_GATES, is_gated, reads_parsed_steps, run_name, uses_probe
+from oar.method.scorer_config import SCORER_SETTINGS, ScorerConfig
+from oar.training.settings import OARSettings, written_at_default
 
+OAR_DEFAULTS = {name: getattr(OARSettings, name) for name in OARSettings.__dataclass_fields__}
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
 GROUPS = ("main", "gating", "grid", "probes", "controls", "dose")
 # table name -> the registry group whose runs it compares
@@ -394,7 +397,7 @@ class Registry(JobResources, JobOptions):
         config = self.config
         steps = chain_steps(config["training"]["dataset"])
         for group in GROUPS:
-            parsed = [m for m in config["runs"][group].get("methods", []) if m in READS_PARSED_STEPS]
+            parsed = [m for m in config["runs"][group].get("methods", []) if reads_parsed_steps(m)]
             if parsed and steps is None:
                 raise ConfigError(f"runs.{group}.methods",
                                   f"method {parsed[0]!r} reads the decisive tokens parsed from the chain task's "
@@ -424,6 +427,15 @@ class Registry(JobResources, JobOptions):
         """training.oar with the model's own ``oar`` overrides (e.g. chunk_tokens sized to its memory)."""
         return deep_merge(self.config["training"]["oar"], self.config["models"][model]["oar"])
 
+    def scorer_options(self) -> dict:
+        """The held-out scoring script's scorer settings from ``training.oar`` (one option per
+        ``ScorerConfig`` field but the probe, which the job's wildcard gives); a setting added after scores
+        were made is passed only off its default, so that their jobs are not rerun."""
+        oar = self.config["training"]["oar"]
+        defaults = ScorerConfig()
+        return {name: oar[name] for name in SCORER_SETTINGS if name != "probe" and name in oar
+                and (written_at_default(name) or oar[name] != getattr(defaults, name))}
+
     def grading(self) -> dict:
         """The grader's fallbacks after the last \\boxed{} (schema ``grading``), as oar.grading's arguments."""
         grading = self.config.get("grading") or {}
@@ -445,12 +457,12 @@ class Registry(JobResources, JobOptions):
     def run_id(self, model: str, method: str, seed: int, tau=None, beta=None, probe=None, ratio=None) -> str:
         method, ratio = self._dosed(model, method, ratio)
         oar = self.oar_settings(model)
-        parts = [method]
-        if method in GATED:
+        parts = [run_name(method)]
+        if is_gated(method):
             tau = oar["tau"] if tau is None else tau
             beta = oar["beta"] if beta is None else beta
             parts.append(f"tau{fmt_float(tau)}-beta{fmt_float(beta)}")
-        if method in USES_PROBE:
+        if uses_probe(method):
             parts.append(oar["probe"] if probe is None else probe)
         if ratio is not None:
             parts.append(f"ratio{fmt_float(ratio)}")
@@ -462,21 +474,17 @@ class Registry(JobResources, JobOptions):
         config = self.config
         method, ratio = self._dosed(model, method, ratio)
         oar = self.oar_settings(model)
-        if method in GATED:
+        if is_gated(method):
             oar["tau"] = float(oar["tau"] if tau is None else tau)
             oar["beta"] = float(oar["beta"] if beta is None else beta)
-        if method in USES_PROBE and probe is not None:
+        if uses_probe(method) and probe is not None:
             oar["probe"] = probe
         oar.update(self.grading())  # rewards and probes grade as evaluation does
-        for added_later, default in (("window_tokens", 0), ("log_step_credit", False),
-                                     ("scoring_attention", "no_cudnn"), ("grad_chunk_tokens", 0),
-                                     ("grad_prompt", "cached")):
-            if oar.get(added_later, default) == default:
-                # at its default (exact OAR-P; no step-credit log; scoring without cuDNN's attention; OAR-G's
-                # micro-batches at chunk_tokens, over a cached prompt): left
-                # out so that runs made before the setting existed keep their settings, and Snakemake does
-                # not retrain them
-                oar.pop(added_later, None)
+        for name in list(oar):
+            if name in OAR_DEFAULTS and not written_at_default(name) and oar[name] == OAR_DEFAULTS[name]:
+                # a setting added after runs were made (oar.method.scorer_config.setting's `written`), at its
+                # default: left out so that those runs keep their settings, and Snakemake does not retrain them
+                del oar[name]
         # only a dose reads the ratio: left out of every other run's settings, which stay as they were
         oar.pop("final_step_ratio", None)
         if ratio is not None:
@@ -561,9 +569,9 @@ class Registry(JobResources, JobOptions):
             meta[run] = {
                 "model": model_of(run),
                 "method": s["method"],
-                "tau": s["oar"]["tau"] if s["method"] in GATED else None,
-                "beta": s["oar"]["beta"] if s["method"] in GATED else None,
-                "probe": s["oar"]["probe"] if s["method"] in USES_PROBE else None,
+                "tau": s["oar"]["tau"] if is_gated(s["method"]) else None,
+                "beta": s["oar"]["beta"] if is_gated(s["method"]) else None,
+                "probe": s["oar"]["probe"] if uses_probe(s["method"]) else None,
                 "seed": s["seed"],
             }
         return meta

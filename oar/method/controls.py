@@ -49,12 +49,13 @@ def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config:
     return to_host(list(out[:-1].split(reasoning)))
 
 
-def position_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+def position_scores(probes: Sequence[Probe]) -> list[Tensor]:
     """Recency control: the token's index in the response."""
     return [torch.arange(p.reasoning_len, dtype=torch.float32) for p in probes]
 
 
-def random_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
-    """Random control: the same gate on uniform random scores (is the gain the signal or any reshaping?)."""
-    generator = torch.Generator(device="cpu").manual_seed(config.seed)
+def random_scores(probes: Sequence[Probe], seed: int) -> list[Tensor]:
+    """Random control: the same gate on uniform random scores (is the gain the signal or any reshaping?),
+    drawn from a generator of its own seeded with ``seed``."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
     return [torch.rand(p.reasoning_len, generator=generator) for p in probes]

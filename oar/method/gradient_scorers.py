@@ -48,6 +48,7 @@ def _embedding_gradients(
     needs_clean: bool,
     noise_sigma: float | None,
     reduce: Callable[[Tensor, Tensor], Tensor],
+    seed: int = 0,
 ) -> list[Tensor]:
     """Per reasoning token of each probe, ``reduce(gradient, clean embedding)`` [B, n, hidden] -> [B, n]
     (float32), the gradient being the objective's with respect to the input embeddings, in micro-batches
@@ -71,7 +72,7 @@ def _embedding_gradients(
     reasoning = [p.reasoning_len for p in probes]
     dest, total = piece_starts(reasoning), sum(reasoning)
     with _phase("inputs"):
-        noise = _reasoning_noise(probes, seqs, config.seed, noise_sigma, embed.weight.shape[-1], device)
+        noise = _reasoning_noise(probes, seqs, seed, noise_sigma, embed.weight.shape[-1], device)
     layout = _inline_rows if config.grad_prompt == "inline" else _cached_rows
     out = torch.zeros(total + 1, dtype=torch.float32, device=device)
     for rows in layout(model, probes, kinds, seqs, flat, flat_starts, pad_id, config, dest):
@@ -255,11 +256,13 @@ def _likelihood_objective(outcomes: OutcomeRows, probe_of: Tensor, perturbed: tu
     return torch.where(outcomes.is_joint[probe_of], parts[1], parts[0]).sum()
 
 
-def oar_g_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+def oar_g_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig,
+                 seed: int = 0) -> list[Tensor]:
     """OAR-G (method.md section 5): s_t = |<dJ/de_t, e_t>|, J = KL(p_0 || p(e + noise)) (AS-Joint:
-    phi_0 - phi(e + noise)), noise N(0, sigma^2) on reasoning embeddings only, float32 objective."""
+    phi_0 - phi(e + noise)), noise N(0, sigma^2) on reasoning embeddings only, drawn from ``seed``, float32
+    objective."""
     return _embedding_gradients(model, probes, kinds, config, _kl_objective, True, config.noise_sigma,
-                                lambda g, e: (g * e).sum(dim=-1).abs())
+                                lambda g, e: (g * e).sum(dim=-1).abs(), seed)
 
 
 def grad_norm_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:

@@ -1,16 +1,10 @@
 """Token importance: how much each reasoning token moves the model's final-answer distribution, by any
-scorer: ``score(method, model, probes, config)`` and the registry it looks the method up in.
+scorer: ``score(name, model, probes, config, ...)``.
 
 A *scorer* turns probes (``oar.method.probes``) into one score per reasoning token (method.md sections
-4, 5 and 7); every scorer takes ``(model, probes, kinds, config)`` and returns one host tensor per probe.
-``SCORERS`` names each, one module per idea:
-
-- ``oar_p`` (OAR-P, pad substitution; exact, span or window): ``oar.method.substitution``;
-- ``oar_g`` (OAR-G, gradient x input at a noised point) and ``grad_norm``: ``oar.method.gradient_scorers``;
-- the controls ``entropy``, ``position`` and ``random``: ``oar.method.controls``;
-- ``truth``, ``truth_graded``, ``truth_final`` and ``truth_early`` (the chain task's parsed grammar, no
-  model): ``oar.method.truth_scorers``.
-
+4, 5 and 7). The scorers are registered by name in ``oar.method.scorer_registry`` (the built-ins, one
+module per idea, are listed in ``oar.method.builtin_scorers``); the contract each keeps, what a call gives
+it and what it must return, is ``oar.method.scorer_contract``, which ``score`` checks on every call.
 Their settings are ``oar.method.scorer_config.ScorerConfig``. Only the logits a probe needs are computed
 (``logits_to_keep``), and the model-reading scorers batch the rows of all probes of a call into forwards
 of at most ``chunk_tokens`` tokens built on the device (``oar.method.scoring_batches``), moving their
@@ -24,36 +18,18 @@ cuDNN's, which builds a graph for every new shape (``oar.method.attention_kernel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from oar.method import controls, gradient_scorers, substitution, truth_scorers
 from oar.method.attention_kernels import scoring_attention
-from oar.method.names import SCORER_NAMES
 from oar.method.probes import Probe, resolve_probe_kind
 from oar.method.scorer_config import ScorerConfig
-
-Scorer = Callable[[object, Sequence[Probe], Sequence[str], ScorerConfig], list[Tensor]]
-
-# Every scorer by its method name, in the order of oar.method.names.SCORER_NAMES (which must list each).
-SCORERS: dict[str, Scorer] = {
-    "oar_p": substitution.oar_p_scores,
-    "oar_g": gradient_scorers.oar_g_scores,
-    "grad_norm": gradient_scorers.grad_norm_scores,
-    "entropy": controls.entropy_scores,
-    "position": controls.position_scores,
-    "random": controls.random_scores,
-    "truth": truth_scorers.truth_scores,
-    "truth_graded": truth_scorers.graded_truth_scores,
-    "truth_final": truth_scorers.final_step_truth_scores,
-    "truth_early": truth_scorers.early_steps_truth_scores,
-}
-if tuple(SCORERS) != SCORER_NAMES:
-    raise ImportError(f"the scorers {tuple(SCORERS)} are not oar.method.names.SCORER_NAMES {SCORER_NAMES}: "
-                      "name a new scorer there and here")
+from oar.method.scorer_contract import ScoringBatch, check_inputs, checked_scores, eager_attention
+from oar.method.scorer_registry import scorer_spec
 
 
 @dataclass
@@ -78,15 +54,25 @@ def score(
     config: ScorerConfig = ScorerConfig(),
     active: Tensor | Sequence[bool] | None = None,
     width: int | None = None,
+    *,
+    seed: int = 0,
+    probe: str | None = None,
+    groups: Sequence[int] | None = None,
+    rewards: Sequence[float] | None = None,
+    reference_model=None,
 ) -> Scores:
-    """Importance scores of every reasoning token of every probe.
+    """Importance scores of every reasoning token of every probe, by the scorer ``method`` (a registered
+    name or an import path, ``oar.method.scorer_registry``).
 
     ``active`` [B] marks the rows that need scores (the trainer passes A_i != 0); inactive rows get
-    zeros, which the gate turns into weights of 1. ``width`` is the T of the result (default: the
-    longest response). The model is put in eval mode for scoring and restored after.
+    zeros, which the gate turns into weights of 1; for a scorer that reads groups, every row of a group
+    with an active row is scored. ``width`` is the T of the result (default: the longest response).
+    ``seed`` seeds the call's noise and random draws; ``probe`` overrides ``config.probe`` for this call
+    (the trainer's warm-up steps); ``groups``, ``rewards`` and ``reference_model`` are handed to a scorer
+    that declares it reads them. The model is put in eval mode for scoring and restored after. A scorer
+    whose output breaks the contract stops with a ``ScorerError`` naming it.
     """
-    if method not in SCORERS:
-        raise ValueError(f"unknown scorer {method!r}; expected one of {sorted(SCORERS)}")
+    spec = scorer_spec(method)
     n = len(probes)
     width = width if width is not None else max((len(p.response_ids) for p in probes), default=0)
     if any(len(p.response_ids) > width for p in probes):
@@ -94,6 +80,11 @@ def score(
     active_rows = torch.ones(n, dtype=torch.bool) if active is None else torch.as_tensor(active, dtype=torch.bool).cpu()
     if active_rows.shape != (n,):
         raise ValueError(f"active must have shape [{n}], got {tuple(active_rows.shape)}")
+    if spec.reads("groups"):
+        if groups is None or len(groups) != n:
+            raise ValueError(f"scorer {method!r} reads groups: give one group per probe ({n})")
+        wanted = {g for g, a in zip(groups, active_rows.tolist()) if a}
+        active_rows = torch.tensor([g in wanted for g in groups], dtype=torch.bool)
 
     scores = torch.zeros(n, width, dtype=torch.float32)
     mask = torch.zeros(n, width, dtype=torch.bool)
@@ -101,19 +92,31 @@ def score(
         mask[i, : p.reasoning_len] = True
     active_list = active_rows.tolist()  # one read of a host tensor, not one per row
     rows = [i for i in range(n) if active_list[i] and probes[i].reasoning_len > 0]
-    kinds = [resolve_probe_kind(p, config.probe) for p in probes]
-    fallback = torch.tensor([k != config.probe for k in kinds], dtype=torch.bool)
+    wanted_probe = config.probe if probe is None else probe
+    kinds = [resolve_probe_kind(p, wanted_probe) for p in probes]
+    fallback = torch.tensor([k != wanted_probe for k in kinds], dtype=torch.bool)
 
     if rows:
-        was_training = model.training
-        model.eval()
+        batch = ScoringBatch(
+            model=model, probes=[probes[i] for i in rows], kinds=[kinds[i] for i in rows], config=config, seed=seed,
+            groups=[groups[i] for i in rows] if spec.reads("groups") else None,
+            rewards=[rewards[i] for i in rows] if spec.reads("groups") and rewards is not None else None,
+            reference_model=reference_model if spec.reads("reference_model") else None)
+        check_inputs(spec, batch)
+        was_training = model.training if model is not None else None
+        if model is not None:
+            model.eval()
         try:
-            with scoring_attention(config.attention):  # no per-shape kernel builds (oar.method.attention_kernels)
-                row_scores = SCORERS[method](model, [probes[i] for i in rows], [kinds[i] for i in rows], config)
+            attention = eager_attention(model, batch.reference_model) if spec.reads("attentions") \
+                else contextlib.nullcontext()
+            # no per-shape kernel builds (oar.method.attention_kernels)
+            with scoring_attention(config.scoring_attention), attention:
+                row_scores = checked_scores(spec, batch, spec.function(batch))
         finally:
-            model.train(was_training)
-        for i, s in zip(rows, row_scores):  # on the host already: the scorers move their results off once
-            scores[i, : probes[i].reasoning_len] = s.float().cpu()
+            if model is not None:
+                model.train(was_training)
+        for i, s in zip(rows, row_scores):
+            scores[i, : probes[i].reasoning_len] = s
     scored = torch.zeros(n, dtype=torch.bool)
     scored[rows] = True
     return Scores(scores=scores, reasoning_mask=mask, scored=scored, lt_fallback=fallback & scored)

@@ -1,23 +1,16 @@
-"""The one list of training methods and what each kind of method is, by name; the outcome probes' names
-(torch-free).
+"""The training methods and what each kind of method is, by name; the outcome probes' names (torch-free).
 
-The run registry, the trainer, the scorer registry, the training settings and the analysis read these;
-the config schema's enums are tested equal to them. A new scorer is added here and to the scorers'
-registry (``oar.method.importance.SCORERS``, which must hold every name here and nothing else).
+A method is GRPO (``grpo``), a scorer through the bi-level gate (a name registered in
+``oar.method.scorer_registry``, the one list of scorers, or an import path ``package.module:function`` of a
+user's scorer), or an intervention on a built-in scorer's gated weights (below). The tuples of scorer names
+here are read off the registry's built-ins by what each declares it reads; the functions at the end answer
+for any method, a user's scorer included. The config schema's enums are made from these
+(``oar.experiment.config_schema``).
 """
 
+from oar.method import scorer_registry as _registry
+
 BASELINE = "grpo"  # GRPO's uniform token advantages: no scorer, no gate
-
-# Scorers of the model's reasoning tokens (method.md): the paper's two, then the controls.
-MODEL_SCORERS = ("oar_p", "oar_g", "grad_norm", "entropy", "position", "random")
-
-# Scorers that read the chain task's parsed grammar instead of a model; training attaches the positions.
-TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: every parsed decisive token
-PARSED_SCORERS = (*TRUTH_GATES, "truth_final", "truth_early")
-
-SCORER_NAMES = (*MODEL_SCORERS, *PARSED_SCORERS)  # the scorers' registry: one scorer per name
-# scorers that run no forward of the model: the controls that need only the tokens and the parsed scorers
-MODEL_FREE_SCORERS = ("position", "random", *PARSED_SCORERS)
 
 # Mechanism rescues: a scorer's gated weights with the last step's parsed decisive tokens held to the mean
 # weight of the rest of the reasoning (oar.method.interventions); method -> the scorer it rescues.
@@ -33,18 +26,19 @@ PLACEBOS = {"oar_g_placebo": "oar_g"}
 DOSES = {"truth_dose": "truth"}
 INTERVENED = {**RESCUES, **PLACEBOS, **DOSES}  # methods that change a scorer's gated weights -> that scorer
 
-GATED = (*SCORER_NAMES, *INTERVENED)  # every method whose weights come from the bi-level gate
-METHODS = (BASELINE, *GATED)
-PROBE_SCORERS = ("oar_p", "oar_g", "grad_norm")  # scorers that read an outcome probe
+# The built-in scorers (the registry's, in its order), grouped by what each declares it reads.
+SCORER_NAMES = _registry.BUILTIN_SCORERS
+PARSED_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and "parsed_steps" in s.needs)
+TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: every parsed decisive token (the decisive reading)
+MODEL_SCORERS = tuple(n for n in SCORER_NAMES if n not in PARSED_SCORERS)  # scorers of the model's reasoning tokens
+# scorers that run no forward of the model: the controls that need only the tokens and the parsed scorers
+MODEL_FREE_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and "model" not in s.needs)
+PROBE_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and "probe" in s.needs)
+
+GATED = (*SCORER_NAMES, *INTERVENED)  # every built-in method whose weights come from the bi-level gate
+METHODS = (BASELINE, *GATED)  # the built-in methods
 USES_PROBE = (*PROBE_SCORERS, *(m for m, s in INTERVENED.items() if s in PROBE_SCORERS))  # methods that do
 READS_PARSED_STEPS = (*PARSED_SCORERS, *INTERVENED)  # methods for which training attaches the parsed positions
-
-
-def scorer_of(method: str) -> str | None:
-    """The scorer whose scores a method gates (None for GRPO)."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
-    return None if method == BASELINE else INTERVENED.get(method, method)
 
 PROBES = ("lt_logits", "as_mean", "as_joint")  # outcome probes (oar.method.probes reads each off the logits)
 # the scorers' attention kernels on a GPU (oar.method.attention_kernels)
@@ -52,3 +46,57 @@ ATTENTION_CHOICES = ("no_cudnn", "torch_default")
 # how OAR-G and grad_norm run a probe's prompt (oar.method.gradient_scorers): once into a shared KV cache, or
 # again in every probe's row (no attention mask, so a GPU runs flash attention)
 GRAD_PROMPTS = ("cached", "inline")
+
+
+def check_method(method: object) -> None:
+    """Raise ValueError naming ``method`` unless it is one: GRPO, an intervention, or a scorer (registered,
+    or an import path, which is imported here)."""
+    if method == BASELINE or method in INTERVENED:
+        return
+    if not isinstance(method, str):
+        raise ValueError(f"unknown method {method!r}: a method is named by a string")
+    try:
+        _registry.scorer_spec(method)
+    except _registry.ScorerError as error:
+        raise ValueError(f"unknown method {method!r}: neither {BASELINE!r}, an intervention "
+                         f"({', '.join(INTERVENED)}), nor a scorer ({error})") from None
+
+
+def is_method(method: object) -> bool:
+    try:
+        check_method(method)
+    except ValueError:
+        return False
+    return True
+
+
+def scorer_of(method: str) -> str | None:
+    """The scorer whose scores a method gates (None for GRPO)."""
+    check_method(method)
+    return None if method == BASELINE else INTERVENED.get(method, method)
+
+
+def is_gated(method: str) -> bool:
+    """Whether a method's token weights come from the bi-level gate (every method but GRPO)."""
+    return scorer_of(method) is not None
+
+
+def _reads(method: str, need: str) -> bool:
+    scorer = scorer_of(method)
+    return scorer is not None and _registry.scorer_spec(scorer).reads(need)
+
+
+def uses_probe(method: str) -> bool:
+    """Whether a method's scorer reads an outcome probe (its runs are then named by the probe)."""
+    return _reads(method, "probe")
+
+
+def reads_parsed_steps(method: str) -> bool:
+    """Whether training attaches the chain task's parsed positions for a method: its scorer reads them, or it
+    is an intervention on the last step's decisive tokens."""
+    return method in INTERVENED or _reads(method, "parsed_steps")
+
+
+def run_name(method: str) -> str:
+    """A method as it is spelled in run ids and file names: an import path's ``:`` becomes ``.``."""
+    return method.replace(":", ".")

@@ -15,7 +15,6 @@ import torch
 from torch import Tensor
 
 from oar.method.probes import Probe
-from oar.method.scorer_config import ScorerConfig
 
 
 def _marked_scores(probes: Sequence[Probe], scorer: str, what: str, fields: tuple[str, ...],
@@ -36,14 +35,14 @@ def _marked_scores(probes: Sequence[Probe], scorer: str, what: str, fields: tupl
     return rows
 
 
-def truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+def truth_scores(probes: Sequence[Probe]) -> list[Tensor]:
     """Exactly right scores that only boost: 1 on the response's decisive tokens (``Probe.decisive``, parsed from its
     text by the task's grammar), 0 elsewhere. Through the gate it shows what reshaping can do when the
     scores are exactly right; it reads no model. Not the intervention oracle of the causal-token study."""
     return _marked_scores(probes, "truth", "decisive positions", ("decisive",), lambda p: [(p.decisive, 1.0)])
 
 
-def graded_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+def graded_truth_scores(probes: Sequence[Probe]) -> list[Tensor]:
     """The truth gate with the reward-irrelevant tokens ranked last: 1 on the decisive tokens, 0 on the
     choices that cannot change the answer (``Probe.irrelevant``: remark and note words), 0.5 on the rest
     (tokens the text before forces). With the truth scorer's binary scores the zeros tie at the gate's
@@ -53,7 +52,7 @@ def graded_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], co
                           lambda p: [(p.irrelevant, 0.0), (p.decisive, 1.0)], rest=0.5)
 
 
-def final_step_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+def final_step_truth_scores(probes: Sequence[Probe]) -> list[Tensor]:
     """The truth gate on the last step only: 1 on the decisive tokens of the reasoning's last equation
     (``Probe.final_step``), 0 elsewhere, earlier steps' decisive tokens included. A mechanism control, not
     an upper bound: it puts the credit where OAR-P puts most of it (the restatement the answer is copied
@@ -62,7 +61,7 @@ def final_step_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str]
                           lambda p: [(p.final_step, 1.0)])
 
 
-def early_steps_truth_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config: ScorerConfig) -> list[Tensor]:
+def early_steps_truth_scores(probes: Sequence[Probe]) -> list[Tensor]:
     """The truth gate on the earlier steps only: 1 on the decisive tokens of every equation but the
     reasoning's last (``Probe.decisive`` less ``Probe.final_step``), 0 elsewhere, the last step's decisive
     tokens included. The complement of ``truth_final`` within the truth gate's credit: a mechanism control

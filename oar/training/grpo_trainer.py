@@ -29,12 +29,13 @@ from oar.method.gate import gate
 from oar.method.importance import score
 from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
 from oar.method.interventions import hold_to_rest, hold_top_outside, set_to_ratio
-from oar.method.names import BASELINE, DOSES, METHODS, PLACEBOS, READS_PARSED_STEPS, RESCUES, scorer_of
+from oar.method.names import BASELINE, DOSES, PLACEBOS, RESCUES, reads_parsed_steps, scorer_of
 from oar.method.probes import Probe, probes_from_padded, token_char_spans
-from oar.method.scorer_config import ScorerConfig
+from oar.method.scorer_registry import scorer_spec
 from oar.sdpa_kernels import without_cudnn_attention
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory
+from oar.training.model_card import write_model_card
 from oar.training.rank_metrics import over_ranks, ratio
 from oar.training.settings import OARSettings, check_method
 from oar.training.vllm_cpu import install_cpu_weight_sync
@@ -43,39 +44,32 @@ from oar.training.vllm_cpu import install_cpu_weight_sync
 _OAR_SETTINGS = {setting.name: setting for setting in fields(OARSettings)}
 
 
-def _from_settings(name: str) -> Any:
-    """The ``oar_<name>`` field of OARConfig: the default and help of ``OARSettings.<name>``, written there."""
-    setting = _OAR_SETTINGS[name]
-    return field(default=setting.default, metadata=dict(setting.metadata))
+def _oar_fields(cls: type) -> type:
+    """Class decorator, applied before ``@dataclass``: an ``oar_<name>`` field for every ``OARSettings``
+    field, with its default, type and help (TRL's argument parser shows it), after the class's own."""
+    annotations = cls.__dict__.get("__annotations__", {})
+    for name, setting in _OAR_SETTINGS.items():
+        annotations[f"oar_{name}"] = setting.type
+        setattr(cls, f"oar_{name}", field(default=setting.default, metadata={"help": setting.metadata["help"]}))
+    cls.__annotations__ = annotations
+    return cls
 
 
 @dataclass
+@_oar_fields
 class OARConfig(GRPOConfig):
-    """``GRPOConfig`` plus the OAR settings: the run's method and its ``oar`` block as ``oar_<key>`` fields
-    (plain values, so the config serialises as TRL's does), whose defaults and checks are
-    ``oar.training.settings.OARSettings``'s."""
+    """``GRPOConfig`` plus the OAR settings: the method, and the run's ``oar`` block as ``oar_<key>`` fields
+    (``oar_tau``, ``oar_beta``, ``oar_probe``, ``oar_chunk_tokens``, ...; plain values, so the config
+    serialises as TRL's does), one per ``oar.training.settings.OARSettings`` field with its default and
+    check. ``oar_method`` is ``grpo``, a registered scorer's name, an import path ``package.module:function``
+    of a scorer, or an intervention (``oar.method.names``)."""
 
-    oar_method: str = field(default=BASELINE, metadata={"help": f"one of {METHODS}"})
-    oar_tau: float = _from_settings("tau")
-    oar_beta: float = _from_settings("beta")
-    oar_floor: float = _from_settings("floor")
-    oar_probe: str = _from_settings("probe")
-    oar_warmup_steps: int = _from_settings("warmup_steps")
-    oar_noise_sigma: float = _from_settings("noise_sigma")
-    oar_chunk_tokens: int = _from_settings("chunk_tokens")
-    oar_grad_chunk_tokens: int = _from_settings("grad_chunk_tokens")
-    oar_fallback_last_number: bool = _from_settings("fallback_last_number")
-    oar_answer_statement: bool = _from_settings("answer_statement")
-    oar_own_conclusion: bool = _from_settings("own_conclusion")
-    oar_substitute: str = _from_settings("substitute")
-    oar_span_tokens: int = _from_settings("span_tokens")
-    oar_window_tokens: int = _from_settings("window_tokens")
-    oar_scoring_attention: str = _from_settings("scoring_attention")
-    oar_grad_prompt: str = _from_settings("grad_prompt")
+    oar_method: str = field(default=BASELINE, metadata={"help": "grpo, a registered scorer (oar_p, oar_g, ...), "
+                                                                "an import path package.module:function, or an "
+                                                                "intervention"})
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
-    oar_score_all: bool = _from_settings("score_all")
-    oar_log_step_credit: bool = _from_settings("log_step_credit")
-    oar_final_step_ratio: float = _from_settings("final_step_ratio")
+    oar_telemetry: bool = field(default=False, metadata={
+        "help": "let TRL send its usage telemetry (huggingface_hub's send_telemetry); off unless set"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -121,18 +115,80 @@ def correctness_reward(fallback_last_number: bool = True, timeout_s: float = 5.0
     return correctness
 
 
+def scoring_seed(seed: int, step: int, process_index: int) -> int:
+    """The seed of one scoring call: fresh every step, reproducible per run, and each process its own (the
+    processes score different rows; one seed on all would give them the same noise). Process 0 draws what
+    a one-process run draws. torch's CPU generator keeps a seed's low 32 bits, so the processes are 2^20
+    apart there: distinct for runs of fewer than 2^20 steps and up to 2^12 processes."""
+    return seed * 1_000_003 + step + process_index * (1 << 20)
+
+
 class OARTrainer(GRPOTrainer):
-    """``GRPOTrainer`` whose advantages are reshaped per token by an importance scorer."""
+    """``GRPOTrainer`` whose advantages are reshaped per token by an importance scorer.
+
+    Built as ``GRPOTrainer`` is, with an :class:`OARConfig`; ``reference_model`` is the frozen model handed
+    to a scorer that declares it reads one (default: TRL's reference model, present when ``beta > 0``)."""
 
     args: OARConfig
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, reference_model=None, **kwargs):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise TypeError("OARTrainer needs an OARConfig")
         self._memory = PeakMemory()
         # vLLM's CPU backend cannot take TRL's per-tensor weight sync; see oar.training.vllm_cpu for why and the fix.
         install_cpu_weight_sync(self)
+        # The scorer and its settings, once per run (what changes per step travels with each call).
+        settings = self.args.oar_settings()
+        self._scorer_config = settings.scorer_config()
+        scorer = scorer_of(self.args.oar_method)
+        self._scorer = scorer_spec(scorer) if scorer is not None else None
+        self._reference_model = reference_model
+        self._rewards = None  # this generation batch's rewards, every process's rows (_calculate_rewards)
+        if self._scorer is not None:
+            self._check_scorer_inputs()
+
+    def _check_scorer_inputs(self) -> None:
+        """Stop before training where the scorer reads what this trainer cannot give it."""
+        spec, args = self._scorer, self.args
+        if spec.reads("groups") and args.per_device_train_batch_size % self.num_generations:
+            raise ValueError(f"scorer {spec.name!r} reads each response's group: per_device_train_batch_size "
+                             f"({args.per_device_train_batch_size}) must be a multiple of num_generations "
+                             f"({self.num_generations}) so that every process holds whole groups")
+        if spec.reads("reference_model"):
+            if self._reference_model is None and self.ref_model is None:
+                raise ValueError(f"scorer {spec.name!r} reads a reference model: pass OARTrainer(reference_model=...) "
+                                 "or train with a KL term (beta > 0), whose reference model it then reads")
+            if self._reference_model is None:
+                self._reference_model = self.accelerator.unwrap_model(self.ref_model)
+            else:  # frozen, beside the policy
+                self._reference_model = self._reference_model.to(self.accelerator.device).eval().requires_grad_(False)
+
+    def _send_telemetry(self):
+        """TRL's usage telemetry: sent only where the user turned it on (``OARConfig.oar_telemetry``)."""
+        if self.args.oar_telemetry:
+            super()._send_telemetry()
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: str | list[str] | None = None):
+        """The model card TRL writes beside every checkpoint (``output_dir/README.md``): OAR's, naming the
+        method and its settings, the base model and the paper (``oar.training.model_card``)."""
+        if self.is_world_process_zero():
+            write_model_card(self, self.args.output_dir, model_name=model_name, dataset_name=dataset_name, tags=tags)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The model, and its card beside it: every checkpoint folder and the final model have one."""
+        super().save_model(output_dir, _internal_call)
+        if self.is_world_process_zero():
+            write_model_card(self, output_dir or self.args.output_dir)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._scorer is not None and self._scorer.reads("groups"):
+            # what GRPO's advantages are computed from: the weighted sum over reward functions, every process's rows
+            weights = self.reward_weights.to(rewards_per_func.device)
+            self._rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        return rewards_per_func
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # Resuming a multi-process CPU run (gloo): accelerate names each process's device "cpu:0", and
@@ -215,6 +271,22 @@ class OARTrainer(GRPOTrainer):
         metrics["memory/score_peak_mb"].append(sums["score_peak_mb"] / ranks)
         metrics["memory/score_peak_max_mb"].append(maxima["score_peak_mb"])
 
+    def _gathered_reference(self):
+        """The reference model whole on every process during scoring (``oar.training.collective``)."""
+        reference = self._reference_model
+        if reference is None or not isinstance(reference, torch.nn.Module):
+            return contextlib.nullcontext()
+        return gathered_for_scoring(self.accelerator.unwrap_model(reference))
+
+    def _group_inputs(self, rows: int) -> dict:
+        """Each of this process's rows' group (its prompt, numbered over every process) and reward, for a
+        scorer that reads them; nothing for the others."""
+        if not self._scorer.reads("groups"):
+            return {}
+        first = self.accelerator.process_index * rows
+        rewards = self._rewards[first: first + rows].tolist() if self._rewards is not None else None
+        return {"groups": [(first + i) // self.num_generations for i in range(rows)], "rewards": rewards}
+
     def _token_weights(self, output) -> tuple[torch.Tensor | None, dict[str, float]]:
         """Weights [B, T] (None for GRPO) and this rank's credit counts: sums over its rows, with the
         number of rows each was summed over (``oar.training.rank_metrics`` adds them over ranks)."""
@@ -237,32 +309,25 @@ class OARTrainer(GRPOTrainer):
                 substitute=args.oar_substitute,
                 answer_statement=args.oar_answer_statement,
             )
-            if args.oar_method in READS_PARSED_STEPS or args.oar_log_step_credit:
+            if reads_parsed_steps(args.oar_method) or args.oar_log_step_credit:
                 probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
         if args.oar_method == "grpo":
             weights = completion_mask.float()
             counts |= {"scored": 0.0, "no_answer": 0.0, "nonfinite": 0.0}
         else:
             step = self.state.global_step
-            config = ScorerConfig(
-                probe="lt_logits" if step < args.oar_warmup_steps else args.oar_probe,
-                noise_sigma=args.oar_noise_sigma,
-                chunk_tokens=args.oar_chunk_tokens,
-                grad_chunk_tokens=args.oar_grad_chunk_tokens,
-                span_tokens=args.oar_span_tokens,
-                window_tokens=args.oar_window_tokens,
-                attention=args.oar_scoring_attention,
-                grad_prompt=args.oar_grad_prompt,
-                seed=args.seed * 1_000_003 + step,  # fresh noise every step, reproducible per run
-            )
             # keep_fp32_wrapper (the default) keeps accelerate's autocast around the forward: scoring runs in
             # the training forward's precision (bf16 on a GPU with mixed precision), as memory_plan counts it
             model = self.accelerator.unwrap_model(self.model)
             needs_scores = torch.ones_like(active) if args.oar_score_all else active
             # Under FSDP2 the ranks run different numbers of scoring passes: see oar.training.collective.
-            with gathered_for_scoring(model):
-                scores = score(scorer_of(args.oar_method), model, probes, config, active=needs_scores.cpu(),
-                               width=completion_mask.shape[1])
+            with gathered_for_scoring(model), self._gathered_reference():
+                scores = score(self._scorer.name, model, probes, self._scorer_config, active=needs_scores.cpu(),
+                               width=completion_mask.shape[1],
+                               probe="lt_logits" if step < args.oar_warmup_steps else None,
+                               seed=scoring_seed(args.seed, step, self.accelerator.process_index),
+                               **self._group_inputs(len(advantages)),
+                               reference_model=self._reference_model)
             weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
             if args.oar_method in RESCUES:  # the mechanism's rescue: the last step's decisive tokens held
                 weights = hold_to_rest(weights, scores.reasoning_mask, [p.final_step for p in probes])

@@ -4,19 +4,22 @@ A run's settings file (``results/runs/<run_id>/settings.yaml``, written by ``oar
 leave any key out and holds nothing else: ``RunSettings`` is the whole file, ``OARSettings`` its ``oar``
 block and ``TRAINER_DEFAULTS`` the project's defaults of its ``trainer`` block (keys of
 ``trl.GRPOConfig``). ``resolve_settings`` fills in the defaults and checks every key, raising
-``SettingsError`` naming the first bad one. The trainer's ``OARConfig`` takes the ``oar`` block's
-defaults and checks from ``OARSettings``; config/schema.yaml, the user-facing contract, states the same
-defaults (a test keeps them equal).
+``SettingsError`` naming the first bad one. ``OARSettings`` holds the gate's and the trainer's own
+settings and takes every scorer setting, with its default and check, from
+``oar.method.scorer_config.ScorerConfig``; the trainer's ``OARConfig`` takes the whole ``oar`` block from
+``OARSettings`` the same way. config/schema.yaml, the user-facing contract, states the same defaults (a
+test keeps them equal).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from oar.method.names import ATTENTION_CHOICES, BASELINE, GRAD_PROMPTS, METHODS, PROBES
+from oar.method.names import BASELINE, check_method as _check_method
+from oar.method.scorer_config import (ScorerConfig, SettingError, check_fields, flag, integer, number, setting,
+                                      text)
 
 
 class SettingsError(ValueError):
@@ -39,73 +42,56 @@ def _check_known(block: str, given: Mapping[str, Any], known) -> None:
             raise SettingsError(f"unknown settings key '{block}.{key}'; known: {sorted(known)}")
 
 
-def _setting(default: Any, meaning: str) -> Any:
-    """A settings field with its default and what it means (the trainer config's help text)."""
-    return field(default=default, metadata={"help": meaning})
+def with_fields_of(source: type) -> Any:
+    """Class decorator, applied before ``@dataclass``: the class gets every field of the dataclass
+    ``source`` (default, metadata, type) after its own, so a setting is written once, in ``source``."""
+    def add(cls: type) -> type:
+        annotations = cls.__dict__.get("__annotations__", {})
+        for f in fields(source):
+            if f.name in annotations:
+                raise TypeError(f"{cls.__name__}.{f.name} is already {source.__name__}'s field")
+            annotations[f.name] = f.type
+            setattr(cls, f.name, field(default=f.default, metadata=f.metadata) if f.default is not MISSING
+                    else field(default_factory=f.default_factory, metadata=f.metadata))
+        cls.__annotations__ = annotations
+        return cls
+    return add
 
 
 @dataclass(frozen=True)
+@with_fields_of(ScorerConfig)
 class OARSettings:
-    """A run's ``oar`` block (method.md sections 3-7). Paper defaults: tau 0.4, beta 2.
+    """A run's ``oar`` block (method.md sections 3-7). Paper defaults: tau 0.4, beta 2. The gate's and the
+    trainer's settings are written here; the scorers' come from ``ScorerConfig`` (after these).
 
     Values are kept as given (the resolved settings are written out and fingerprinted as they are);
     :meth:`typed` gives each as its field's type."""
 
-    tau: float = _setting(0.4, "fraction of reasoning tokens in the suppression band")
-    beta: float = _setting(2.0, "boost strength")
-    floor: float = _setting(0.1, "lowest weight before renormalisation")
-    probe: str = _setting("as_mean", f"outcome probe, one of {PROBES}")
-    warmup_steps: int = _setting(0, "steps that force the lt_logits probe")
-    noise_sigma: float = _setting(1e-3, "OAR-G embedding noise (absolute)")
-    chunk_tokens: int = _setting(512, "tokens per scoring forward (memory budget)")
-    grad_chunk_tokens: int = _setting(0, "tokens per OAR-G / grad_norm micro-batch with grad (0: chunk_tokens)")
-    fallback_last_number: bool = _setting(True, "use the last number as the answer span when there is no \\boxed{}")
-    answer_statement: bool = _setting(True, "without a \\boxed{}, the answer of a 'The answer is ...' statement")
-    own_conclusion: bool = _setting(True, "probes continue a response's own concluding statement (oar.method.probes)")
-    substitute: str = _setting("pad", "OAR-P's substitute: 'pad' or a one-token text")
-    span_tokens: int = _setting(1, "OAR-P substitutes this many consecutive reasoning tokens at once (1: exact)")
-    window_tokens: int = _setting(0, "OAR-P recomputes only this many reasoning tokens after a substitution (0: exact)")
-    scoring_attention: str = _setting("no_cudnn", f"the scorers' attention kernels on a GPU, one of {ATTENTION_CHOICES} "
-                                                  "(oar.method.attention_kernels)")
-    grad_prompt: str = _setting("cached", f"how OAR-G and grad_norm run a probe's prompt, one of {GRAD_PROMPTS}: once into "
-                                          "a KV cache, or in every probe's row with no attention mask (flash "
-                                          "attention on a GPU) (oar.method.gradient_scorers)")
-    score_all: bool = _setting(False, "also score responses with A = 0 (their loss terms are zero anyway): cost "
-                                      "measurements")
-    log_step_credit: bool = _setting(False, "log each step's share of the weight on the chain task's decisive tokens, "
-                                            "last step and earlier steps (oar.method.metrics.step_credit_shares)")
-    final_step_ratio: float = _setting(1.0, "the dose methods (oar.method.names.DOSES): the last step's decisive "
-                                            "tokens' weight over the earlier steps' decisive tokens' mean weight, "
-                                            "mass kept")
+    tau: float = setting(0.4, "fraction of reasoning tokens in the suppression band", number(at_least=0, at_most=1),
+                         written="always")
+    beta: float = setting(2.0, "boost strength", number(at_least=0), written="always")
+    floor: float = setting(0.1, "lowest weight before renormalisation", number(above=0, at_most=1), written="always")
+    warmup_steps: int = setting(0, "steps that force the lt_logits probe", integer(0), written="always")
+    fallback_last_number: bool = setting(True, "use the last number as the answer span when there is no \\boxed{}",
+                                         flag, written="always")
+    answer_statement: bool = setting(True, "without a \\boxed{}, the answer of a 'The answer is ...' statement", flag,
+                                     written="always")
+    own_conclusion: bool = setting(True, "probes continue a response's own concluding statement (oar.method.probes)",
+                                   flag, written="always")
+    substitute: str = setting("pad", "OAR-P's substitute: 'pad' or a one-token text", text, written="always")
+    score_all: bool = setting(False, "also score responses with A = 0 (their loss terms are zero anyway): cost "
+                                     "measurements", flag, written="always")
+    log_step_credit: bool = setting(False, "log each step's share of the weight on the chain task's decisive tokens, "
+                                           "last step and earlier steps (oar.method.metrics.step_credit_shares)", flag)
+    final_step_ratio: float = setting(1.0, "the dose methods (oar.method.names.DOSES): the last step's decisive "
+                                           "tokens' weight over the earlier steps' decisive tokens' mean weight, "
+                                           "mass kept", number(above=0))
 
     def __post_init__(self):
-        for setting in fields(self):
-            _check_number(f"oar.{setting.name}", setting.default, getattr(self, setting.name))
-        if self.probe not in PROBES:
-            raise SettingsError(f"settings key 'oar.probe' must be one of {PROBES}, got {self.probe!r}")
-        if not 0.0 <= float(self.tau) <= 1.0:
-            raise SettingsError(f"settings key 'oar.tau' must be in [0, 1], got {self.tau}")
-        if float(self.beta) < 0:
-            raise SettingsError(f"settings key 'oar.beta' must be >= 0, got {self.beta}")
-        span = self.span_tokens
-        if isinstance(span, bool) or not isinstance(span, int) or span < 1:
-            raise SettingsError(f"settings key 'oar.span_tokens' must be an integer >= 1, got {span!r}")
-        ratio = float(self.final_step_ratio)
-        if not (math.isfinite(ratio) and ratio > 0):
-            raise SettingsError(f"settings key 'oar.final_step_ratio' must be a finite number above 0, got "
-                                f"{self.final_step_ratio!r}")
-        grad_chunk = self.grad_chunk_tokens
-        if isinstance(grad_chunk, bool) or not isinstance(grad_chunk, int) or grad_chunk < 0:
-            raise SettingsError(f"settings key 'oar.grad_chunk_tokens' must be an integer >= 0, got {grad_chunk!r}")
-        window = self.window_tokens
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise SettingsError(f"settings key 'oar.window_tokens' must be an integer >= 0, got {window!r}")
-        if self.scoring_attention not in ATTENTION_CHOICES:
-            raise SettingsError(f"settings key 'oar.scoring_attention' must be one of {ATTENTION_CHOICES}, got "
-                                f"{self.scoring_attention!r}")
-        if self.grad_prompt not in GRAD_PROMPTS:
-            raise SettingsError(f"settings key 'oar.grad_prompt' must be one of {GRAD_PROMPTS}, got "
-                                f"{self.grad_prompt!r}")
+        try:
+            check_fields(self, prefix="oar.")
+        except SettingError as error:
+            raise SettingsError(f"settings key {error.key!r} {error.problem}") from None
 
     @classmethod
     def of(cls, block: Mapping[str, Any]) -> OARSettings:
@@ -117,6 +103,16 @@ class OARSettings:
         """These settings with each value as its field's type (YAML reads 1 where 1.0 is meant)."""
         cast = {"float": float, "int": int, "bool": bool, "str": str}
         return type(self)(**{s.name: cast[s.type](getattr(self, s.name)) for s in fields(self)})
+
+    def scorer_config(self) -> ScorerConfig:
+        """The scorers' settings among these (built once per run)."""
+        return ScorerConfig.of(self)
+
+
+def written_at_default(name: str) -> bool:
+    """Whether a run's settings file holds the ``oar`` setting ``name`` also at its default (``written:
+    always``); the others are left out there (a setting added later leaves earlier runs as they were)."""
+    return {f.name: f for f in fields(OARSettings)}[name].metadata["written"] == "always"
 
 
 # The project's defaults of a run's ``trainer`` block, passed to trl.GRPOConfig (its keys, and only these).
@@ -148,6 +144,8 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "beta": 0.0,
     "epsilon": 0.2,
     "scale_rewards": "group",
+    # TRL's 80/20 entropy mask of the loss ("Beyond the 80/20 Rule"); 1.0 keeps every token (TRL's default)
+    "top_entropy_quantile": 1.0,
     "optim": "adamw_torch",
     "weight_decay": 0.0,
     "max_grad_norm": 1.0,
@@ -168,9 +166,11 @@ def grad_budget(oar: Mapping[str, Any]) -> int:
 
 
 def check_method(method: Any) -> None:
-    """A run's ``method`` must be one of ``oar.method.names.METHODS``."""
-    if method not in METHODS:
-        raise SettingsError(f"settings key 'method' must be one of {METHODS}, got {method!r}")
+    """A run's ``method`` must be GRPO, an intervention or a scorer (registered or by import path)."""
+    try:
+        _check_method(method)
+    except ValueError as error:
+        raise SettingsError(f"settings key 'method': {error}") from None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,220 @@
+"""The scorers registered in one place (oar.method.scorer_registry) and their contract
+(oar.method.scorer_contract): registration, import paths, the check of every call's output, what a scorer
+declares it reads, and a bad name or path stopping the config or the trainer with one line naming it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from oar.experiment.config_error import ConfigError
+from oar.method import names, scorer_registry
+from oar.method.importance import score
+from oar.method.probes import Probe
+from oar.method.scorer_contract import NEGATIVE_ROUNDING, ScoringBatch, same_scores_twice
+from oar.method.scorer_registry import ScorerError, register_scorer, scorer_spec, unregister_scorer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def probes(lengths=(4, 6, 3), prompt=(5, 6, 7)) -> list[Probe]:
+    return [Probe(prompt_ids=tuple(prompt), response_ids=tuple(range(10, 12 + n)), reasoning_len=n,
+                  conclude_ids=(8,), answer_ids=(9,), answer_kind="boxed", pad_id=0) for n in lengths]
+
+
+@pytest.fixture
+def fresh_name():
+    """A registration made in a test is removed after it."""
+    made = []
+    yield made.append
+    for name in made:
+        unregister_scorer(name)
+
+
+def ones(batch):
+    return [torch.ones(p.reasoning_len) for p in batch.probes]
+
+
+def test_a_registered_scorer_scores_and_is_a_method_everywhere(fresh_name):
+    fresh_name("halves")
+
+    @register_scorer("halves", needs=())
+    def halves(batch):
+        return [torch.arange(p.reasoning_len, dtype=torch.float64) / 2 for p in batch.probes]
+
+    result = score("halves", None, probes())
+    assert result.scores.dtype == torch.float32 and result.scores[1, :6].tolist() == [0, 0.5, 1, 1.5, 2, 2.5]
+    assert result.scores[1, 6:].abs().sum() == 0 and result.reasoning_mask[2].sum() == 3
+    assert names.is_method("halves") and names.is_gated("halves") and not names.uses_probe("halves")
+    from oar.experiment.config_schema import allowed_names
+
+    assert "halves" in allowed_names("gated_methods")[0] and "halves" in allowed_names("heldout_scorers")[0]
+
+
+@pytest.mark.parametrize("name, function, needs, message", [
+    ("oar_p", ones, (), "'oar_p' is already registered"),
+    ("grpo", ones, (), "'grpo' is taken by a method"),
+    ("oar_g_rescue", ones, (), "taken by a method"),
+    ("My-Scorer", ones, (), "must be lower-case letters"),
+    ("fine", ones, ("gradients",), "unknown needs \\['gradients'\\]"),
+    ("fine", lambda model, probes: [], (), "must take one positional argument"),
+    ("fine", "no colon here", (), "is not an import path"),
+])
+def test_a_bad_registration_stops_naming_the_scorer(name, function, needs, message):
+    with pytest.raises(ScorerError, match=message):
+        register_scorer(name, function, needs=needs)
+    assert "fine" not in scorer_registry.registered_names()
+
+
+def test_a_second_registration_of_a_users_name_stops(fresh_name):
+    fresh_name("twice")
+    register_scorer("twice", ones, needs=())
+    with pytest.raises(ScorerError, match="'twice' is already registered"):
+        register_scorer("twice", ones, needs=())
+
+
+def test_scorers_named_by_import_path():
+    plain = scorer_spec("user_scorers:last_tokens_first")
+    assert plain.needs == {"model"} and plain.name == "user_scorers:last_tokens_first"
+    # a function its module registered keeps its registration (name and needs)
+    assert scorer_spec("user_scorers:surprise") is scorer_spec("user_surprise")
+    result = score("user_scorers:last_tokens_first", None, probes())
+    assert result.scores[0, :4].tolist() == [1, 2, 3, 4]
+    for path, message in (("no_such_package.scores:f", "cannot import module 'no_such_package.scores'"),
+                          ("user_scorers:missing", "module 'user_scorers' has no 'missing'"),
+                          ("user_scorers:not_a_function_of_one_argument", "must take one positional argument")):
+        with pytest.raises(ScorerError, match=message):
+            scorer_spec(path)
+    with pytest.raises(ScorerError, match="unknown scorer 'oracle'"):
+        score("oracle", None, probes())
+
+
+@pytest.mark.parametrize("output, message", [
+    (lambda b: ones(b)[:-1], "returned 2 score rows for 3 probes"),
+    (lambda b: [torch.ones(p.reasoning_len + 1) for p in b.probes], r"row 0: scores of shape \(5,\), the reasoning has 4"),
+    (lambda b: [torch.ones(p.reasoning_len, dtype=torch.long) for p in b.probes], "row 0: a score row must be a floating"),
+    (lambda b: torch.ones(3, 4), "returned Tensor, not a list"),
+    (lambda b: [torch.ones(p.reasoning_len) for p in b.probes[:2]] + [torch.tensor([1.0, float("nan"), 0.0])],
+     "row 2: score nan at reasoning token 1 is not finite"),
+    (lambda b: [torch.full((p.reasoning_len,), -0.5) for p in b.probes], "row 0: score -0.5 at reasoning token 0 is negative"),
+])
+def test_an_output_that_breaks_the_contract_stops_naming_the_scorer(fresh_name, output, message):
+    fresh_name("broken")
+    register_scorer("broken", lambda batch: output(batch), needs=())
+    with pytest.raises(ScorerError, match=f"scorer 'broken'.*{message}" if "row" in message or "returned" in message
+                       else message):
+        score("broken", None, probes())
+
+
+def test_negative_rounding_is_taken_and_clamped_by_the_gate(fresh_name):
+    from oar.method.gate import gate
+
+    fresh_name("rounding")
+    register_scorer("rounding", lambda b: [torch.tensor([-NEGATIVE_ROUNDING / 2, 0.0, 2.0, 1.0])] * len(b.probes),
+                    needs=())
+    result = score("rounding", None, probes((4,)))
+    weights = gate(result.scores, result.reasoning_mask, 0.4, 2.0)
+    assert weights[0, 0] == weights[0, 1]  # the tiny negative is a zero to the gate
+
+
+def test_a_group_scorer_gets_whole_groups_and_their_rewards(fresh_name):
+    seen = {}
+    fresh_name("group_mean")
+
+    @register_scorer("group_mean", needs=("groups",))
+    def group_mean(batch):
+        seen.update(groups=list(batch.groups), rewards=list(batch.rewards), rows=len(batch.probes))
+        return [torch.full((p.reasoning_len,), float(r)) for p, r in zip(batch.probes, batch.rewards)]
+
+    six = probes((3, 3, 3, 3, 3, 3))
+    # group 1 (rows 2-3) has no active row, group 2 one: every row of groups 0 and 2 is scored
+    result = score("group_mean", None, six, active=[True, False, False, False, False, True],
+                   groups=[0, 0, 1, 1, 2, 2], rewards=[1, 0, 1, 1, 0, 1])
+    assert seen == {"groups": [0, 0, 2, 2], "rewards": [1, 0, 0, 1], "rows": 4}
+    assert result.scored.tolist() == [True, True, False, False, True, True]
+    with pytest.raises(ValueError, match="reads groups: give one group per probe"):
+        score("group_mean", None, six)
+
+
+def test_a_reference_model_scorer_without_one_stops(fresh_name):
+    fresh_name("needs_reference")
+    register_scorer("needs_reference", ones, needs=("reference_model",))
+    with pytest.raises(ScorerError, match="'needs_reference' reads a reference model and the call has none"):
+        score("needs_reference", None, probes())
+    assert score("needs_reference", None, probes(), reference_model=object()).scored.all()
+
+
+def test_an_attention_scorer_runs_with_eager_attention(tiny_model, fresh_name):
+    model, _ = tiny_model
+    before = model.config._attn_implementation
+    fresh_name("attends")
+
+    @register_scorer("attends", needs=("model", "attentions"))
+    def attends(batch):
+        rows = []
+        for p in batch.probes:
+            ids = torch.tensor([list(p.prompt_ids) + list(p.response_ids)])
+            attentions = batch.model(input_ids=ids, output_attentions=True).attentions
+            last = attentions[-1][0].mean(0)[-1]  # the last token's attention, averaged over heads
+            start = len(p.prompt_ids)
+            rows.append(last[start: start + p.reasoning_len].float())
+        return rows
+
+    result = score("attends", model, probes())
+    assert result.scores[0, :4].sum() > 0
+    assert model.config._attn_implementation == before  # restored
+
+
+def test_builtin_scorers_are_deterministic_for_a_seed(tiny_model):
+    model, tokenizer = tiny_model
+    rows = probes()
+    for name in ("oar_g", "random", "entropy"):
+        spec = scorer_spec(name)
+        batch = ScoringBatch(model=model.eval(), probes=rows, kinds=["as_mean"] * 3, seed=11)
+        assert same_scores_twice(spec, batch), name
+
+
+def test_the_config_takes_a_scorer_by_import_path_and_stops_at_a_bad_one():
+    from oar.experiment.config_schema import validate
+    from oar.experiment.runs import Registry
+    from oar.experiment.config_schema import trainer_keys
+
+    base = yaml.safe_load((ROOT / "tests" / "data" / "registry_config.yaml").read_text())
+    good = copy.deepcopy(base)
+    good["runs"]["main"]["methods"] = ["grpo", "user_scorers:last_tokens_first"]
+    reg = Registry(validate(good), trainer_keys())
+    run = next(r for r in reg.runs if "user_scorers" in r)
+    assert run == "smollm2/user_scorers.last_tokens_first-tau0.4-beta2.0-seed0"
+    assert reg.runs[run]["method"] == "user_scorers:last_tokens_first"
+    for method, message in (("user_scorers:missing", "module 'user_scorers' has no 'missing'"),
+                            ("oracle", "'oracle' is not one of .* or an import path")):
+        bad = copy.deepcopy(base)
+        bad["runs"]["main"]["methods"] = ["grpo", method]
+        with pytest.raises(ConfigError, match=f"^config error at runs.main.methods.1: .*{message}"):
+            validate(bad)
+
+
+def test_load_config_fills_in_what_snakemake_fills_in():
+    """oar does not import Snakemake: its loader fills in the schema's defaults as snakemake.utils.validate
+    would (which ignores the name lists)."""
+    from oar.experiment.config_schema import load_config
+
+    validate = pytest.importorskip("snakemake.utils").validate
+    for name in ("config.yaml", "paper.yaml"):
+        expected = yaml.safe_load((ROOT / "config" / name).read_text())
+        validate(expected, str(ROOT / "config" / "schema.yaml"))
+        assert load_config(ROOT / "config" / name) == expected, name
+
+
+def test_load_config_stops_at_a_bad_key(tmp_path):
+    from oar.experiment.config_schema import load_config
+
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    config["training"]["trainer"]["max_stepz"] = 3
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match="^config error at training.trainer: .*'max_stepz'"):
+        load_config(tmp_path / "bad.yaml")
