@@ -158,3 +158,28 @@ def evaluate(scorer: str, scores: Sequence[np.ndarray], rows: Sequence[Mapping[s
     """The track's numbers for one scorer's scores of a response set's rows."""
     per = [response_metrics(s, r, fraction) for s, r in zip(scores, rows)]
     return {"scorer": scorer, "fraction": fraction, **summarise(per, [int(r["problem"]) for r in rows])}
+
+
+# ------------------------------------------------------------------------------------ one entry
+
+
+def run_entry(scorer: str, policy: str, model, tokenizer, response_set, *, seed: int = 0, reference_model=None,
+              config=None, groups_per_call: int = GROUPS_PER_CALL, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Score ``response_set`` (a verified :class:`oar.bench.response_set.ResponseSet`) with ``scorer`` on the
+    loaded ``model`` and return its leaderboard record: the numbers and what made them."""
+    from oar.bench.leaderboard import commit
+    from oar.bench.response_set import BENCHMARK_VERSION
+    from oar.cpu_kernels import capability
+
+    probes = response_set.probes(tokenizer)
+    scores, seconds = score_rows(scorer, model, probes, response_set.rows, config=config, seed=seed,
+                                 reference_model=reference_model, groups_per_call=groups_per_call, log=log)
+    kernels = capability()
+    import torch
+
+    return {"entry": scorer, "track": "credit", "version": BENCHMARK_VERSION, "policy": policy,
+            "policy_sha256": response_set.policy_sha256, "response_set_sha256": response_set.sha256,
+            "seed": seed, "seconds": seconds, "result": evaluate(scorer, scores, response_set.rows),
+            "made_with": {**commit(), "cpu_kernels": kernels.get("capability"),
+                          "mkl_branch": kernels.get("mkl_branch"), "threads": torch.get_num_threads(),
+                          "torch": torch.__version__}}

@@ -145,34 +145,38 @@ class ResponseSet:
         return out
 
 
-def load(policy: str, path: str | Path | None = None) -> ResponseSet:
-    """The shipped response set of ``policy`` (or the file ``path`` in its place), after checking the sha256
-    of its lines against the index and the index's policy hash against the shipped policy's weights."""
+def read_verified(file: str | Path, sha256: str) -> list[dict[str, Any]]:
+    """The rows of a gzipped set whose uncompressed lines must hash to ``sha256``; stops naming the file."""
+    file = Path(file)
+    if not file.is_file():
+        raise ResponseSetError(f"{file}: missing")
+    try:
+        content = gzip.decompress(file.read_bytes())
+    except (OSError, EOFError) as error:
+        raise ResponseSetError(f"{file}: not a gzip file ({error})") from None
+    found = content_sha256(content)
+    if found != sha256:
+        raise ResponseSetError(f"{file}: sha256 {found[:16]}... of its lines, the index says {sha256[:16]}...: not "
+                               "the shipped response set")
+    return [json.loads(line) for line in content.decode("utf-8").splitlines()]
+
+
+def load(policy: str) -> ResponseSet:
+    """The shipped response set of ``policy``, after checking the sha256 of its lines against the index and
+    the index's policy hash against the shipped policy's weights."""
     from oar.models.frozen import index as frozen_index
 
     sets = index()
     if policy not in sets:
         raise ResponseSetError(f"no shipped response set for policy {policy!r}; shipped: {sorted(sets)}")
     entry = sets[policy]
-    file = Path(path) if path is not None else DATA_DIR / entry["file"]
-    if not file.is_file():
-        raise ResponseSetError(f"{file}: missing (the response set of {policy})")
-    try:
-        content = gzip.decompress(file.read_bytes())
-    except (OSError, EOFError) as error:
-        raise ResponseSetError(f"{file}: not a gzip file ({error})") from None
-    found = content_sha256(content)
-    if found != entry["sha256"]:
-        raise ResponseSetError(f"{file}: sha256 {found[:16]}... of its lines, the index says {entry['sha256'][:16]}...: "
-                               f"not the shipped response set of {policy}")
-    policies = frozen_index()
-    shipped = policies.get(policy, {}).get("files", {}).get("model.safetensors")
+    rows = read_verified(DATA_DIR / entry["file"], entry["sha256"])
+    shipped = frozen_index().get(policy, {}).get("files", {}).get("model.safetensors")
     if shipped != entry["policy_sha256"]:
         raise ResponseSetError(f"response set {policy}: sampled from weights {entry['policy_sha256'][:16]}..., the "
                                f"shipped policy {policy} is {str(shipped)[:16]}...: resample it "
                                "(python -m oar.bench responses) under a new benchmark version")
-    rows = [json.loads(line) for line in content.decode("utf-8").splitlines()]
-    return ResponseSet(policy, spec_of(policy), rows, found, entry["policy_sha256"])
+    return ResponseSet(policy, spec_of(policy), rows, entry["sha256"], entry["policy_sha256"])
 
 
 # ------------------------------------------------------------------------------------ sampling
@@ -262,3 +266,86 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def spec_record(spec: ResponseSetSpec) -> dict[str, Any]:
     return asdict(spec)
+
+
+# ------------------------------------------------------------------------------------ the trained policy
+
+
+def trained_policy_dir(policy: str) -> Path:
+    """The shipped policy trained from ``policy`` by GRPO (PRIME's implicit reward model in the benchmark),
+    after checking every file's sha256 against the index."""
+    from oar.files import sha256_file
+
+    entry = index().get(policy, {}).get("trained_policy")
+    if not entry:
+        raise ResponseSetError(f"no trained policy is shipped for {policy!r} (the reference model of the prime entry)")
+    where = DATA_DIR / entry["dir"]
+    for file, expected in sorted(entry["files"].items()):
+        path = where / file
+        if not path.is_file():
+            raise ResponseSetError(f"{path}: missing (the GRPO-trained {policy})")
+        if sha256_file(path) != expected:
+            raise ResponseSetError(f"{path}: sha256 {sha256_file(path)[:16]}..., the index says {expected[:16]}...: "
+                                   f"not the shipped GRPO-trained {policy}")
+    return where
+
+
+# ------------------------------------------------------------------------------------ shipping (maintainers)
+
+
+def _write_index(policy: str, entry: dict[str, Any]) -> None:
+    from oar.files import atomic_write_json
+
+    sets = index()
+    sets[policy] = entry
+    atomic_write_json(INDEX, {"about": "the token-credit benchmark's response sets (oar.bench.response_set): per "
+                                       "policy the sha256 of the set's uncompressed lines and of the weights it "
+                                       "was sampled from", "version": BENCHMARK_VERSION,
+                              "sets": dict(sorted(sets.items()))})
+
+
+def ship(policy: str, rows: Sequence[Mapping[str, Any]], threads: int) -> Path:
+    """Write a freshly sampled set of ``policy`` into the package with its index entry."""
+    import torch
+
+    from oar.bench.leaderboard import commit
+    from oar.cpu_kernels import capability
+    from oar.models.frozen import weights_sha256
+
+    spec = spec_of(policy)
+    path = DATA_DIR / f"{policy}.jsonl.gz"
+    digest = write(rows, path)
+    kernels = capability()
+    old = index().get(policy, {})
+    _write_index(policy, {**old, "file": path.name, "sha256": digest, "policy_sha256": weights_sha256(policy),
+                          "spec": spec_record(spec), **summary(rows),
+                          "made_with": {**commit(), "cpu_kernels": kernels.get("capability"),
+                                        "mkl_branch": kernels.get("mkl_branch"), "threads": threads,
+                                        "torch": torch.__version__}})
+    return path
+
+
+def ship_trained(policy: str, model_dir: str | Path, made_from: str) -> Path:
+    """Copy the policy GRPO trained from ``policy`` (a model folder) into the package as PRIME's implicit
+    reward model, with every file's sha256 and ``made_from`` (the run it is) in the index."""
+    import shutil
+
+    from oar.files import sha256_file
+    from oar.models.ship import MODEL_FILES
+
+    model_dir = Path(model_dir)
+    files = [f for f in MODEL_FILES if f != "pretrain.json" and (model_dir / f).is_file()]
+    if "model.safetensors" not in files:
+        raise ResponseSetError(f"{model_dir}: no model.safetensors")
+    where = DATA_DIR / f"{policy}.grpo"
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir(parents=True)
+    for f in files:
+        shutil.copyfile(model_dir / f, where / f)
+    entry = index().get(policy)
+    if entry is None:
+        raise ResponseSetError(f"ship the response set of {policy} first")
+    _write_index(policy, {**entry, "trained_policy": {"dir": where.name, "made_from": made_from,
+                                                      "files": {f: sha256_file(where / f) for f in files}}})
+    return where
