@@ -72,7 +72,6 @@ def parser() -> argparse.ArgumentParser:
     learning = commands.add_parser("learning", help="the learning track's analysis of finished runs")
     learning.add_argument("--entries", nargs="+", required=True, help="the methods submitted together")
     learning.add_argument("--policy", default="chain_f1", choices=POLICIES)
-    learning.add_argument("--results", default="results", help="the workflow's results folder")
     learning.add_argument("--seeds", type=int, nargs="+", help="the paired seeds (default: the config's)")
     learning.add_argument("--out", default="results/bench")
     learning.add_argument("--docs")
