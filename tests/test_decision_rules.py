@@ -736,6 +736,26 @@ def test_the_step_credit_table_reads_each_arms_shares_over_its_runs_and_names_si
         step_credit_table(pd.DataFrame(rows).drop(columns=["early_steps_weight_share"]))
 
 
+def test_the_ratio_regression_recovers_a_known_slope_pooled_and_within_arms():
+    from oar.analysis.step_credit import per_token_ratio, ratio_regression, ratio_regression_text
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for arm, offset in (("a", 0.0), ("b", 0.05)):
+        for seed in range(20):
+            ratio = 2 ** rng.uniform(-1, 3)  # the per-token ratio this run logged
+            rows.append({"method": arm, "seed": seed, "final_step_token_share": 0.02, "early_steps_token_share": 0.10,
+                         "final_step_weight_share": 0.02 * ratio, "early_steps_weight_share": 0.10,
+                         "final_accuracy": 0.5 + offset - 0.04 * math.log2(ratio) + rng.normal(0, 0.002)})
+    frame = pd.DataFrame(rows)
+    assert per_token_ratio(frame.iloc[:1]).iloc[0] == pytest.approx(2 ** math.log2(frame["final_step_weight_share"][0] / 0.02))
+    pooled, within = ratio_regression(frame, ["a", "b"])
+    assert within["slope"] == pytest.approx(-0.04, abs=0.002) and within["ci_low"] < -0.04 < within["ci_high"]
+    assert within["runs"] == 40 and within["p"] < 1e-6 and within["r2"] > 0.99
+    assert pooled["slope"] == pytest.approx(-0.04, abs=0.01)  # the arms' offset is not tied to the ratio here
+    assert "within arms: -4.0 points per doubling" in ratio_regression_text([pooled, within])
+
+
 def _mechanism_config(contrasts=None, **over):
     from oar.experiment.runs import deep_merge
 

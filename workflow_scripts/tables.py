@@ -101,9 +101,13 @@ def build(smk):
                 raise ValueError(f"no {p.paired_benchmark} accuracy of the untrained {design['model']} (the derailment "
                                  "outcome's reference)")
             derailed = mechanism.derailment(outcomes, design, design["seeds"], base[design["model"]])
+        weights = mechanism.mediator(outcomes, design, design["seeds"])
         frame, md = mechanism.mechanism_table(mechanism.read_contrasts(outcomes, design, design["seeds"]), design,
-                                              weights=mechanism.mediator(outcomes, design, design["seeds"]),
-                                              derailed=derailed)
+                                              weights=weights, derailed=derailed)
+        if len(weights):  # the mediator was logged: the exploratory regression on it
+            from oar.analysis.step_credit import ratio_regression, ratio_regression_text
+            of_model = outcomes[(outcomes["model"] == design["model"]) & outcomes["seed"].isin(design["seeds"])]
+            md += ratio_regression_text(ratio_regression(of_model, list(weights["method"])))
         if design.get("step_errors"):
             frame, md = _with_step_errors(frame, md, outcomes, design, smk)
         return _with_dose_response(smk, frame, md, outcomes) if p.dose_response else (frame, md)
