@@ -172,16 +172,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if hasattr(args, "cpu_kernels"):
         args.cpu_kernels = pin_kernels(args.cpu_kernels)
-    if args.command == "credit":
-        credit(args)
-    elif args.command == "leaderboard":
-        board(args)
-    elif args.command == "responses":
-        responses(args)
-    else:
-        from oar.bench import learning
+    try:
+        if args.command == "credit":
+            credit(args)
+        elif args.command == "leaderboard":
+            board(args)
+        elif args.command == "responses":
+            responses(args)
+        else:
+            from oar.bench import learning
 
-        learning.main(args)
+            learning.main(args)
+    except ValueError as error:  # the benchmark's, the registry's, the frozen policies' and the config's errors
+        raise SystemExit(f"python -m oar.bench {args.command}: {error}") from None
 
 
 if __name__ == "__main__":
