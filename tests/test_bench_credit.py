@@ -154,8 +154,12 @@ def test_the_erring_step_is_read_against_the_later_right_steps():
     scores[6] = 1.0
     m = credit.response_metrics(scores, row)
     assert m["erring"] == pytest.approx(0.75)
-    # k = ceil(1.2) = 2: the top two are 2 and 10 (ties to the earlier), both decisive
+    # k = ceil(1.2) = 2: the top two are 2 and 10, both decisive
     assert m["recall"] == 1.0 and m["step_recall"] == {1: 0.5, 2: 0.0, 3: 0.5}
+    # tied with 6 at the top, 2 and 10 share the two places with it: 2/3 of a place each in expectation
+    scores[6] = 5.0
+    tied = credit.response_metrics(scores, row)
+    assert tied["recall"] == pytest.approx(1.0) and tied["step_recall"] == pytest.approx({1: 1 / 3, 2: 1 / 3, 3: 1 / 3})
     assert m["chance_recall"] == pytest.approx(2 * 6 / 12 / 2) and m["chance_step"] == pytest.approx(2 / 12)
     assert math.isnan(credit.response_metrics(scores, {**row, "correct": True})["erring"])
     with pytest.raises(credit.BenchError, match="11 scores for 12 reasoning tokens"):

@@ -7,7 +7,8 @@ call's seed. The first call is scored twice: a scorer whose two scores for one s
 one whose output breaks the scorer contract (NaN, a row of another length than the reasoning).
 
 Against the parsed decisive tokens of each response with at least one (every step's relation and result,
-``oar.data.chains``), with tokens ranked by score, ties to the earlier token (``oar.method.metrics``):
+``oar.data.chains``), with tokens ranked by score and tied scores counted as the mean over their orders
+(``oar.method.metrics.topk_hits``, ``average_precision``: a scorer gains nothing from ties):
 
 - ``recall``: recall@k of the top 10% of the reasoning (k = ceil(0.1 R));
 - ``step_recall``: per chain step, the share of its decisive tokens in that top 10%;
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from oar.analysis.statistics import clustered_mean
-from oar.method.metrics import average_precision, default_k, expected_average_precision, outrank_share
+from oar.method.metrics import average_precision, default_k, expected_average_precision, outrank_share, topk_hits
 
 FRACTION = 0.1  # recall's top share of the reasoning
 GROUPS_PER_CALL = 16  # problems per scorer call: a training step's prompts (x 8 responses)
@@ -58,9 +59,8 @@ def response_metrics(scores: Sequence[float] | np.ndarray, row: Mapping[str, Any
     if not decisive:
         return None
     k = default_k(r_len, fraction)
-    top = set(np.argsort(-values, kind="stable")[:k].tolist())
     out: dict[str, Any] = {
-        "recall": len(top.intersection(decisive)) / min(k, len(decisive)),
+        "recall": topk_hits(values, decisive, k) / min(k, len(decisive)),
         "average_precision": average_precision(values, decisive),
         "chance_recall": k * len(decisive) / r_len / min(k, len(decisive)),
         "chance_average_precision": expected_average_precision(r_len, len(decisive)),
@@ -69,7 +69,7 @@ def response_metrics(scores: Sequence[float] | np.ndarray, row: Mapping[str, Any
     steps = row["steps"]
     for number, step in enumerate(steps, start=1):
         if step["positions"]:
-            out["step_recall"][number] = sum(p in top for p in step["positions"]) / len(step["positions"])
+            out["step_recall"][number] = topk_hits(values, step["positions"], k) / len(step["positions"])
     first = next((i for i, s in enumerate(steps) if not s["right"]), None)
     if not row["correct"] and first is not None and steps[first]["relation"] == "~" \
             and steps[first]["relation_at"] is not None:

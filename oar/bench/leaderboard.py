@@ -68,6 +68,11 @@ def _interval(s: Mapping[str, Any], scale: float = 1.0, digits: int = 3) -> str:
     return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
 
 
+def _mean(s: Mapping[str, Any], digits: int = 2) -> str:
+    mean = s.get("mean", math.nan)
+    return "n/a" if mean is None or math.isnan(mean) else f"{mean:.{digits}f}"
+
+
 def credit_table(entries: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, str]:
     """The ground-truth leaderboard of one policy and version: entries by average precision, chance last."""
     if not entries:
@@ -79,7 +84,7 @@ def credit_table(entries: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, st
     for place, e in enumerate(ranked, start=1):
         r = e["result"]
         rows.append([str(place), f"`{e['entry']}`", _interval(r["recall"]), _interval(r["average_precision"]),
-                     *(_interval(r["step_recall"].get(str(k), {}), digits=2).split(" [")[0] for k in steps),
+                     *(_mean(r["step_recall"].get(str(k), {})) for k in steps),
                      _interval(r["erring"], 100, 0), str(r["ranked"]), f"{e['seconds']:.1f}",
                      e["made_with"]["commit"][:10] + ("+" if e["made_with"].get("dirty") else "")])
         records.append({"place": place, "entry": e["entry"], "recall": r["recall"]["mean"],
@@ -96,12 +101,15 @@ def credit_table(entries: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, st
                  f"{chance['average_precision']:.3f}", *(f"{chance['step_recall']:.2f}" for _ in steps), "50",
                  "", "", ""])
     header = ["#", "entry", "recall@10% [95% CI]", "average precision [95% CI]", *(f"step {k}" for k in steps),
-              "erring `~` outranks later `=`, % [95% CI]", "responses", "seconds", "commit"]
+              f"erring `~` outranks later right `=`, % [95% CI] ({first['result']['erring']['n']} responses)",
+              "responses", "seconds", "commit"]
     kernels = sorted({str(e["made_with"].get("cpu_kernels")) for e in entries})
     text = (f"Benchmark version {first['version']}, policy `{first['policy']}` (weights sha256 "
             f"`{first['policy_sha256'][:16]}...`), response set sha256 `{first['response_set_sha256'][:16]}...` "
             f"({first['result']['responses']} responses, {first['result']['ranked']} with decisive tokens); CPU "
-            f"kernels: {', '.join(kernels)}.\n\n" + markdown_table(header, rows) + "\n")
+            f"kernels: {', '.join(kernels)}. Steps: the share of each chain step's decisive tokens in the top 10%. "
+            "Ties count as the mean over their orders; intervals are robust to a problem's 8 responses being alike."
+            "\n\n" + markdown_table(header, rows) + "\n")
     return pd.DataFrame(records), text
 
 

@@ -211,15 +211,41 @@ def recall_at_k(scores: Sequence[float] | Tensor, oracle: set[int] | Sequence[in
     return len(hits) / min(k, len(causal))
 
 
+def _tie_groups(values: np.ndarray) -> list[np.ndarray]:
+    """The indices of equal scores, highest score first."""
+    levels, inverse = np.unique(-values, return_inverse=True)
+    return [np.flatnonzero(inverse == g) for g in range(len(levels))]
+
+
+def topk_hits(scores: Sequence[float] | Tensor, positions: set[int] | Sequence[int], k: int) -> float:
+    """How many of ``positions`` the top ``k`` of ``scores`` holds, in expectation over the orders of tied
+    scores (each order of a tie equally likely): the groups of equal scores above the k-th place count
+    whole, the group that straddles it in proportion to the places left (``hits * places / size``). A
+    scorer gains nothing from ties (where :func:`recall_at_k` breaks them by position)."""
+    values = _as_vector(scores, "scores")
+    wanted = {int(i) for i in positions}
+    if any(i < 0 or i >= len(values) for i in wanted):
+        raise ValueError(f"positions must lie in [0, {len(values)}), got {sorted(wanted)}")
+    left, hits = int(k), 0.0
+    for group in _tie_groups(values):
+        if left <= 0:
+            break
+        inside = sum(int(i) in wanted for i in group)
+        hits += inside * min(1.0, left / len(group))
+        left -= len(group)
+    return hits
+
+
 def average_precision(scores: Sequence[float] | Tensor, relevant: set[int] | Sequence[int]) -> float:
-    """Average precision of one response's ranking against its relevant tokens.
+    """Average precision of one response's ranking against its relevant tokens, in expectation over the
+    orders of tied scores.
 
-    Tokens are ranked by score, highest first, ties to the lower index (the order of :func:`recall_at_k`);
-    with ``r_d`` the rank (1-based) of relevant token d among R and ``m`` relevant tokens::
-
-        AP = (1/m) sum_d |{relevant tokens ranked at or above r_d}| / r_d
-
-    1 exactly when every relevant token ranks above every other; nan when there is none.
+    Tokens are ranked by score, highest first; with ``m`` relevant tokens and ``r_d`` the rank of relevant
+    token d, ``AP = (1/m) sum_d |{relevant tokens ranked at or above r_d}| / r_d``. Within a group of n
+    tied tokens, r of them relevant, after B tokens (R_B relevant) of higher scores, a relevant token at
+    place j of the group has precision ``(R_B + 1 + (r - 1)(j - 1)/(n - 1)) / (B + j)`` in expectation (each
+    other relevant token of the group lies above it with probability (j - 1)/(n - 1)), and j is uniform.
+    1 exactly when every relevant token scores above every other; nan when there is none.
     """
     values = _as_vector(scores, "scores")
     wanted = {int(i) for i in relevant}
@@ -227,10 +253,15 @@ def average_precision(scores: Sequence[float] | Tensor, relevant: set[int] | Seq
         raise ValueError(f"relevant indices must lie in [0, {len(values)}), got {sorted(wanted)}")
     if not wanted:
         return math.nan
-    order = np.argsort(-values, kind="stable")
-    hit = np.isin(order, sorted(wanted))
-    ranks = np.flatnonzero(hit) + 1  # 1-based ranks of the relevant tokens, in ranking order
-    return float(np.mean(np.arange(1, len(ranks) + 1) / ranks))
+    total, before, relevant_before = 0.0, 0, 0
+    for group in _tie_groups(values):
+        n, r = len(group), sum(int(i) in wanted for i in group)
+        if r:
+            places = np.arange(1, n + 1, dtype=np.float64)
+            others = (r - 1) * (places - 1) / (n - 1) if n > 1 else 0.0
+            total += r * float(np.mean((relevant_before + 1 + others) / (before + places)))
+        before, relevant_before = before + n, relevant_before + r
+    return total / len(wanted)
 
 
 def expected_average_precision(num_tokens: int, num_relevant: int) -> float:
