@@ -5,6 +5,7 @@
     python -m oar.bench credit --baselines                         # chance's company: the standard rows
     python -m oar.bench leaderboard --docs docs/benchmark.md       # the tables again, into the docs
     python -m oar.bench responses --check                          # resample a response set, compare its hash
+    python -m oar.bench responses --policy chain_d8 --ship --trained DIR   # a maintainer ships a new policy's set
     python -m oar.bench learning --entries ktae                    # the learning track's analysis (make bench-learning)
 
 Every command says what it wrote. The CPU kernels are pinned to AVX2 where this CPU takes the pin (every
@@ -67,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     responses.add_argument("--check", action="store_true", help="compare the resampled lines' sha256 with the shipped")
     responses.add_argument("--ship", action="store_true",
                            help="write the set into oar/bench/data and its index entry (a maintainer's step)")
+    responses.add_argument("--trained", metavar="MODEL_DIR",
+                           help="with --ship: also ship this GRPO-trained model folder as PRIME's implicit reward model")
+    responses.add_argument("--trained-from", help="with --trained: the run it is (recorded in the index)")
     responses.add_argument("--threads", type=int, default=1)
     responses.add_argument("--cpu-kernels", default="avx2")
     learning = commands.add_parser("learning", help="the learning track's analysis of finished runs")
@@ -166,6 +170,9 @@ def responses(args: argparse.Namespace) -> None:
     if args.ship:
         path = response_set.ship(args.policy, rows, threads=args.threads)
         print(f"shipped {path}")
+        if args.trained:
+            where = response_set.ship_trained(args.policy, args.trained, args.trained_from or args.trained)
+            print(f"shipped {where}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

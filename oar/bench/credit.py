@@ -129,7 +129,7 @@ def score_rows(scorer: str, model, probes: Sequence, rows: Sequence[Mapping[str,
                        groups=[groups[i] for i in members], rewards=[rewards[i] for i in members],
                        reference_model=reference_model)
         out = [result.scores[j, : probes[i].reasoning_len].double().numpy() for j, i in enumerate(members)]
-        for j, (i, values) in enumerate(zip(members, out)):
+        for i, values in zip(members, out):
             if not np.all(np.isfinite(values)):
                 raise BenchError(f"scorer {scorer!r}: non-finite score on problem {rows[i]['problem']}, sample "
                                  f"{rows[i]['sample']} (reasoning token {int(np.argmin(np.isfinite(values)))})")
@@ -150,7 +150,7 @@ def score_rows(scorer: str, model, probes: Sequence, rows: Sequence[Mapping[str,
         raise BenchError(f"scorer {scorer!r} gave other scores for the same seed the second time (problem "
                          f"{differ[0]['problem']}, sample {differ[0]['sample']}, and {len(differ) - 1} more rows): "
                          "draw random numbers only from a generator seeded with the call's seed")
-    return [s for s in scores], wall  # type: ignore[misc]
+    return scores, wall  # type: ignore[return-value]
 
 
 def evaluate(scorer: str, scores: Sequence[np.ndarray], rows: Sequence[Mapping[str, Any]],

@@ -120,8 +120,8 @@ class ResponseSet:
 
     def subset(self, problems: int) -> ResponseSet:
         """The rows of the first ``problems`` problems (quick checks; never a leaderboard row)."""
-        keep = sorted(set(self.groups))[:problems]
-        return replace(self, rows=[r for r in self.rows if int(r["problem"]) in set(keep)])
+        keep = set(sorted(set(self.groups))[:problems])
+        return replace(self, rows=[r for r in self.rows if int(r["problem"]) in keep])
 
     def probes(self, tokenizer) -> list:
         """Every row's probe as training builds it (the spec's probe settings), with the parsed positions
