@@ -59,3 +59,19 @@ def test_a_request_whose_runs_are_missing_stops_naming_the_run(tmp_path, monkeyp
     monkeypatch.setitem(learning.DESIGNS, "chain_f1", {"config": "config/config.yaml", "results": str(tmp_path)})
     with pytest.raises(learning.LearningError, match=r"run chain_f1/base has no evaluation \(.*summary.json\)"):
         learning.read_outcomes("chain_f1", ["ktae"], [0, 1])
+
+
+def test_the_learning_leaderboard_says_harm_and_gain_apart():
+    outcomes = pd.DataFrame([{"arm": arm, "seed": s, "run": f"{arm}-{s}", "final_accuracy": v}
+                             for arm, values in (("grpo", [0.60, 0.62, 0.58]), ("truth", [0.61, 0.60, 0.59]),
+                                                 ("ktae", [0.50, 0.52, 0.49]))
+                             for s, v in zip((0, 1, 2), values)])
+    rows = {r["arm"]: r for r in learning.analyse(outcomes, ["ktae"], untrained=0.55).to_dict("records")}
+    record = {"entry": "ktae", "track": "learning", "version": 1, "policy": "chain_f1", "policy_sha256": "6bd2" * 16,
+              "submitted_with": ["ktae"], "seeds": [0, 1, 2], "result": rows["ktae"], "grpo": rows["grpo"],
+              "truth": rows["truth"], "made_with": {"commit": "abcdef0123456789", "dirty": False, "created": "x"}}
+    frame, text = learning.learning_table([record])
+    lines = [line for line in text.splitlines() if line.startswith("| `")]
+    assert lines[0].startswith("| `grpo` | 60.0 [") and "0 of 3" in lines[0]
+    assert lines[2].startswith("| `ktae` | 50.3 [") and "| harm |" in lines[2] and "3 of 3" in lines[2]
+    assert "untrained accuracy 55.0%" in text and frame.loc[0, "verdict"] == "harm"
