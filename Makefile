@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run select-policy rebuild-policies run-ceiling ceiling-plan run-rescue run-oar-p-credit run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 test explain test-slurm test-cpu-kinds install-profile progress
+.PHONY: setup run select-policy rebuild-policies run-ceiling ceiling-plan run-rescue run-oar-p-credit run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 bench-credit bench-learning test explain test-slurm test-cpu-kinds install-profile progress
 setup: $(STAMP)
 
 # Every install takes constraints.txt, the exact tested set, over pyproject.toml's ranges. Order matters:
@@ -110,6 +110,16 @@ rebuild-policies: setup
 	$(BIN)/snakemake --cores 2 rebuild_policies --configfile config/decisive.yaml --config results=results-rebuilt \
 	    $(call cpu_pin,config/decisive.yaml)
 	@cat results-rebuilt/logs/rebuild_policy/*.log | grep "rebuilt"
+
+# The token-credit benchmark (docs/benchmark.md). Ground-truth track: SCORER (a registered name or an import
+# path package.module:function) ranks the tokens of a frozen policy's shipped responses; with no SCORER, the
+# standard rows. Learning track: ENTRIES trained from the frozen policy beside GRPO and the truth gate on the
+# policy config's paired seeds (SEEDS to choose others), then the declared paired analysis.
+POLICY ?= chain_f1
+bench-credit: setup
+	$(BIN)/python -m oar.bench credit --policy $(POLICY) $(if $(SCORER),$(foreach s,$(SCORER),--scorer $(s)),--baselines)
+bench-learning: setup
+	$(BIN)/python workflow_scripts/bench_learning.py --policy $(POLICY) --entries $(ENTRIES) $(if $(SEEDS),--seeds $(SEEDS))
 
 # The SmolLM2-135M experiment (config/smollm2.yaml) in its own results folder.
 run-smollm2: setup
@@ -236,6 +246,8 @@ Try it
   run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/rescue.yaml; about 7.5 h on 2 cores)
   run-oar-p-credit where OAR-P puts its weight in training on the shipped chain_d8, three seeds, exploratory (config/oar-p-credit.yaml; about 45 min on 2 cores)
   upper-bound-plan  print the upper-bound test's boundaries, power and time from its declared design (no runs)
+  bench-credit     the token-credit benchmark's ground-truth track: SCORER="name or package.module:function" on POLICY (default chain_f1); no SCORER: the standard rows (docs/benchmark.md)
+  bench-learning   its learning track: ENTRIES trained from POLICY beside GRPO and the truth gate on paired seeds, the declared paired analysis (about 10 min an entry at chain_f1's five seeds on 2 cores)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   progress         beside a running `make run`: jobs done and about how long is left, a line a minute
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response

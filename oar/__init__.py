@@ -37,6 +37,8 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
   options (``job_options``), the configuration docs, model shapes (``shapes``), the
   memory plan and the cost plan (``cost_plan``, over the work model ``cost_model``, GPU figures
   ``hardware`` and their ``calibration``)
+- ``oar.bench``: the token-credit benchmark (``python -m oar.bench``): the frozen policies' shipped response
+  sets, the ground-truth and learning tracks, their leaderboards
 """
 
 # The CPU kernels' instruction set, when OAR_CPU_KERNELS pins it (oar.cpu_kernels): before torch runs anything.

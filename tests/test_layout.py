@@ -1,7 +1,7 @@
 """The layout of oar/: imports go one way, down the layers, and nothing in oar/ imports Snakemake.
 
 Lowest layer first: cpu_kernels (imported by oar/__init__.py, before torch) -> grading, prompting -> method -> data, models -> evaluation -> training -> analysis ->
-experiment. A module imports only from its own unit (a subpackage, or the top-level module itself) or
+experiment -> bench. A module imports only from its own unit (a subpackage, or the top-level module itself) or
 from a lower layer; two units of one layer (data and models) do not import each other. Every import
 statement counts, the ones inside functions too, read from the source (nothing is imported here).
 """
@@ -13,7 +13,7 @@ import pytest
 
 OAR = Path(__file__).resolve().parents[1] / "oar"
 LAYERS = [("cpu_kernels", "files", "sdpa_kernels"), ("grading", "prompting"), ("method",), ("data", "models"), ("evaluation",), ("training",), ("analysis",),
-          ("experiment",)]
+          ("experiment",), ("bench",)]
 LAYER_OF = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 

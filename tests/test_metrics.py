@@ -10,13 +10,17 @@ import torch
 
 from oar.method.metrics import (
     AccuracySummary,
+    average_precision,
     default_k,
     ess_ratio,
+    expected_average_precision,
     mean_accuracy,
+    outrank_share,
     pass_at_k,
     recall_at_k,
     spearman,
     top_mass,
+    topk_hits,
     topk_overlap,
 )
 
@@ -212,3 +216,54 @@ def test_mean_accuracy_rejects_bad_inputs():
         mean_accuracy([[1]], confidence=1.0)
     with pytest.raises(ValueError, match="n_boot"):
         mean_accuracy([[1]], n_boot=0)
+
+
+# --- average precision and rank shares (the token-credit benchmark) -----------------------------------
+
+
+def test_average_precision_by_hand():
+    # order 0, 2, 3, 1: the relevant tokens 1 and 2 at ranks 4 and 2 -> (1/2 + 2/4) / 2
+    assert average_precision([0.9, 0.1, 0.8, 0.3], {1, 2}) == pytest.approx(0.5)
+    assert average_precision([0.1, 0.9, 0.8, 0.3], [1, 2]) == 1.0
+    # a tie of the relevant token with another at the top: rank 1 or 2 equally often -> (1 + 1/2) / 2
+    assert average_precision([1.0, 1.0, 0.0], [1]) == pytest.approx(0.75)
+    assert math.isnan(average_precision([1.0, 2.0], []))
+    with pytest.raises(ValueError, match="relevant indices"):
+        average_precision([1.0, 2.0], [2])
+
+
+def _tie_orders(scores):
+    """Every ranking of ``scores`` that breaks its ties some way (as score vectors without ties)."""
+    values = np.asarray(scores, dtype=float)
+    for order in itertools.permutations(range(len(values))):
+        ranks = np.empty(len(values))
+        ranks[list(order)] = np.arange(len(values))
+        if all(values[a] > values[b] or (values[a] == values[b]) for a, b in zip(order, order[1:])):
+            yield [-float(r) for r in ranks]
+
+
+@pytest.mark.parametrize("scores, relevant, k", [
+    ([2.0, 1.0, 1.0, 1.0, 0.0, 0.0], {1, 4}, 2),
+    ([1.0, 1.0, 1.0, 1.0, 1.0], {0, 3}, 3),
+    ([3.0, 0.0, 3.0, 1.0, 0.0, 3.0], {1, 2, 5}, 4),
+    ([0.5, 0.5, 0.2, 0.2, 0.9], {2}, 1),
+])
+def test_ties_count_as_the_mean_over_their_orders(scores, relevant, k):
+    orders = list(_tie_orders(scores))
+    assert average_precision(scores, relevant) == pytest.approx(np.mean([average_precision(o, relevant) for o in orders]))
+    hits = [len(set(np.argsort(-np.asarray(o), kind="stable")[:k].tolist()) & relevant) for o in orders]
+    assert topk_hits(scores, relevant, k) == pytest.approx(np.mean(hits))
+
+
+@pytest.mark.parametrize("r_len, m", [(1, 1), (2, 1), (4, 2), (5, 3), (6, 1), (6, 6)])
+def test_expected_average_precision_is_the_mean_over_every_ranking(r_len, m):
+    relevant = set(range(m))
+    aps = [average_precision([-float(rank) for rank in order], relevant)
+           for order in itertools.permutations(range(r_len))]
+    assert expected_average_precision(r_len, m) == pytest.approx(float(np.mean(aps)))
+
+
+def test_outrank_share_counts_ties_half():
+    assert outrank_share([3.0, 1.0, 3.0, 5.0], 0, [1, 2, 3]) == pytest.approx((1 + 0.5 + 0) / 3)
+    assert outrank_share([2.0, 2.0], 0, [1]) == 0.5
+    assert math.isnan(outrank_share([2.0], 0, []))

@@ -186,3 +186,17 @@ def test_length_sweep_figure_draws_censored_steps(tmp_path):
     paths = [tmp_path / "sweep.png"]
     figures.length_sweep(pd.DataFrame(rows), paths)
     assert paths[0].stat().st_size > 1000
+
+
+def test_clustered_mean_by_hand():
+    # clusters a: 1, 0 and b: 1, 1 -> mean 3/4; sums 1 and 2 against 1.5 each: var = 2/1 * (0.25 + 0.25) / 16
+    out = statistics.clustered_mean([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"])
+    half = stats.t.ppf(0.975, 1) * math.sqrt(2 * 0.5 / 16)
+    assert out["mean"] == 0.75 and out["clusters"] == 2 and out["n"] == 4
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx((0.75 - half, 0.75 + half))
+    # one item per cluster: the ordinary t-interval of the mean
+    values = [0.2, 0.9, 0.4, 0.7, 0.1]
+    plain = statistics.spread(values)
+    one_each = statistics.clustered_mean(values, list(range(5)))
+    assert (one_each["ci_low"], one_each["ci_high"]) == pytest.approx((plain["ci_low"], plain["ci_high"]))
+    assert statistics.clustered_mean([math.nan, 1.0], [0, 1])["n_undefined"] == 1

@@ -6,6 +6,7 @@ tables and the tests can check them against a direct computation.
 
 - :func:`seed_interval`, :func:`seed_sd`: the mean over seeds with its 95% t-interval, and the SD over seeds.
 - :func:`spread`: mean, SD, standard error and 95% t-interval of per-response values.
+- :func:`clustered_mean`: the mean of values that come in clusters, with a cluster-robust interval.
 - :func:`paired_t`: mean of per-seed differences, its 95% t-interval, the two-sided p-value of a paired
   t-test, the SD of the differences and the minimum detectable effect.
 - :func:`holm`: Holm's step-down adjusted p-values over a family (the declared primary comparisons).
@@ -65,6 +66,36 @@ def spread(values: Sequence[float]) -> dict[str, float]:
         "n": n,
         "n_undefined": len(values) - n,
     }
+
+
+def clustered_mean(values: Sequence[float], clusters: Sequence, confidence: float = 0.95) -> dict[str, float]:
+    """Mean of per-item values that come in clusters (a problem's responses), with a cluster-robust
+    t-interval: with S_c the sum and n_c the count of cluster c's defined values, N = sum n_c and C clusters,
+    ``mean = sum S_c / N``, ``var = C / (C - 1) * sum_c (S_c - mean n_c)^2 / N^2`` (the ratio estimator's
+    linearised variance) and t with C - 1 degrees of freedom. Items of one cluster share their problem, so
+    they count as one draw, not n_c. Also ``n`` (items), ``clusters`` and ``n_undefined``."""
+    if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} values for {len(clusters)} cluster labels")
+    sums: dict = {}
+    counts: dict = {}
+    for v, c in zip(values, clusters):
+        if v is None or math.isnan(v):
+            continue
+        sums[c] = sums.get(c, 0.0) + float(v)
+        counts[c] = counts.get(c, 0) + 1
+    n, k = sum(counts.values()), len(counts)
+    out = {"mean": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": n, "clusters": k,
+           "n_undefined": len(values) - n}
+    if n == 0:
+        return out
+    mean = sum(sums.values()) / n
+    out["mean"] = mean
+    if k < 2:
+        return out
+    var = k / (k - 1) * sum((sums[c] - mean * counts[c]) ** 2 for c in sums) / n**2
+    half = float(stats.t.ppf(0.5 + confidence / 2, k - 1) * math.sqrt(var))
+    out.update(ci_low=mean - half, ci_high=mean + half)
+    return out
 
 
 def mde(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:

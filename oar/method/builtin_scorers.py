@@ -5,14 +5,18 @@ fields to the scorer's module (``oar.method.scorer_registry`` registers them by 
 - ``oar_g`` (OAR-G, gradient x input at a noised point) and ``grad_norm``: ``oar.method.gradient_scorers``;
 - the controls ``entropy``, ``position`` and ``random``: ``oar.method.controls``;
 - ``truth``, ``truth_graded``, ``truth_final`` and ``truth_early`` (the chain task's parsed grammar, no
-  model): ``oar.method.truth_scorers``.
+  model): ``oar.method.truth_scorers``;
+- the token-credit benchmark's entries: ``top_entropy`` (TRL's 80/20 rule, ``oar.method.entropy_mask``),
+  ``ktae`` (``oar.method.ktae``), ``prime`` (``oar.method.implicit_reward``) and ``answer_attention``
+  (``oar.method.answer_attention``).
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from oar.method import controls, gradient_scorers, substitution, truth_scorers
+from oar.method import (answer_attention as attention, controls, entropy_mask, gradient_scorers, implicit_reward,
+                        ktae as key_tokens, substitution, truth_scorers)
 from oar.method.scorer_contract import ScoringBatch
 
 
@@ -54,3 +58,23 @@ def truth_final(batch: ScoringBatch) -> list[Tensor]:
 
 def truth_early(batch: ScoringBatch) -> list[Tensor]:
     return truth_scorers.early_steps_truth_scores(batch.probes)
+
+
+def top_entropy(batch: ScoringBatch) -> list[Tensor]:
+    return entropy_mask.top_entropy_scores(batch.model, batch.probes, batch.config)
+
+
+def ktae(batch: ScoringBatch) -> list[Tensor]:
+    return key_tokens.ktae_scores([p.response_ids for p in batch.probes], [p.reasoning_len for p in batch.probes],
+                                  batch.groups, batch.rewards)
+
+
+def prime(batch: ScoringBatch) -> list[Tensor]:
+    """The reference model is PRIME's implicit reward model (a policy trained on outcome rewards), the
+    model the policy it is measured against (oar.method.implicit_reward)."""
+    return implicit_reward.implicit_reward_scores(batch.model, batch.reference_model, batch.probes,
+                                                  batch.config.chunk_tokens)
+
+
+def answer_attention(batch: ScoringBatch) -> list[Tensor]:
+    return attention.answer_attention_scores(batch.model, batch.probes, batch.kinds)

@@ -211,6 +211,90 @@ def recall_at_k(scores: Sequence[float] | Tensor, oracle: set[int] | Sequence[in
     return len(hits) / min(k, len(causal))
 
 
+def _tie_groups(values: np.ndarray) -> list[np.ndarray]:
+    """The indices of equal scores, highest score first."""
+    levels, inverse = np.unique(-values, return_inverse=True)
+    return [np.flatnonzero(inverse == g) for g in range(len(levels))]
+
+
+def topk_hits(scores: Sequence[float] | Tensor, positions: set[int] | Sequence[int], k: int) -> float:
+    """How many of ``positions`` the top ``k`` of ``scores`` holds, in expectation over the orders of tied
+    scores (each order of a tie equally likely): the groups of equal scores above the k-th place count
+    whole, the group that straddles it in proportion to the places left (``hits * places / size``). A
+    scorer gains nothing from ties (where :func:`recall_at_k` breaks them by position)."""
+    values = _as_vector(scores, "scores")
+    wanted = {int(i) for i in positions}
+    if any(i < 0 or i >= len(values) for i in wanted):
+        raise ValueError(f"positions must lie in [0, {len(values)}), got {sorted(wanted)}")
+    left, hits = int(k), 0.0
+    for group in _tie_groups(values):
+        if left <= 0:
+            break
+        inside = sum(int(i) in wanted for i in group)
+        hits += inside * min(1.0, left / len(group))
+        left -= len(group)
+    return hits
+
+
+def average_precision(scores: Sequence[float] | Tensor, relevant: set[int] | Sequence[int]) -> float:
+    """Average precision of one response's ranking against its relevant tokens, in expectation over the
+    orders of tied scores.
+
+    Tokens are ranked by score, highest first; with ``m`` relevant tokens and ``r_d`` the rank of relevant
+    token d, ``AP = (1/m) sum_d |{relevant tokens ranked at or above r_d}| / r_d``. Within a group of n
+    tied tokens, r of them relevant, after B tokens (R_B relevant) of higher scores, a relevant token at
+    place j of the group has precision ``(R_B + 1 + (r - 1)(j - 1)/(n - 1)) / (B + j)`` in expectation (each
+    other relevant token of the group lies above it with probability (j - 1)/(n - 1)), and j is uniform.
+    1 exactly when every relevant token scores above every other; nan when there is none.
+    """
+    values = _as_vector(scores, "scores")
+    wanted = {int(i) for i in relevant}
+    if any(i < 0 or i >= len(values) for i in wanted):
+        raise ValueError(f"relevant indices must lie in [0, {len(values)}), got {sorted(wanted)}")
+    if not wanted:
+        return math.nan
+    total, before, relevant_before = 0.0, 0, 0
+    for group in _tie_groups(values):
+        n, r = len(group), sum(int(i) in wanted for i in group)
+        if r:
+            places = np.arange(1, n + 1, dtype=np.float64)
+            others = (r - 1) * (places - 1) / (n - 1) if n > 1 else 0.0
+            total += r * float(np.mean((relevant_before + 1 + others) / (before + places)))
+        before, relevant_before = before + n, relevant_before + r
+    return total / len(wanted)
+
+
+def expected_average_precision(num_tokens: int, num_relevant: int) -> float:
+    """Average precision of a uniformly random ranking of R tokens of which m are relevant, in expectation::
+
+        E[AP] = ((m - 1) / (R - 1) * (R - H_R) + H_R) / R,   H_R = sum_{i=1}^R 1/i
+
+    (relevant token d at rank r counts itself, and each of the other m - 1 ranks above it with probability
+    (r - 1) / (R - 1)). The chance line of :func:`average_precision`; nan when m is 0."""
+    r_len, m = int(num_tokens), int(num_relevant)
+    if not 0 <= m <= r_len:
+        raise ValueError(f"need 0 <= num_relevant <= num_tokens, got {m} and {r_len}")
+    if m == 0:
+        return math.nan
+    harmonic = float(np.sum(1.0 / np.arange(1, r_len + 1)))
+    if r_len == 1:
+        return 1.0
+    return ((m - 1) / (r_len - 1) * (r_len - harmonic) + harmonic) / r_len
+
+
+def outrank_share(scores: Sequence[float] | Tensor, one: int, others: Sequence[int]) -> float:
+    """Share of the tokens ``others`` that token ``one`` outranks: ``(#{s_one > s_o} + #{s_one = s_o} / 2) /
+    |others|``. 0.5 for a ranking that cannot tell them apart (equal or random scores); nan without others."""
+    values = _as_vector(scores, "scores")
+    positions = [int(one), *(int(o) for o in others)]
+    if any(i < 0 or i >= len(values) for i in positions):
+        raise ValueError(f"positions must lie in [0, {len(values)}), got {positions}")
+    if not others:
+        return math.nan
+    mine, theirs = values[int(one)], values[[int(o) for o in others]]
+    return float(((mine > theirs).sum() + 0.5 * (mine == theirs).sum()) / len(theirs))
+
+
 def spearman(a: Sequence[float] | Tensor, b: Sequence[float] | Tensor) -> float:
     """Spearman rank correlation: the Pearson correlation of the average ranks (ties share the mean
     rank). nan when either input is constant, since its ranks carry no order."""

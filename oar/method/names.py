@@ -30,7 +30,8 @@ INTERVENED = {**RESCUES, **PLACEBOS, **DOSES}  # methods that change a scorer's 
 SCORER_NAMES = _registry.BUILTIN_SCORERS
 PARSED_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and "parsed_steps" in s.needs)
 TRUTH_GATES = ("truth", "truth_graded")  # the upper bounds: every parsed decisive token (the decisive reading)
-MODEL_SCORERS = tuple(n for n in SCORER_NAMES if n not in PARSED_SCORERS)  # scorers of the model's reasoning tokens
+# scorers of the model's reasoning tokens that a held-out response set can run (no group, reward or second model)
+MODEL_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and s.heldout and "parsed_steps" not in s.needs)
 # scorers that run no forward of the model: the controls that need only the tokens and the parsed scorers
 MODEL_FREE_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and "model" not in s.needs)
 PROBE_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and "probe" in s.needs)

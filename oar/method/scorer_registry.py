@@ -233,6 +233,11 @@ for _name, _needs, _description in (
     ("truth_graded", ("parsed_steps",), "the truth scores with the tokens that cannot change the answer last"),
     ("truth_final", ("parsed_steps",), "1 on the last step's parsed decisive tokens (a mechanism control)"),
     ("truth_early", ("parsed_steps",), "1 on the earlier steps' parsed decisive tokens (a mechanism control)"),
+    # the token-credit benchmark's entries (oar.bench): the scorers users run, each from its paper
+    ("top_entropy", ("model",), "1 on the tokens in the top 20% of the call's entropies, TRL's 80/20 rule"),
+    ("ktae", ("groups",), "|KTAE's key-token value|: how a token's presence in a group goes with correctness"),
+    ("prime", ("model", "reference_model"), "|PRIME's implicit reward|: beta |log pi_reference / pi| of the token"),
+    ("answer_attention", ("model", "probe", "attentions"), "the answer span's attention to the token"),
 ):
     _add(_name, f"{_BUILTIN}:{_name}", _needs, _description)  # names known good; oar.method.names not imported
 BUILTIN_SCORERS = registered_names()

@@ -1,0 +1,185 @@
+"""The ground-truth track: how well a scorer ranks the tokens that decide the answer.
+
+Every response of a frozen policy's response set (``oar.bench.response_set``) is scored as training
+scores it: the rows of ``GROUPS_PER_CALL`` problems per call (a training step's 16 prompts x 8), with each
+row's group and reward for a scorer that reads them, the frozen policy as the reference model, and the
+call's seed. The first call is scored twice: a scorer whose two scores for one seed differ stops, as does
+one whose output breaks the scorer contract (NaN, a row of another length than the reasoning).
+
+Against the parsed decisive tokens of each response with at least one (every step's relation and result,
+``oar.data.chains``), with tokens ranked by score and tied scores counted as the mean over their orders
+(``oar.method.metrics.topk_hits``, ``average_precision``: a scorer gains nothing from ties):
+
+- ``recall``: recall@k of the top 10% of the reasoning (k = ceil(0.1 R));
+- ``step_recall``: per chain step, the share of its decisive tokens in that top 10%;
+- ``average_precision``: of the whole ranking against the decisive tokens;
+- ``erring``: in wrong responses whose first erring step is a sloppy one (``~``) and which have later
+  right steps, the share of those later right steps' relation tokens that the erring ``~`` outranks (ties
+  count half; 0.5 is a ranking that cannot tell them apart).
+
+Each is a mean over responses with a 95% interval robust to the responses of one problem being alike
+(:func:`oar.analysis.statistics.clustered_mean`, problems as clusters). Chance (a uniformly random
+ranking, in expectation) is computed per response: recall ``k |D| / R / min(k, |D|)``, a step's share
+``k / R``, average precision :func:`oar.method.metrics.expected_average_precision`, erring 0.5.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from oar.analysis.statistics import clustered_mean
+from oar.method.metrics import average_precision, default_k, expected_average_precision, outrank_share, topk_hits
+
+FRACTION = 0.1  # recall's top share of the reasoning
+GROUPS_PER_CALL = 16  # problems per scorer call: a training step's prompts (x 8 responses)
+METRICS = ("recall", "average_precision", "erring")
+
+
+class BenchError(ValueError):
+    """A scorer or an input the benchmark cannot rank; the message names the scorer or the file."""
+
+
+# ------------------------------------------------------------------------------------ per response
+
+
+def response_metrics(scores: Sequence[float] | np.ndarray, row: Mapping[str, Any],
+                     fraction: float = FRACTION) -> dict[str, Any] | None:
+    """The metrics of one response's scores (one per reasoning token) against its parsed positions, with
+    their chance values; None for a response without a decisive token."""
+    values = np.asarray(scores, dtype=np.float64)
+    r_len, decisive = int(row["reasoning_len"]), [int(i) for i in row["decisive"]]
+    if len(values) != r_len:
+        raise BenchError(f"{len(values)} scores for {r_len} reasoning tokens (problem {row['problem']}, "
+                         f"sample {row['sample']})")
+    if not decisive:
+        return None
+    k = default_k(r_len, fraction)
+    out: dict[str, Any] = {
+        "recall": topk_hits(values, decisive, k) / min(k, len(decisive)),
+        "average_precision": average_precision(values, decisive),
+        "chance_recall": k * len(decisive) / r_len / min(k, len(decisive)),
+        "chance_average_precision": expected_average_precision(r_len, len(decisive)),
+        "step_recall": {}, "chance_step": k / r_len, "erring": math.nan,
+    }
+    steps = row["steps"]
+    for number, step in enumerate(steps, start=1):
+        if step["positions"]:
+            out["step_recall"][number] = topk_hits(values, step["positions"], k) / len(step["positions"])
+    first = next((i for i, s in enumerate(steps) if not s["right"]), None)
+    if not row["correct"] and first is not None and steps[first]["relation"] == "~" \
+            and steps[first]["relation_at"] is not None:
+        later = [s["relation_at"] for s in steps[first + 1 :] if s["right"] and s["relation_at"] is not None]
+        if later:
+            out["erring"] = outrank_share(values, steps[first]["relation_at"], later)
+    return out
+
+
+def summarise(per_response: Sequence[Mapping[str, Any] | None], problems: Sequence[int]) -> dict[str, Any]:
+    """Each metric's clustered mean and interval over the responses that have one, and chance's."""
+    kept = [(m, p) for m, p in zip(per_response, problems) if m is not None]
+    clusters = [p for _, p in kept]
+    out: dict[str, Any] = {"responses": len(per_response), "ranked": len(kept)}
+    for name in METRICS:
+        out[name] = clustered_mean([m[name] for m, _ in kept], clusters)
+    numbers = sorted({k for m, _ in kept for k in m["step_recall"]})
+    out["step_recall"] = {str(k): clustered_mean([m["step_recall"].get(k, math.nan) for m, _ in kept], clusters)
+                          for k in numbers}
+    out["chance"] = {"recall": clustered_mean([m["chance_recall"] for m, _ in kept], clusters)["mean"],
+                     "average_precision": clustered_mean([m["chance_average_precision"] for m, _ in kept],
+                                                         clusters)["mean"],
+                     "step_recall": clustered_mean([m["chance_step"] for m, _ in kept], clusters)["mean"],
+                     "erring": 0.5}
+    return out
+
+
+# ------------------------------------------------------------------------------------ scoring
+
+
+def calls(groups: Sequence[int], groups_per_call: int = GROUPS_PER_CALL) -> list[list[int]]:
+    """Row indices of each scorer call: the rows of ``groups_per_call`` consecutive problems."""
+    order = list(dict.fromkeys(groups))
+    out = []
+    for start in range(0, len(order), groups_per_call):
+        wanted = set(order[start : start + groups_per_call])
+        out.append([i for i, g in enumerate(groups) if g in wanted])
+    return out
+
+
+def score_rows(scorer: str, model, probes: Sequence, rows: Sequence[Mapping[str, Any]], *, config=None,
+               seed: int = 0, reference_model=None, groups_per_call: int = GROUPS_PER_CALL,
+               log: Callable[[str], None] = print) -> tuple[list[np.ndarray], float]:
+    """Every row's reasoning scores by ``scorer`` (a registered name or an import path), call by call as
+    training calls it (:func:`calls`; call c seeded ``seed * 1_000_003 + c``), and the scoring seconds.
+    Stops with a :class:`BenchError` naming the scorer where its output is not finite or where scoring
+    the first call again with its seed gives other scores."""
+    from oar.method.importance import score
+    from oar.method.scorer_config import ScorerConfig
+
+    config = config or ScorerConfig()
+    groups = [int(r["problem"]) for r in rows]
+    rewards = [1.0 if r["correct"] else 0.0 for r in rows]
+
+    def run(index: int, members: list[int]) -> list[np.ndarray]:
+        result = score(scorer, model, [probes[i] for i in members], config, seed=seed * 1_000_003 + index,
+                       groups=[groups[i] for i in members], rewards=[rewards[i] for i in members],
+                       reference_model=reference_model)
+        out = [result.scores[j, : probes[i].reasoning_len].double().numpy() for j, i in enumerate(members)]
+        for i, values in zip(members, out):
+            if not np.all(np.isfinite(values)):
+                raise BenchError(f"scorer {scorer!r}: non-finite score on problem {rows[i]['problem']}, sample "
+                                 f"{rows[i]['sample']} (reasoning token {int(np.argmin(np.isfinite(values)))})")
+        return out
+
+    scores: list[np.ndarray | None] = [None] * len(rows)
+    started = time.perf_counter()
+    batches = calls(groups, groups_per_call)
+    for index, members in enumerate(batches):
+        for i, values in zip(members, run(index, members)):
+            scores[i] = values
+        log(f"{scorer}: scored {sum(s is not None for s in scores)}/{len(rows)} responses "
+            f"({time.perf_counter() - started:.1f} s)")
+    wall = time.perf_counter() - started
+    again = run(0, batches[0])
+    differ = [rows[i] for i, values in zip(batches[0], again) if not np.array_equal(values, scores[i])]
+    if differ:
+        raise BenchError(f"scorer {scorer!r} gave other scores for the same seed the second time (problem "
+                         f"{differ[0]['problem']}, sample {differ[0]['sample']}, and {len(differ) - 1} more rows): "
+                         "draw random numbers only from a generator seeded with the call's seed")
+    return scores, wall  # type: ignore[return-value]
+
+
+def evaluate(scorer: str, scores: Sequence[np.ndarray], rows: Sequence[Mapping[str, Any]],
+             fraction: float = FRACTION) -> dict[str, Any]:
+    """The track's numbers for one scorer's scores of a response set's rows."""
+    per = [response_metrics(s, r, fraction) for s, r in zip(scores, rows)]
+    return {"scorer": scorer, "fraction": fraction, **summarise(per, [int(r["problem"]) for r in rows])}
+
+
+# ------------------------------------------------------------------------------------ one entry
+
+
+def run_entry(scorer: str, policy: str, model, tokenizer, response_set, *, seed: int = 0, reference_model=None,
+              config=None, groups_per_call: int = GROUPS_PER_CALL, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Score ``response_set`` (a verified :class:`oar.bench.response_set.ResponseSet`) with ``scorer`` on the
+    loaded ``model`` and return its leaderboard record: the numbers and what made them."""
+    from oar.bench.leaderboard import commit
+    from oar.bench.response_set import BENCHMARK_VERSION
+    from oar.cpu_kernels import capability
+
+    probes = response_set.probes(tokenizer)
+    scores, seconds = score_rows(scorer, model, probes, response_set.rows, config=config, seed=seed,
+                                 reference_model=reference_model, groups_per_call=groups_per_call, log=log)
+    kernels = capability()
+    import torch
+
+    return {"entry": scorer, "track": "credit", "version": BENCHMARK_VERSION, "policy": policy,
+            "policy_sha256": response_set.policy_sha256, "response_set_sha256": response_set.sha256,
+            "seed": seed, "seconds": seconds, "result": evaluate(scorer, scores, response_set.rows),
+            "made_with": {**commit(), "cpu_kernels": kernels.get("capability"),
+                          "mkl_branch": kernels.get("mkl_branch"), "threads": torch.get_num_threads(),
+                          "torch": torch.__version__}}

@@ -1,0 +1,172 @@
+"""The token-credit benchmark's ground-truth track end to end on a small chain policy: a response set
+sampled, written and verified by its hash; entries scored call by call and ranked against the parsed
+decisive tokens; the leaderboard files; and the bad inputs that stop it, each named."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from oar.bench import credit, leaderboard, response_set
+from oar.bench.response_set import ResponseSet, ResponseSetError, ResponseSetSpec
+
+SPEC = ResponseSetSpec("tiny_chain", "chain_test", "config/config.yaml", problems=6, group=4, max_new_tokens=64,
+                       batch_prompts=2)
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    """A small chain policy: the chain_f1 recipe's task (a remark a step, a sloppy step a quarter of the time)
+    in one 64-wide layer, 120 updates."""
+    from oar.training.pretrain import write_testbed_model
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("bench") / "policy"
+    write_testbed_model({"filler": 1, "error_rate": 0.25, "layers": 1, "hidden": 64, "updates": 120,
+                         "batch_size": 16, "learning_rate": 0.01, "check_prompts": 4, "check_group": 4,
+                         "min_mixed_groups": 0.0}, out, threads=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sampled(policy, tmp_path_factory):
+    rows = response_set.sample(SPEC, policy, log=lambda *_: None)
+    path = tmp_path_factory.mktemp("set") / "tiny.jsonl.gz"
+    digest = response_set.write(rows, path)
+    return rows, path, digest
+
+
+@pytest.fixture(scope="module")
+def loaded(policy, sampled):
+    from oar.models.loading import load_model
+
+    rows, path, digest = sampled
+    model, tokenizer = load_model(policy, dtype="float32", device="cpu", threads=1)
+    return ResponseSet("tiny_chain", SPEC, response_set.read_verified(path, digest), digest, "0" * 64), model, tokenizer
+
+
+def test_a_response_set_is_sampled_again_to_the_same_bytes_and_parsed(policy, sampled):
+    rows, path, digest = sampled
+    again = response_set.sample(SPEC, policy, log=lambda *_: None)
+    assert response_set.content_sha256(response_set.encode_lines(again)) == digest
+    assert gzip.decompress(path.read_bytes()) == response_set.encode_lines(rows)
+    assert len(rows) == 24 and [r["problem"] for r in rows[:5]] == [0, 0, 0, 0, 1]
+    parsed = [r for r in rows if r["decisive"]]
+    assert parsed, "no response of the small policy parses: the fixture's policy is too weak"
+    for r in parsed:
+        assert r["final_step"] and set(r["final_step"]) <= set(r["decisive"])
+        step_positions = sorted(p for s in r["steps"] for p in s["positions"])
+        assert step_positions == sorted(r["decisive"])
+        assert all(s["relation"] in "=~" for s in r["steps"])
+    summary = response_set.summary(rows)
+    assert summary["responses"] == 24 and summary["problems"] == 6
+
+
+def test_a_response_file_that_is_not_the_hashed_one_stops_naming_it(sampled, tmp_path):
+    rows, path, digest = sampled
+    changed = [dict(rows[0], correct=not rows[0]["correct"]), *rows[1:]]
+    other = tmp_path / "other.jsonl.gz"
+    response_set.write(changed, other)
+    with pytest.raises(ResponseSetError, match=r"other.jsonl.gz: sha256 .* the index says"):
+        response_set.read_verified(other, digest)
+    (tmp_path / "broken.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(ResponseSetError, match="broken.jsonl.gz: not a gzip file"):
+        response_set.read_verified(tmp_path / "broken.jsonl.gz", digest)
+    with pytest.raises(ResponseSetError, match="missing"):
+        response_set.read_verified(tmp_path / "absent.jsonl.gz", digest)
+
+
+def test_the_truth_scorer_ranks_perfectly_and_the_controls_near_chance(loaded):
+    responses, model, tokenizer = loaded
+    truth = credit.run_entry("truth", "tiny_chain", model, tokenizer, responses, log=lambda *_: None)
+    r = truth["result"]
+    assert r["ranked"] > 0 and r["responses"] == 24
+    assert r["average_precision"]["mean"] == 1.0 and r["recall"]["mean"] == 1.0
+    assert truth["policy_sha256"] == "0" * 64 and truth["response_set_sha256"] == responses.sha256
+    position = credit.run_entry("position", "tiny_chain", model, tokenizer, responses, log=lambda *_: None)["result"]
+    assert 0.0 < position["average_precision"]["mean"] < 1.0
+    assert position["chance"] == r["chance"]  # chance depends on the responses, not on the scorer
+    assert 0.0 < r["chance"]["average_precision"] < 1.0
+
+
+def test_every_entry_keeps_the_contract_on_the_response_set(loaded):
+    """The four entries run through the registry on real groups: one finite, non-negative score per
+    reasoning token (KTAE reads the groups and rewards, PRIME a second model, the attention eager weights)."""
+    responses, model, tokenizer = loaded
+    probes = responses.probes(tokenizer)
+    for entry in ("top_entropy", "ktae", "prime", "answer_attention"):
+        scores, _ = credit.score_rows(entry, model, probes, responses.rows, reference_model=model, log=lambda *_: None)
+        assert [len(s) for s in scores] == [p.reasoning_len for p in probes]
+        assert all(np.all(np.isfinite(s)) and np.all(s >= 0) for s in scores), entry
+    # PRIME of the policy against itself is 0 everywhere; TRL's mask keeps at most a fifth plus ties
+    same, _ = credit.score_rows("prime", model, probes, responses.rows, reference_model=model, log=lambda *_: None)
+    assert all(np.all(s == 0) for s in same)
+    masks, _ = credit.score_rows("top_entropy", model, probes, responses.rows, log=lambda *_: None)
+    assert set(np.concatenate(masks).tolist()) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("scorer, message", [
+    ("bench_scorers:global_generator", "gave other scores for the same seed the second time"),
+    ("bench_scorers:not_finite", "not finite"),
+    ("user_scorers:wrong_length", "the reasoning has"),
+    ("no_such_scorer", "unknown scorer 'no_such_scorer'"),
+])
+def test_a_scorer_that_breaks_the_rules_stops_naming_it(loaded, scorer, message):
+    responses, model, tokenizer = loaded
+    with pytest.raises(ValueError, match=message) as error:
+        credit.run_entry(scorer, "tiny_chain", model, tokenizer, responses, log=lambda *_: None)
+    assert scorer in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_leaderboard_ranks_entries_by_average_precision(loaded, tmp_path):
+    responses, model, tokenizer = loaded
+    for entry in ("truth", "position", "random"):
+        record = credit.run_entry(entry, "tiny_chain", model, tokenizer, responses, log=lambda *_: None)
+        leaderboard.write_entry(tmp_path, "credit", "tiny_chain", 1, entry, record)
+    table, text = leaderboard.write_credit_table(tmp_path, "tiny_chain", 1)
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines[2].startswith("| 1 | `truth` | 1.000")
+    assert "chance (a random ranking, expected)" in lines[-1]
+    assert (table.parent / "leaderboard.csv").is_file()
+    page = tmp_path / "page.md"
+    page.write_text("before\n<!-- leaderboard:credit:tiny_chain -->\nold\n<!-- /leaderboard:credit:tiny_chain -->\nafter\n")
+    leaderboard.write_docs(page, "credit:tiny_chain", text)
+    assert "old" not in page.read_text() and "`truth`" in page.read_text() and page.read_text().endswith("after\n")
+    with pytest.raises(ValueError, match="no markers"):
+        leaderboard.write_docs(page, "credit:other", text)
+
+
+def test_the_erring_step_is_read_against_the_later_right_steps():
+    """A wrong response whose first step is sloppy: its `~` at position 2 against the later right steps'
+    `=` at 6 and 10; scores that rank the `~` above one and tied with the other give (1 + 0.5) / 2."""
+    row = {"problem": 0, "sample": 0, "reasoning_len": 12, "correct": False,
+           "decisive": [2, 3, 6, 7, 10, 11],
+           "steps": [{"positions": [2, 3], "relation": "~", "relation_at": 2, "right": False},
+                     {"positions": [6, 7], "relation": "=", "relation_at": 6, "right": True},
+                     {"positions": [10, 11], "relation": "=", "relation_at": 10, "right": True}]}
+    scores = np.zeros(12)
+    scores[[2, 10]] = 5.0
+    scores[6] = 1.0
+    m = credit.response_metrics(scores, row)
+    assert m["erring"] == pytest.approx(0.75)
+    # k = ceil(1.2) = 2: the top two are 2 and 10, both decisive
+    assert m["recall"] == 1.0 and m["step_recall"] == {1: 0.5, 2: 0.0, 3: 0.5}
+    # tied with 6 at the top, 2 and 10 share the two places with it: 2/3 of a place each in expectation
+    scores[6] = 5.0
+    tied = credit.response_metrics(scores, row)
+    assert tied["recall"] == pytest.approx(1.0) and tied["step_recall"] == pytest.approx({1: 1 / 3, 2: 1 / 3, 3: 1 / 3})
+    assert m["chance_recall"] == pytest.approx(2 * 6 / 12 / 2) and m["chance_step"] == pytest.approx(2 / 12)
+    assert math.isnan(credit.response_metrics(scores, {**row, "correct": True})["erring"])
+    with pytest.raises(credit.BenchError, match="11 scores for 12 reasoning tokens"):
+        credit.response_metrics(scores[:11], row)
+    assert credit.response_metrics(scores, {**row, "decisive": []}) is None
+
+
+def test_calls_hold_whole_groups_of_consecutive_problems():
+    assert credit.calls([0, 0, 1, 1, 2, 2, 3], groups_per_call=2) == [[0, 1, 2, 3], [4, 5, 6]]
+    assert json.dumps(credit.calls([5, 5], 16)) == "[[0, 1]]"

@@ -1,0 +1,85 @@
+"""The token-credit benchmark's shipped data: each response set loads only as the bytes its index hashes
+and only beside the policy weights it was sampled from; its spec is the training config's; the trained
+policy PRIME reads is checked file by file; the command runs an entry and stops on a bad name in one line."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from oar.bench import response_set
+from oar.experiment.config_schema import load_config
+from oar.bench.response_set import ResponseSetError
+
+ROOT = response_set.DATA_DIR.parents[2]
+pytestmark = pytest.mark.skipif(not (ROOT / "oar/models/frozen/chain_f1/model.safetensors").is_file(),
+                                reason="the shipped chain_f1 weights are not in this checkout")
+
+
+def test_each_spec_is_its_training_config_s_sampling_and_probe():
+    for policy, spec in response_set.SPECS.items():
+        config = load_config(ROOT / spec.config)  # defaults filled in
+        trainer, oar = config["training"]["trainer"], config["training"]["oar"]
+        assert (spec.group, spec.temperature, spec.max_new_tokens) == (
+            trainer["num_generations"], trainer["temperature"], trainer["max_completion_length"]), policy
+        assert spec.batch_prompts * spec.group == trainer["per_device_train_batch_size"], policy
+        assert (spec.own_conclusion, spec.substitute) == (oar["own_conclusion"], oar["substitute"]), policy
+        assert (spec.answer_statement, spec.fallback_last_number) == (
+            config["grading"]["answer_statement"], config["grading"]["last_number"]), policy
+        assert spec.dataset in config["evaluation"]["benchmarks"] and policy in config["models"], policy
+
+
+def test_the_shipped_set_loads_verified_and_parses():
+    loaded = response_set.load("chain_f1")
+    entry = response_set.index()["chain_f1"]
+    assert loaded.sha256 == entry["sha256"] and len(loaded.rows) == entry["responses"] == 1600
+    assert response_set.summary(loaded.rows) == {k: entry[k] for k in
+                                                 ("responses", "problems", "correct", "mixed_groups", "with_decisive_tokens")}
+    from oar.models.frozen import policy_dir
+    from transformers import AutoTokenizer
+
+    probes = loaded.subset(3).probes(AutoTokenizer.from_pretrained(policy_dir("chain_f1")))
+    assert len(probes) == 24 and all(p.decisive is not None for p in probes)
+
+
+def test_a_changed_file_or_another_policy_stops_the_set(tmp_path, monkeypatch):
+    entry = response_set.index()["chain_f1"]
+    copy = tmp_path / "data"
+    shutil.copytree(response_set.DATA_DIR, copy)
+    rows = response_set.read_verified(copy / entry["file"], entry["sha256"])
+    response_set.write([dict(rows[0], correct=not rows[0]["correct"]), *rows[1:]], copy / entry["file"])
+    monkeypatch.setattr(response_set, "DATA_DIR", copy)
+    with pytest.raises(ResponseSetError, match=r"chain_f1.jsonl.gz: sha256 .* not the shipped response set"):
+        response_set.load("chain_f1")
+    monkeypatch.setattr(response_set, "DATA_DIR", response_set.INDEX.parent)
+    import oar.models.frozen as frozen
+
+    other = {"chain_f1": {"files": {"model.safetensors": "f" * 64}}}
+    monkeypatch.setattr(frozen, "index", lambda: other)
+    with pytest.raises(ResponseSetError, match=r"response set chain_f1: sampled from weights 6bd2dd91"):
+        response_set.load("chain_f1")
+
+
+def test_the_trained_policy_is_checked_file_by_file(tmp_path, monkeypatch):
+    assert (response_set.trained_policy_dir("chain_f1") / "model.safetensors").is_file()
+    copy = tmp_path / "data"
+    shutil.copytree(response_set.DATA_DIR, copy)
+    (copy / "chain_f1.grpo" / "config.json").write_text("{}")
+    monkeypatch.setattr(response_set, "DATA_DIR", copy)
+    with pytest.raises(ResponseSetError, match=r"chain_f1.grpo/config.json: sha256 .* not the shipped GRPO-trained"):
+        response_set.trained_policy_dir("chain_f1")
+
+
+def test_the_command_scores_an_entry_and_names_a_bad_one(tmp_path):
+    run = [sys.executable, "-m", "oar.bench", "credit", "--problems", "2", "--out", str(tmp_path)]
+    done = subprocess.run([*run, "--scorer", "truth"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "truth: recall@10% 1.000, average precision 1.000" in done.stdout
+    assert "no leaderboard row written" in done.stdout and not list(tmp_path.iterdir())
+    bad = subprocess.run([*run, "--scorer", "mypkg_absent.scores:fn"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines()[-1].startswith("python -m oar.bench credit: scorer 'mypkg_absent.scores:fn'")
