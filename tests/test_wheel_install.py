@@ -69,7 +69,8 @@ def test_the_wheel_installs_beside_torch_and_trains_the_example(tiny_model_dir, 
     print("high ends installed:", ends)
 
     where = subprocess.run([str(python), "-c", "import oar, sys; print(oar.__file__, 'torch' in sys.modules)"],
-                           capture_output=True, text=True, cwd=tmp_path, check=True).stdout.split()
+                           capture_output=True, text=True, cwd=tmp_path, check=True,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}).stdout.split()  # a user's shell
     assert where[0].startswith(str(venv)) and where[1] == "False"  # the installed package; cheap to import
     out = tmp_path / "out"
     steps = step_metrics(run_example("train_with_trl.py", tiny_model_dir, out, python=str(python), cwd=tmp_path))

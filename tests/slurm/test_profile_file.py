@@ -126,9 +126,12 @@ def test_a_layout_beyond_the_cluster_stops_before_anything_is_planned(checkout):
     assert "Job stats:" not in log
 
 
-def test_hub_reading_rules_are_local(checkout):
+def test_hub_reading_rules_are_local(checkout, monkeypatch):
     """fetch_model and prepare_data run where Snakemake runs (the login node), the rest on the cluster."""
     api = pytest.importorskip("snakemake.api")
+    # the Snakefile sets PYTHONPATH and PATH in this process's environment: put them back afterwards
+    for name in ("PYTHONPATH", "PATH", "OAR_CPU_KERNELS"):
+        monkeypatch.setenv(name, os.environ[name]) if name in os.environ else monkeypatch.delenv(name, raising=False)
     from snakemake.settings.types import ConfigSettings, ResourceSettings, StorageSettings, WorkflowSettings
 
     with api.SnakemakeApi() as smk:
