@@ -263,10 +263,20 @@ def scaled(work: Work, n: float) -> Work:
                 work.fixed_s * n)
 
 
+# scorers that run forwards only, over each scored response's prompt and reasoning -> forwards per response:
+# the entropy control's, TRL's 80/20 mask (the same forward), attention from the answer span (one forward with
+# eager attention, whose kernels no row measured) and PRIME's implicit reward (the policy's and the reward
+# model's). Their fixed cost per call is the entropy control's, the one of them a calibration row measures.
+FORWARD_SCORERS = {"entropy": 1, "top_entropy": 1, "answer_attention": 1, "prime": 2}
+
+
 def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
     """The name under which a scorer's fixed cost per model call is calibrated: grad_norm's is OAR-G's (the
     same passes less one), and OAR-G's over an inline prompt (``grad_prompt: inline``) is its own, its
-    forwards running other attention kernels on a GPU (flash attention, no mask)."""
+    forwards running other attention kernels on a GPU (flash attention, no mask); a forward-only scorer's is
+    the entropy control's."""
+    if scorer in FORWARD_SCORERS:
+        return "entropy"
     name = "oar_g" if scorer == "grad_norm" else scorer
     return f"{name} inline" if name == "oar_g" and grad_prompt == "inline" else name
 
@@ -281,10 +291,11 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
     if method in ("oar_g", "grad_norm"):
         return oar_g_work(shape, prompt, probe, keep, grad_budget(oar), clean=method == "oar_g", group=group,
                           responses=scored, inline=oar.get("grad_prompt", OARSettings.grad_prompt) == "inline")
-    if method == "entropy":
+    if method in FORWARD_SCORERS:
         seq = prompt + reasoning
-        per = 1 / max(1, int(chunk // seq))
-        return scaled(Work(forward_flops(shape, seq, keep=reasoning + 1), per, forwards=per), scored)
+        per = FORWARD_SCORERS[method] / max(1, int(chunk // seq))
+        return scaled(Work(FORWARD_SCORERS[method] * forward_flops(shape, seq, keep=reasoning + 1), per, forwards=per),
+                      scored)
     if method == BASELINE or method in MODEL_FREE_SCORERS:
         return Work()
     raise PlanError(f"runs: method {method!r} has no cost model")
