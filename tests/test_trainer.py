@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from oar.method.probes import probes_from_padded
-from oar.method.names import GATED
+from oar.method.names import GATED, scorer_of
+from oar.method.scorer_registry import scorer_spec
 from oar.training.grpo_trainer import OARConfig, OARTrainer
 from oar.training.settings import SettingsError, resolve_settings
 
@@ -68,13 +69,15 @@ COMMON = dict(
 )
 
 
-def make_trainer(model_dir, tmp_path, trainer_cls=OARTrainer, config_cls=OARConfig, reward=parity_reward, **overrides):
+def make_trainer(model_dir, tmp_path, trainer_cls=OARTrainer, config_cls=OARConfig, reward=parity_reward,
+                 trainer_kwargs=None, **overrides):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = config_cls(output_dir=str(tmp_path / "out"), **(COMMON | overrides))
     return trainer_cls(
-        model=model, reward_funcs=reward, args=config, train_dataset=dataset(), processing_class=tokenizer
+        model=model, reward_funcs=reward, args=config, train_dataset=dataset(), processing_class=tokenizer,
+        **(trainer_kwargs or {})
     )
 
 
@@ -141,7 +144,11 @@ def test_oar_token_advantages_preserve_mass_and_skip_zero_advantage_rows(tiny_mo
 
 @pytest.mark.parametrize("method", GATED)
 def test_every_method_trains_a_step(tiny_model_dir, tmp_path, method):
-    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method=method)
+    scorer = scorer_of(method)
+    reads_reference = scorer is not None and scorer_spec(scorer).reads("reference_model")
+    # a scorer that reads a second model (PRIME's) gets the untrained model as its reference
+    extra = {"reference_model": AutoModelForCausalLM.from_pretrained(tiny_model_dir)} if reads_reference else None
+    trainer = make_trainer(tiny_model_dir, tmp_path, trainer_kwargs=extra, oar_method=method)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     log = trainer.state.log_history[0]
