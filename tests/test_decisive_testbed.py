@@ -239,6 +239,10 @@ def test_the_truth_scorer_and_long_chains_are_checked_before_any_job():
         _registry(cfg)
     cfg = _config()
     cfg["models"]["chain_f1"]["pretrain"]["steps"] = 5
+    with pytest.raises(ConfigError, match="^config error at models.chain_f1.pretrain: the shipped chain_f1 was "
+                                          "pretrained by another recipe: steps 5"):
+        _registry(cfg)
+    cfg["models"]["chain_f1"].pop("frozen")  # a recipe of one's own: pretrained, not the shipped file
     with pytest.raises(ConfigError, match="^config error at models.chain_f1.pretrain.steps: 5 steps"):
         _registry(cfg)
     cfg["models"]["chain_f1"]["pretrain"]["distractors"] = 40

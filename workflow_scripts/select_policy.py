@@ -39,12 +39,12 @@ def merged(files):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configfile", nargs="+", required=True, help="the config files, as Snakemake takes them")
     p.add_argument("--results", required=True, help="the results folder")
-    p.add_argument("--snakemake", default=str(Path(sys.executable).with_name("snakemake")), help="snakemake to run")
-    p.add_argument("--cores", default="2")
-    p.add_argument("--config", nargs="*", default=[], help="further --config KEY=VALUE for Snakemake (cpu_kernels=none)")
+    p.add_argument("--snakemake", default=str(Path(sys.executable).with_name("snakemake")), help="snakemake to run (default: the one beside this Python)")
+    p.add_argument("--cores", default="2", help="Snakemake's --cores (default: 2)")
+    p.add_argument("--config", nargs="*", default=[], help="further --config KEY=VALUE for Snakemake, e.g. cpu_kernels=none (default: none)")
     return p.parse_args(argv)
 
 
