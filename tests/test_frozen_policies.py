@@ -15,12 +15,16 @@ import pytest
 import yaml
 
 from oar.experiment.config_error import ConfigError
+from oar.experiment.runs import deep_merge
 from oar.models import frozen, ship
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
 TRAINER_KEYS = tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"])
-SHIPPED = {"config.yaml": "chain_f1", "decisive.yaml": "chain_d8"}
+# config file -> the model it starts from a shipped policy (an overlay is read over config/decisive.yaml)
+SHIPPED = {"config.yaml": "chain_f1", "ceiling.yaml": "chain_d8", "rescue.yaml": "chain_d8",
+           "oar-p-credit.yaml": "chain_d8"}
+OVERLAYS = ("ceiling.yaml", "rescue.yaml", "oar-p-credit.yaml")
 
 
 def registry(cfg):
@@ -49,12 +53,14 @@ def test_every_shipped_policy_is_the_file_its_index_hashes(policy):
 
 @pytest.mark.parametrize("file, model", sorted(SHIPPED.items()))
 def test_the_configs_start_from_the_shipped_policies(file, model):
-    """make run's and the decisive overlays' policy is the shipped file, named by its hash."""
+    """make run's and the decisive overlays' policy is the shipped file, named by its hash, and the recipe
+    the overlay gives it (decisive.yaml's, at the shipped seed) is the one that made it."""
     spec = config(file)["models"][model]
     assert spec["frozen"]["sha256"] == frozen.weights_sha256(spec["frozen"]["policy"])
-    cfg = config("decisive.yaml") if file == "decisive.yaml" else config(file)
+    cfg = deep_merge(config("decisive.yaml"), config(file)) if file in OVERLAYS else config(file)
     reg = registry(cfg)
     assert reg.frozen_policy(model) == spec["frozen"]["policy"]
+    assert cfg["models"][model]["seed"] == frozen.index()[spec["frozen"]["policy"]]["recipe"]["seed"]
 
 
 def test_a_declared_hash_other_than_the_shipped_one_stops_before_any_job_naming_the_key():
@@ -208,3 +214,13 @@ def test_rebuilding_chain_f1_here_says_whether_this_cpu_gives_the_shipped_bits(t
         assert report["match"], "a pinned Intel CPU pretrains other bits than the shipped chain_f1"
     log = (results / "logs" / "rebuild_policy" / "chain_f1.log").read_text()
     assert ("rebuilt matches the shipped weights" if report["match"] else "rebuilt DIFFERS FROM") in log
+
+
+@pytest.mark.parametrize("overlay, table", [("ceiling.yaml", "upper_bound"), ("rescue.yaml", "mechanism"),
+                                            ("oar-p-credit.yaml", "step_credit")])
+def test_each_design_on_the_shipped_policy_plans_its_table(overlay, table):
+    """Each design's target has its table to build: the rescue, which runs no GRPO arm, pairs its arms
+    against OAR-G."""
+    reg = registry(deep_merge(config("decisive.yaml"), config(overlay)))
+    assert table in reg.tables
+    assert {r.split("/")[0] for r in reg.groups["main"]} == {"chain_d8"}
