@@ -75,3 +75,16 @@ def test_the_learning_leaderboard_says_harm_and_gain_apart():
     assert lines[0].startswith("| `grpo` | 60.0 [") and "0 of 3" in lines[0]
     assert lines[2].startswith("| `ktae` | 50.3 [") and "| harm |" in lines[2] and "3 of 3" in lines[2]
     assert "untrained accuracy 55.0%" in text and frame.loc[0, "verdict"] == "harm"
+
+
+@pytest.mark.parametrize("policy", ["chain_f1", "chain_d8"])
+def test_each_policy_trains_from_its_shipped_file(policy):
+    """The learning design starts from the shipped weights, named by their hash and recipe seed, also
+    where the policy's config pretrains another seed of the recipe (decisive.yaml's chain_d8)."""
+    from oar.models import frozen
+
+    cfg, overlay = learning.design_config(policy, ["ktae"])
+    spec = cfg["models"][policy]
+    assert spec["frozen"] == {"policy": policy, "sha256": frozen.weights_sha256(policy)}
+    assert spec["seed"] == frozen.index()[policy]["recipe"]["seed"]
+    assert "ktae" in cfg["runs"]["main"]["methods"] and cfg["runs"]["main"]["models"] == [policy]

@@ -55,6 +55,7 @@ def design_config(policy: str, entries: Sequence[str], seeds: Sequence[int] | No
 
     from oar.experiment.config_schema import validate
     from oar.experiment.runs import deep_merge
+    from oar.models import frozen
 
     if policy not in DESIGNS:
         raise LearningError(f"no learning design for policy {policy!r}; designed: {sorted(DESIGNS)}")
@@ -66,6 +67,10 @@ def design_config(policy: str, entries: Sequence[str], seeds: Sequence[int] | No
     overlay: dict[str, Any] = {"results": design["results"], "analysis": {"primary": None},
                                "runs": {"main": {"models": [policy], "methods": methods,
                                                  "seeds": [int(s) for s in (seeds or main["seeds"])]}}}
+    shipped = frozen.index().get(policy)
+    if shipped:  # trained from the shipped file, whatever recipe seed the policy's config pretrains
+        overlay["models"] = {policy: {"seed": shipped["recipe"]["seed"],
+                                      "frozen": {"policy": policy, "sha256": frozen.weights_sha256(policy)}}}
     if trainer_entry:
         overlay["results"] = f"{design['results']}-{trainer_entry}"
         overlay["training"] = {"trainer": dict(TRAINER_ENTRIES[trainer_entry]["trainer"])}
