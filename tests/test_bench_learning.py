@@ -88,3 +88,17 @@ def test_each_policy_trains_from_its_shipped_file(policy):
     assert spec["frozen"] == {"policy": policy, "sha256": frozen.weights_sha256(policy)}
     assert spec["seed"] == frozen.index()[policy]["recipe"]["seed"]
     assert "ktae" in cfg["runs"]["main"]["methods"] and cfg["runs"]["main"]["models"] == [policy]
+
+
+def test_an_entry_that_reads_a_reference_model_is_refused_before_any_job_without_a_kl_term():
+    """PRIME's implicit reward reads a second model; a workflow run has one only as the KL term's reference."""
+    from validated_registry import validated_registry
+
+    from oar.experiment.config_error import ConfigError
+
+    cfg, _ = learning.design_config("chain_f1", ["prime"])
+    with pytest.raises(ConfigError, match=r"^config error at runs\.main\.methods: method 'prime' reads a reference "
+                                          r"model.*training\.trainer\.beta"):
+        validated_registry(cfg)
+    cfg["training"]["trainer"]["beta"] = 0.04
+    assert any("/prime-" in run for run in validated_registry(cfg).runs)

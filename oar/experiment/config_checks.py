@@ -78,6 +78,7 @@ def check_config(reg: Registry) -> None:
                 f"num_generations = {trainer['num_generations']}",
             )
     _check_chain_task(reg)
+    _check_reference_model(config)
     fidelity = config["analysis"]["fidelity"]
     if fidelity["reference"] in fidelity["scorers"]:
         raise ConfigError("analysis.fidelity.scorers", "lists the reference scorer itself")
@@ -203,6 +204,24 @@ def _check_dose(reg: Registry) -> None:
     if not reg.config["analysis"].get("mechanism"):
         raise ConfigError("analysis.dose_response", "its reading is a section of the mechanism table: "
                           "declare analysis.mechanism beside it")
+
+def _check_reference_model(config: dict) -> None:
+    """A scorer that reads a reference model (PRIME's implicit reward) gets the KL term's in a workflow run:
+    with training.trainer.beta 0 there is none, and the run would stop only once its model loaded."""
+    from oar.method.names import scorer_of
+    from oar.method.scorer_registry import scorer_spec
+
+    if config["training"]["trainer"].get("beta", 0.0) > 0:
+        return
+    for group in GROUPS:
+        for method in config["runs"][group].get("methods", []):
+            scorer = scorer_of(method)
+            if scorer is not None and scorer_spec(scorer).reads("reference_model"):
+                raise ConfigError(f"runs.{group}.methods",
+                                  f"method {method!r} reads a reference model, which a workflow run takes from "
+                                  "the KL term: set training.trainer.beta above 0, or train it in your own "
+                                  "script with OARTrainer(reference_model=...)")
+
 
 def _check_chain_task(reg: Registry) -> None:
     """The methods that read the decisive tokens parsed from the chain task's grammar (the truth
