@@ -44,7 +44,27 @@ def test_the_example_trains_and_writes_oars_model_card(tiny_model_dir, tmp_path,
     assert (out / "model.safetensors").exists()
 
 
+@pytest.mark.timeout(1200)
+def test_the_shipped_policy_example_learns_the_chain_task_from_the_checked_file(tmp_path):
+    """The shipped chain_f1 on the testbed's chains with the grader's reward: groups differ (a reward strictly
+    between 0 and 1), OAR scores and reshapes them, and the policy it trained from is the shipped file."""
+    from oar.models import frozen
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "train_from_shipped_policy.py"), "--max-steps", "2",
+                           "--prompts-per-step", "4", "--output-dir", str(out)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
+                               "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    steps = step_metrics(proc.stdout)
+    assert [s["step"] for s in steps] == [1, 2] and scored_and_reshaped(steps), steps
+    assert all(0 < s["reward"] < 1 for s in steps), steps
+    assert frozen.sha256_file(out / "policy" / "model.safetensors") == frozen.weights_sha256("chain_f1")
+    assert "**Method: `oar_g`**" in (out / "README.md").read_text()
+
+
 def test_the_examples_are_a_few_dozen_lines():
-    for script in ("train_with_trl.py", "own_scorer.py"):
+    for script in ("train_with_trl.py", "own_scorer.py", "train_from_shipped_policy.py"):
         lines = (ROOT / "examples" / script).read_text().splitlines()
         assert len(lines) <= 80, (script, len(lines))

@@ -194,6 +194,7 @@ def test_the_declared_selection_rule_matches_its_runs():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a pretraining of about 5 minutes on 2 quiet cores, longer beside other work
 def test_rebuilding_chain_f1_here_says_whether_this_cpu_gives_the_shipped_bits(tmp_path):
     """The rebuild rule pretrains the shipped recipe again (about 2 minutes on 2 threads) and reports the
     comparison; where the pinned kernels hold (an Intel CPU with AVX2) the bits are the shipped ones."""
