@@ -433,6 +433,36 @@ def test_symbolic_check_works_in_a_daemonic_pool_worker():
         assert pool.map(_match_in_worker, [(r"\sqrt{8}", r"2\sqrt{2}"), ("28", "27")]) == [True, False]
 
 
+
+def test_a_helper_starting_off_the_cpu_is_waited_for(tmp_path, monkeypatch):
+    # A job at low priority on a loaded machine gets its CPU seconds late: the helper's start is limited in
+    # CPU seconds, so wall-clock time spent off the CPU (here a sleep before Python starts) does not count.
+    from oar.grading import symbolic_helper
+
+    late_python = tmp_path / "late_python"
+    late_python.write_text(f"#!/bin/sh\nsleep 12\nexec {sys.executable} \"$@\"\n")
+    late_python.chmod(0o755)
+    monkeypatch.setattr(symbolic_helper.sys, "executable", str(late_python))
+    monkeypatch.setattr(symbolic_helper, "_STARTUP_CPU_S", 10.0)
+    started = time.monotonic()
+    helper = symbolic_helper._Helper()
+    try:
+        assert time.monotonic() - started > 12
+        assert helper.verify(r"\frac{6}{12}", "0.5", timeout_s=30) is True
+    finally:
+        helper.close()
+
+
+def test_a_helper_that_dies_while_starting_is_named(tmp_path, monkeypatch):
+    from oar.grading import symbolic_helper
+
+    broken_python = tmp_path / "broken_python"
+    broken_python.write_text("#!/bin/sh\nexit 3\n")
+    broken_python.chmod(0o755)
+    monkeypatch.setattr(symbolic_helper.sys, "executable", str(broken_python))
+    with pytest.raises(RuntimeError, match="exited with code 3 while starting"):
+        symbolic_helper._Helper()
+
 # --- grade: hand-labelled responses -------------------------------------------------------------------
 
 GRADED = [

@@ -30,7 +30,10 @@ import time
 
 logger = logging.getLogger(__name__)
 
-_STARTUP_TIMEOUT_S = 120.0  # importing sympy on a cold disk can take a while; never counted as a check
+# Starting a helper (importing sympy and math-verify, then the warm-up) takes 1-3 CPU seconds. Its limit is
+# counted in CPU seconds, like a check's: a job at low priority on a loaded machine may wait many minutes
+# of wall-clock time for them, and must not die of it. A cold disk's wait is bounded by the wall backstop.
+_STARTUP_CPU_S = 120.0
 _HELPER_MEMORY_LIMIT = 4 * 2**30  # bytes of address space; huge integer powers die with MemoryError
 # A check whose CPU time cannot be read (a helper stuck off the CPU) is given up after this many times
 # its limit in wall-clock seconds, and never before _WALL_BACKSTOP_MIN_S: on a machine loaded 20-fold a
@@ -55,17 +58,18 @@ class _Helper:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        if self._read_line(_STARTUP_TIMEOUT_S) != b"ready":
+        started = time.monotonic()
+        if self._read_reply(_STARTUP_CPU_S) != b"ready":
+            try:  # its output closes a moment before its exit can be read
+                exit_code = self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                exit_code = None
             self.close()
-            raise RuntimeError("the math-verify helper process failed to start (see its stderr above)")
-
-    def _read_line(self, timeout_s: float) -> bytes | None:
-        """The next line from the helper without its newline, or None on timeout or exit."""
-        ready, _, _ = select.select([self._process.stdout], [], [], timeout_s)
-        if not ready:
-            return None
-        line = self._process.stdout.readline()
-        return line.rstrip(b"\n") if line else None
+            if exit_code is not None:
+                raise RuntimeError(f"the math-verify helper process exited with code {exit_code} while starting "
+                                   "(its stderr is above)")
+            raise RuntimeError(f"the math-verify helper process was not ready after {_STARTUP_CPU_S:.0f} CPU s "
+                               f"or {time.monotonic() - started:.0f} s of wall-clock time")
 
     def cpu_s(self) -> float | None:
         """CPU seconds (user and system) the helper has used so far; None where ``/proc`` cannot tell."""
