@@ -3,7 +3,7 @@
 torch, MKL and oneDNN pick their kernels, and each instruction is executed exactly.
 
 `make test-cpu-kinds` installs qemu-user (root, apt) and sets OAR_TEST_CPU_KINDS=1; without it these tests
-are skipped. About 3 minutes: an emulated process runs tens to hundreds of times slower than a native one.
+are skipped. About 18 minutes on 2 loaded cores: an emulated process runs tens to hundreds of times slower than a native one.
 """
 
 from __future__ import annotations
@@ -66,3 +66,32 @@ def test_an_amd_cpu_stops_a_pin_that_mkl_does_not_take():
     pinned = python("import oar; from oar.cpu_kernels import capability; capability()", "avx2", AMD_AVX2)
     assert pinned.returncode != 0
     assert "OAR_CPU_KERNELS=avx2: MKL runs its AUTO branch, not AVX2" in pinned.stderr, pinned.stderr[-2000:]
+
+
+# The token-credit benchmark's scores of one shipped response: a forward scorer (entropy) and a gradient
+# one (OAR-G), as the sha256 of their float64 bytes. One response, because an emulated forward is about a
+# thousand times slower than a native one.
+SCORE_ONE = r"""
+import hashlib, json, oar, torch
+from oar.bench import response_set
+from oar.cpu_kernels import capability
+from oar.method.importance import score
+from oar.models.frozen import policy_dir
+from oar.models.loading import load_model
+model, tokenizer = load_model(policy_dir("chain_f1"), dtype="float32", device="cpu", threads=1)
+probe = response_set.load("chain_f1").subset(1).probes(tokenizer)[0]
+digests = {}
+for scorer in ("entropy", "oar_g"):
+    row = score(scorer, model, [probe], seed=0, groups=[0], rewards=[1.0]).scores[0, : probe.reasoning_len]
+    digests[scorer] = hashlib.sha256(row.double().numpy().tobytes()).hexdigest()
+print(json.dumps({**digests, "capability": capability()["capability"]}))
+"""
+
+
+def test_an_avx2_only_intel_cpu_gives_the_benchmarks_scores_bit_for_bit():
+    if unhonoured("avx2"):
+        pytest.skip(f"this machine cannot run the avx2 level natively: {unhonoured('avx2')}")
+    native = last_json(python(SCORE_ONE, "avx2"))
+    emulated = last_json(python(SCORE_ONE, "avx2", INTEL_AVX2))
+    assert emulated == native
+
