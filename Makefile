@@ -193,8 +193,8 @@ test-slurm: setup
 	OAR_TEST_SLURM=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm
 
 # `make test-cpu-kinds`: the pinned CPU kernels on CPUs of other kinds (an Intel with AVX2 only, an AMD),
-# emulated here by QEMU's user-mode emulator (tests/cpu_kinds, about 18 min on loaded cores). It installs qemu-user with apt
-# where it is missing (as root); where it cannot, it says so and skips.
+# emulated here by QEMU's user-mode emulator (tests/cpu_kinds, about 18 min on loaded cores). It installs
+# qemu-user with apt where it is missing (as root); where it cannot, it says so and skips.
 test-cpu-kinds: setup
 	@if ! command -v qemu-x86_64 >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

@@ -433,7 +433,6 @@ def test_symbolic_check_works_in_a_daemonic_pool_worker():
         assert pool.map(_match_in_worker, [(r"\sqrt{8}", r"2\sqrt{2}"), ("28", "27")]) == [True, False]
 
 
-
 def test_a_helper_starting_off_the_cpu_is_waited_for(tmp_path, monkeypatch):
     # A job at low priority on a loaded machine gets its CPU seconds late: the helper's start is limited in
     # CPU seconds, so wall-clock time spent off the CPU (here a sleep before Python starts) does not count.
@@ -462,6 +461,7 @@ def test_a_helper_that_dies_while_starting_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(symbolic_helper.sys, "executable", str(broken_python))
     with pytest.raises(RuntimeError, match="exited with code 3 while starting"):
         symbolic_helper._Helper()
+
 
 # --- grade: hand-labelled responses -------------------------------------------------------------------
 

@@ -94,4 +94,3 @@ def test_an_avx2_only_intel_cpu_gives_the_benchmarks_scores_bit_for_bit():
     native = last_json(python(SCORE_ONE, "avx2"))
     emulated = last_json(python(SCORE_ONE, "avx2", INTEL_AVX2))
     assert emulated == native
-
