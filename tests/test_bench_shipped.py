@@ -73,6 +73,15 @@ def test_the_trained_policy_is_checked_file_by_file(tmp_path, monkeypatch):
         response_set.trained_policy_dir("chain_f1")
 
 
+def test_each_trained_policy_has_its_card_with_the_indexed_hashes():
+    for policy in response_set.SPECS:
+        trained = response_set.index()[policy]["trained_policy"]
+        card = (response_set.DATA_DIR / trained["dir"] / "CARD.md").read_text()
+        assert card == response_set.trained_card_text(policy, trained), f"{policy}: regenerate with write_trained_card"
+        for file, sha256 in trained["files"].items():
+            assert f"| `{file}` |" in card and f"`{sha256}`" in card, (policy, file)
+
+
 def test_the_command_scores_an_entry_and_names_a_bad_one(tmp_path):
     run = [sys.executable, "-m", "oar.bench", "credit", "--problems", "2", "--out", str(tmp_path)]
     done = subprocess.run([*run, "--scorer", "truth"], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -346,6 +346,39 @@ def ship_trained(policy: str, model_dir: str | Path, made_from: str) -> Path:
     entry = index().get(policy)
     if entry is None:
         raise ResponseSetError(f"ship the response set of {policy} first")
-    _write_index(policy, {**entry, "trained_policy": {"dir": where.name, "made_from": made_from,
-                                                      "files": {f: sha256_file(where / f) for f in files}}})
+    trained = {"dir": where.name, "made_from": made_from, "files": {f: sha256_file(where / f) for f in files}}
+    _write_index(policy, {**entry, "trained_policy": trained})
+    write_trained_card(policy)
     return where
+
+
+def trained_card_text(policy: str, trained: dict[str, Any]) -> str:
+    """The card of the GRPO-trained ``policy`` shipped for PRIME: what it is, how it was made, its files'
+    sizes and sha256 (from the index, so card and check cannot disagree), its licence."""
+    from oar.models.ship import LICENCE
+
+    where = DATA_DIR / trained["dir"]
+    sizes = {f: (where / f).stat().st_size for f in trained["files"]}
+    rows = "\n".join(f"| `{f}` | {sizes[f]:,} | `{h}` |" for f, h in sorted(trained["files"].items()))
+    return (
+        f"# GRPO-trained `{policy}` (PRIME's reward model)\n\n"
+        "## What it is\n\n"
+        f"The frozen policy `{policy}` (`oar/models/frozen/{policy}`) after a GRPO run of the testbed. The token-credit "
+        "benchmark's `prime` entry scores a token by `beta log(pi_phi(y_t) / pi_ref(y_t))` with pi_phi this policy "
+        f"and pi_ref the frozen `{policy}`; nothing else uses it. It is not a better starting point: start RL from "
+        f"the frozen `{policy}`.\n\n"
+        f"## How it was made\n\n{trained['made_from']}.\n\n"
+        "## Files\n\n| file | bytes | sha256 |\n| --- | ---: | --- |\n" + rows + "\n\n"
+        f"Size in all: {sum(sizes.values()):,} bytes. The sha256 are those of `response_sets.json`; the benchmark "
+        "checks every file against them before it loads the policy and stops, naming the file, when one differs.\n\n"
+        f"## Licence\n\n{LICENCE}.\n")
+
+
+def write_trained_card(policy: str) -> Path:
+    """Write ``CARD.md`` beside the shipped GRPO-trained ``policy`` from its index entry."""
+    from oar.files import atomic_write_text
+
+    trained = index()[policy]["trained_policy"]
+    path = DATA_DIR / trained["dir"] / "CARD.md"
+    atomic_write_text(path, trained_card_text(policy, trained))
+    return path
