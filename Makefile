@@ -25,26 +25,29 @@ $(STAMP): pyproject.toml constraints.txt
 # keeps its own branch, or one without AVX2), cpu_kernels=none, said on the terminal: another draw.
 cpu_pin = $$($(BIN)/python -c 'import sys; from oar.cpu_kernels import override; print(override(sys.argv[1:]))' $(1))
 
+# Every workflow target resumes where a stopped run left off: the jobs a kill interrupted run again.
+SNAKEMAKE = $(BIN)/snakemake --cores 2 --rerun-incomplete
+
 run: setup
-	$(BIN)/snakemake --cores 2 all --config $(call cpu_pin,config/config.yaml)
+	$(SNAKEMAKE) all --config $(call cpu_pin,config/config.yaml)
 
 # The default plus its length sweep and ablations (config/ablations.yaml, merged over it); the main runs
 # already in results/ are reused.
 run-ablations: setup
-	$(BIN)/snakemake --cores 2 all --configfile config/config.yaml config/ablations.yaml \
+	$(SNAKEMAKE) all --configfile config/config.yaml config/ablations.yaml \
 	    --config $(call cpu_pin,config/config.yaml config/ablations.yaml)
 
 # The decisive run (config/decisive.yaml): two distractor levels, the truth gates beside GRPO, OAR-P,
 # OAR-G and entropy, ten paired seeds, in its own results folder.
 run-decisive: setup
-	$(BIN)/snakemake --cores 2 all --configfile config/decisive.yaml --config results=results-decisive \
+	$(SNAKEMAKE) all --configfile config/decisive.yaml --config results=results-decisive \
 	    $(call cpu_pin,config/decisive.yaml)
 
 # Its part without OAR-P (config/decisive-part.yaml): both levels, GRPO, the truth gates, OAR-G and entropy; the
 # tables that read it. Its runs are the full design's, so run-decisive reuses them.
 DECISIVE_PART_TABLES = $(foreach t,main_table paired_differences decisive gradient_share,results-decisive/tables/$(t).md)
 run-decisive-part: setup
-	$(BIN)/snakemake --cores 2 $(DECISIVE_PART_TABLES) --configfile config/decisive.yaml config/decisive-part.yaml \
+	$(SNAKEMAKE) $(DECISIVE_PART_TABLES) --configfile config/decisive.yaml config/decisive-part.yaml \
 	    --config results=results-decisive $(call cpu_pin,config/decisive.yaml config/decisive-part.yaml)
 
 # The upper-bound test (config/upper-bound.yaml over config/decisive.yaml): GRPO and the graded truth gate on
@@ -55,7 +58,7 @@ run-decisive-part: setup
 UPPER_BOUND_CONFIG = --configfile config/decisive.yaml config/upper-bound.yaml --config results=results-upper-bound \
 	$(call cpu_pin,config/decisive.yaml config/upper-bound.yaml)
 run-upper-bound: setup
-	$(BIN)/snakemake --cores 2 upper_bound --rerun-triggers mtime params input software-env $(UPPER_BOUND_CONFIG) \
+	$(SNAKEMAKE) upper_bound --rerun-triggers mtime params input software-env $(UPPER_BOUND_CONFIG) \
 	    $(if $(LOOK),'analysis={upper_bound: {through_look: $(LOOK)}}')
 
 # Its planned boundaries, power and time, from the declared design (no runs).
@@ -68,7 +71,7 @@ upper-bound-plan: setup
 CEILING_CONFIG = --configfile config/decisive.yaml config/ceiling.yaml --config results=results-ceiling \
 	$(call cpu_pin,config/decisive.yaml config/ceiling.yaml)
 run-ceiling: setup
-	$(BIN)/snakemake --cores 2 upper_bound --rerun-triggers mtime params input software-env $(CEILING_CONFIG) \
+	$(SNAKEMAKE) upper_bound --rerun-triggers mtime params input software-env $(CEILING_CONFIG) \
 	    $(if $(LOOK),'analysis={upper_bound: {through_look: $(LOOK)}}')
 
 ceiling-plan: setup
@@ -77,14 +80,14 @@ ceiling-plan: setup
 # The rescue with a placebo (config/rescue.yaml over config/decisive.yaml): OAR-G, its rescue and the placebo on
 # the shipped chain_d8, 30 fresh seeds, two declared contrasts (Holm), the declared overturn rule, the mediator.
 run-rescue: setup
-	$(BIN)/snakemake --cores 2 mechanism --rerun-triggers mtime params input software-env \
+	$(SNAKEMAKE) mechanism --rerun-triggers mtime params input software-env \
 	    --configfile config/decisive.yaml config/rescue.yaml --config results=results-rescue \
 	    $(call cpu_pin,config/decisive.yaml config/rescue.yaml)
 
 # Where OAR-P puts its weight during training on the shipped chain_d8 (config/oar-p-credit.yaml; exploratory,
 # three seeds): results-oar-p-credit/tables/step_credit.md.
 run-oar-p-credit: setup
-	$(BIN)/snakemake --cores 2 step_credit --rerun-triggers mtime params input software-env \
+	$(SNAKEMAKE) step_credit --rerun-triggers mtime params input software-env \
 	    --configfile config/decisive.yaml config/oar-p-credit.yaml --config results=results-oar-p-credit \
 	    $(call cpu_pin,config/decisive.yaml config/oar-p-credit.yaml)
 
@@ -92,7 +95,7 @@ run-oar-p-credit: setup
 # earlier-steps and whole truth gates on chain_d8, and OAR-G with its rescue, ten fresh seeds, the declared
 # contrasts and the mediator; the truth gate at five ratios of the last step's weight (the dose-response).
 run-mechanism: setup
-	$(BIN)/snakemake --cores 2 mechanism --configfile config/decisive.yaml config/mechanism.yaml \
+	$(SNAKEMAKE) mechanism --configfile config/decisive.yaml config/mechanism.yaml \
 	    --config results=results-mechanism $(call cpu_pin,config/decisive.yaml config/mechanism.yaml)
 
 # How the shipped chain_d8 policy is chosen (config/policy-selection.yaml over config/decisive.yaml): its
@@ -106,8 +109,8 @@ select-policy: setup
 # Every shipped policy's recipe pretrained again (models.<name>.frozen in config/config.yaml and
 # config/decisive.yaml), and whether this machine gives the shipped bits (results-rebuilt/models-rebuilt/).
 rebuild-policies: setup
-	$(BIN)/snakemake --cores 2 rebuild_policies --config results=results-rebuilt $(call cpu_pin,config/config.yaml)
-	$(BIN)/snakemake --cores 2 rebuild_policies --configfile config/decisive.yaml --config results=results-rebuilt \
+	$(SNAKEMAKE) rebuild_policies --config results=results-rebuilt $(call cpu_pin,config/config.yaml)
+	$(SNAKEMAKE) rebuild_policies --configfile config/decisive.yaml --config results=results-rebuilt \
 	    $(call cpu_pin,config/decisive.yaml)
 	@cat results-rebuilt/logs/rebuild_policy/*.log | grep "rebuilt"
 
@@ -123,7 +126,7 @@ bench-learning: setup
 
 # The SmolLM2-135M experiment (config/smollm2.yaml) in its own results folder.
 run-smollm2: setup
-	$(BIN)/snakemake --cores 2 all --configfile config/smollm2.yaml --config results=results-smollm2 \
+	$(SNAKEMAKE) all --configfile config/smollm2.yaml --config results=results-smollm2 \
 	    $(call cpu_pin,config/smollm2.yaml)
 
 explain: setup
