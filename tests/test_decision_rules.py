@@ -550,6 +550,37 @@ def test_a_continuing_test_states_its_power_at_the_measured_sd_and_its_condition
                                  "status": "not reached"}], _design()) is None
 
 
+def test_an_undecided_final_look_states_the_gains_the_design_could_have_decided():
+    """A null result is read beside its power: at the final look's SD, the design's power at the assumed
+    gain and the true gain at which that power is 0.80; a test that stopped, or goes on, has none."""
+    seeds = list(range(100, 160))
+    rng = np.random.default_rng(13)
+    diffs = rng.normal(0.0, 0.03, 60)
+    diffs = diffs - diffs.mean() + 0.011  # mean +1.1 points: the margin of +1.5 not excluded at 60 pairs
+    reading = upper_bound.read_upper_bound(_outcomes(list(diffs), seeds), _design(), seeds, 0.45)
+    assert reading["looks"][-1]["status"] == "final: gain of the margin not excluded"
+    final = reading["final_power"]
+    bounds = [r["boundary_z"] for r in reading["looks"]]
+    fractions = [1 / 3, 2 / 3, 1]
+    sd = reading["looks"][-1]["sd"]
+    assert final["sd"] == sd and final["pairs"] == 60
+    assert final["power_at_assumed"] == pytest.approx(sequential.power(bounds, fractions, 0.015 / sd * math.sqrt(60)))
+    gain = final["gain_at_target"]
+    assert 0.0 < gain < 0.015
+    assert sequential.power(bounds, fractions, (0.015 - gain) / sd * math.sqrt(60)) == pytest.approx(0.80, abs=1e-4)
+    _, md = upper_bound.upper_bound_table(reading, _design(), upper_bound.plan(_design()))
+    assert (f"The test ended undecided. At the SD measured at the final look ({100 * sd:.2f} points over 60 pairs)"
+            in md)
+    assert f"{final['power_at_assumed']:.2f} at a true gain of 0.0 points and 0.80 at a true gain of " \
+           f"{100 * gain:+.2f} points" in md
+    # stopped below the margin, or still going on: nothing to read a null beside
+    clear = list(rng.normal(-0.01, 0.01, 60))
+    assert upper_bound.read_upper_bound(_outcomes(clear, seeds), _design(), seeds, 0.45)["final_power"] is None
+    going = upper_bound.read_upper_bound(_outcomes(list(diffs[:40]), seeds[:40]), _design(), seeds, 0.45)
+    assert going["looks"][1]["status"] == "continue" and going["final_power"] is None
+    assert "ended undecided" not in upper_bound.upper_bound_table(going, _design())[1]
+
+
 def test_a_declared_futility_statement_says_at_its_look_whether_it_applies():
     """Non-binding futility at look 1: it applies when the conditional power at the measured gain is below
     the declared level; at another look it is not read; a look at or after the last is refused."""

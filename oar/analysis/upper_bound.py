@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 
 from oar.analysis.formatting import fmt_num, fmt_p, markdown_table
 from oar.analysis.labels import METHOD_NAMES
@@ -151,7 +151,9 @@ def read_upper_bound(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: S
     has run stops the reading, naming it. ``base_accuracy``: the untrained policy's accuracy (the
     derailment outcome's reference); ``curves`` (the training curves) is needed only by an exclusion rule.
     Returns ``pairs`` (per seed: both accuracies, the difference, excluded, derailed per arm), ``looks``
-    (:func:`oar.analysis.sequential.read_looks`) and ``derailment`` (per arm counts and the McNemar test)."""
+    (:func:`oar.analysis.sequential.read_looks`), ``derailment`` (per arm counts and the McNemar test),
+    ``outlook`` (:func:`outlook`: while it goes on) and ``final_power`` (:func:`final_power`: once it ended
+    undecided)."""
     model, arm, baseline = design["model"], design["arm"], design["baseline"]
     o = outcomes[outcomes["model"] == model]
     have = {(r["method"], int(r["seed"])): r for r in o.to_dict("records")}
@@ -188,7 +190,7 @@ def read_upper_bound(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: S
             if kept else [])
     return {"pairs": pairs, "looks": rows, "seeds_run": len(done), "seeds_declared": len(seeds),
             "derailment": derailment_outcome(pairs, arm, baseline), "base_accuracy": base_accuracy,
-            "outlook": outlook(rows, design)}
+            "outlook": outlook(rows, design), "final_power": final_power(rows, design)}
 
 
 def outlook(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -222,6 +224,33 @@ def outlook(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any]) -> di
     return {"look": last["look"], "pairs": last["pairs"], "sd": sd, "z": z, "assumed_gain": assumed,
             "power_at_sd": power(bounds, fractions, drift_for(margin - assumed, sd, total)),
             "conditional": conditional, "futile": futile}
+
+
+def final_power(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any], target: float = 0.80
+                ) -> dict[str, Any] | None:
+    """What a test that ended undecided could have decided: the whole design's power at the SD measured at
+    the final look, at the planning's assumed gain, and the true gain at which that power is ``target``
+    (below it, the design would likely have decided the gain is below the margin). A null result is read
+    beside these. Normal approximation on the looks' Z scale, as :func:`outlook`. None unless the final
+    look was read and did not stop the test."""
+    read = [r for r in looks if "mean" in r]
+    if not read or read[-1]["look"] != looks[-1]["look"] or read[-1]["rejects"] or not read[-1]["sd"] > 0:
+        return None
+    last = read[-1]
+    bounds = [r["boundary_z"] for r in looks]
+    fractions = [r["fraction"] for r in looks]
+    total = looks[-1]["pairs"]
+    margin, sd = float(design["margin"]), float(last["sd"])
+    assumed = float(design["planning"]["assumed_gain"])
+
+    def power_at(gain: float) -> float:
+        return power(bounds, fractions, drift_for(margin - gain, sd, total))
+
+    # power falls from 1 far below the margin to the final alpha spent at it: one crossing of the target
+    far = margin - 10 * sd / math.sqrt(total)
+    gain_at_target = float(optimize.brentq(lambda g: power_at(g) - target, far, margin, xtol=1e-6))
+    return {"pairs": last["pairs"], "sd": sd, "assumed_gain": assumed, "power_at_assumed": power_at(assumed),
+            "target": target, "gain_at_target": gain_at_target}
 
 
 def _futility_text(design: Mapping[str, Any], ahead: Mapping[str, Any]) -> str:
@@ -318,6 +347,15 @@ def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], pla
                      f"{cond['assumed']['power']:.2f} at a true gain of {100 * ahead['assumed_gain']:.1f} points and "
                      f"{cond['measured']['power']:.2f} at the gain measured so far "
                      f"({100 * cond['measured']['gain']:+.2f} points). " + _futility_text(design, ahead) + "\n")
+    final = reading.get("final_power")
+    if final:
+        frame_rows.append({"kind": "final_power", **final})
+        parts.append(f"\nThe test ended undecided. At the SD measured at the final look ({fmt_num(final['sd'], 2, 100.0)} "
+                     f"points over {final['pairs']} pairs) the whole design decides the gain is below the margin "
+                     f"with probability {final['power_at_assumed']:.2f} at a true gain of "
+                     f"{100 * final['assumed_gain']:.1f} points and {final['target']:.2f} at a true gain of "
+                     f"{100 * final['gain_at_target']:+.2f} points (normal approximation): a true gain up to about "
+                     "that would likely have been decided below the margin.\n")
     if planned:
         scen = "; ".join(f"SD {100 * s['sd']:.2f} points: power {s['power']:.2f}, expected {s['expected_pairs']:.0f} pairs"
                          for s in planned["scenarios"])
