@@ -193,6 +193,11 @@ def read_upper_bound(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: S
             "outlook": outlook(rows, design), "final_power": final_power(rows, design)}
 
 
+def _boundaries(looks: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float], int]:
+    """The design's Z boundaries, information fractions and final pairs, as its looks were read."""
+    return [r["boundary_z"] for r in looks], [r["fraction"] for r in looks], int(looks[-1]["pairs"])
+
+
 def outlook(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any]) -> dict[str, Any] | None:
     """Where a test that continues is heading, at the SD measured so far rather than the planned one:
     the whole design's power at that SD and the planning's assumed gain, and the conditional power (the
@@ -207,9 +212,7 @@ def outlook(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any]) -> di
         return None
     last = read[-1]
     k = last["look"] - 1
-    bounds = [r["boundary_z"] for r in looks]
-    fractions = [r["fraction"] for r in looks]
-    total = looks[-1]["pairs"]
+    bounds, fractions, total = _boundaries(looks)
     margin, sd = float(design["margin"]), float(last["sd"])
     z = -last["t"]  # the look's own t statistic, oriented so that crossing the boundary rejects
     assumed = float(design["planning"]["assumed_gain"])
@@ -237,9 +240,7 @@ def final_power(looks: Sequence[Mapping[str, Any]], design: Mapping[str, Any], t
     if not read or read[-1]["look"] != looks[-1]["look"] or read[-1]["rejects"] or not read[-1]["sd"] > 0:
         return None
     last = read[-1]
-    bounds = [r["boundary_z"] for r in looks]
-    fractions = [r["fraction"] for r in looks]
-    total = looks[-1]["pairs"]
+    bounds, fractions, total = _boundaries(looks)
     margin, sd = float(design["margin"]), float(last["sd"])
     assumed = float(design["planning"]["assumed_gain"])
 
