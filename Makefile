@@ -246,7 +246,7 @@ Try it
   rebuild-policies pretrain every shipped policy's recipe again and say whether this machine gives the shipped bits (a few minutes)
   run-ceiling      the ceiling test on the shipped chain_d8: GRPO and the graded truth gate, 46 fresh seeds read at 23 and 46 pairs (config/ceiling.yaml; LOOK=1 about 3.2 h on 2 cores, both about 6.4 h)
   ceiling-plan     print the ceiling test's boundaries, power and time from its declared design (no runs)
-  run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/rescue.yaml; about 9 h on 2 cores)
+  run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/rescue.yaml; about 6-9 h on 2 cores)
   run-oar-p-credit where OAR-P puts its weight in training on the shipped chain_d8, three seeds, exploratory (config/oar-p-credit.yaml; about 45 min on 2 cores)
   upper-bound-plan  print the upper-bound test's boundaries, power and time from its declared design (no runs)
   bench-credit     the token-credit benchmark's ground-truth track: SCORER="name or package.module:function" on POLICY (default chain_f1); no SCORER: the standard rows (docs/benchmark.md)
