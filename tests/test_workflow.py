@@ -214,7 +214,7 @@ def test_paper_dry_run_lists_the_expected_jobs(tmp_path):
         "all": 1,
     }
     assert dict(counts) == expected
-    # the numbers quoted in the README
+    # the paper plan's counts (135 training runs: docs/cost.md, docs/slurm.md)
     assert len(runs) == 135 and counts["evaluate"] == 685
 
 
