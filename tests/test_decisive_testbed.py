@@ -333,13 +333,10 @@ def _chain_rollout_weights(tokenizer, tmp_path):
     """Two chain responses to one prompt, padded as the trainer receives them, their probes as the trainer
     builds them (OARConfig's defaults), and ``weights(method, ratio=1.0)``: the trainer's own token weights
     of them for a method (``oar.final_step_ratio`` = ratio) on a one-layer policy."""
-    import contextlib
     from types import SimpleNamespace
 
-    from oar.method.names import scorer_of
     from oar.method.probes import probes_from_padded
-    from oar.method.scorer_registry import scorer_spec
-    from oar.training.grpo_trainer import OARConfig, OARTrainer, with_decisive_tokens
+    from oar.training.grpo_trainer import MethodSetup, OARConfig, OARTrainer, with_decisive_tokens
 
     model = build_model(PretrainSettings(layers=1, hidden=32), tokenizer).eval()
     texts = ["3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. 10 - 4 = 6. Therefore, the final answer is \\boxed{6}.",
@@ -356,13 +353,13 @@ def _chain_rollout_weights(tokenizer, tmp_path):
         args = OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", oar_method=method,
                          per_device_train_batch_size=2, num_generations=2, oar_substitute=".", seed=1,
                          oar_final_step_ratio=ratio)
-        trainer = SimpleNamespace(args=args, processing_class=tokenizer, model=model, state=SimpleNamespace(global_step=0),
-                                  accelerator=SimpleNamespace(unwrap_model=lambda m: m, process_index=0),
-                                  # what OARTrainer.__init__ builds once a run
-                                  _scorer=scorer_spec(scorer_of(method)), _scorer_config=args.oar_settings().scorer_config(),
-                                  _reference_model=None, _gathered_reference=contextlib.nullcontext,
-                                  _group_inputs=lambda rows: {})
-        return OARTrainer._token_weights(trainer, output)[0]
+        trainer = OARTrainer.__new__(OARTrainer)  # a trainer without TRL's set-up: what _token_weights reads
+        trainer.args, trainer.processing_class, trainer.model = args, tokenizer, model
+        trainer.state = SimpleNamespace(global_step=0)
+        trainer.accelerator = SimpleNamespace(unwrap_model=lambda m: m, process_index=0)
+        # what OARTrainer.__init__ builds once a run
+        trainer._setup, trainer._reference_model = MethodSetup.of(method, args.oar_settings()), None
+        return trainer._token_weights(output)[0]
 
     probes = [with_decisive_tokens(tokenizer, p) for p in probes_from_padded(
         tokenizer, output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"],

@@ -154,6 +154,15 @@ def model_script_parser(description: str | None, fallback: str) -> argparse.Argu
     return p
 
 
+def probe_options(args: argparse.Namespace) -> Any:
+    """The probe options (``oar.method.probes.ProbeOptions``) of :func:`model_script_parser`'s flags."""
+    from oar.method.probes import ProbeOptions  # here: the probes load torch, which --help must not wait for
+
+    return ProbeOptions(fallback_last_number=not args.no_fallback_last_number,
+                        own_conclusion=not args.appended_conclusion, substitute=args.substitute,
+                        answer_statement=not args.no_answer_statement)
+
+
 def run_cli(main: Any, namespace: Mapping[str, Any], flags: Sequence[str] = (),
             user_errors: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)) -> None:
     """Entry point of a script: ``main(argv)`` with argv from Snakemake's ``script:`` directive

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import model_script_parser, run_cli  # noqa: E402
+from _script_io import model_script_parser, probe_options, run_cli  # noqa: E402
 
 from oar.files import write_jsonl  # noqa: E402
 from oar.models.loading import load_model  # noqa: E402
@@ -55,7 +55,6 @@ def main(argv=None):
     from oar.data.records import read_records
     from oar.evaluation.generation import eos_token_ids
     from oar.grading.grader import grade
-    from oar.method.probes import build_probes
     from oar.prompting import build_prompt, encode_prompts
     from oar.sdpa_kernels import without_cudnn_attention
 
@@ -93,9 +92,7 @@ def main(argv=None):
         print(f"generated {len(responses)}/{len(problems)} responses", flush=True)
 
     statement = not args.no_answer_statement
-    probes = build_probes(tokenizer, prompt_ids, responses, fallback_last_number=fallback,
-                          own_conclusion=not args.appended_conclusion, substitute=args.substitute,
-                          answer_statement=statement)
+    probes = probe_options(args).build(tokenizer, prompt_ids, responses)
     rows, dropped = [], 0
     for i, (problem, probe, done) in enumerate(zip(problems, probes, finished)):
         text = tokenizer.decode(probe.response_ids, skip_special_tokens=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import model_script_parser, run_cli  # noqa: E402
+from _script_io import model_script_parser, probe_options, run_cli  # noqa: E402
 
 from oar.files import read_jsonl, write_jsonl  # noqa: E402
 from oar.models.loading import load_model  # noqa: E402
@@ -48,15 +48,12 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     from oar.analysis.oracle import causal_tokens
-    from oar.method.probes import build_probes
 
     started = time.perf_counter()
     fallback = not args.no_fallback_last_number
     rows = read_jsonl(args.responses)
     model, tokenizer = load_model(args.model, dtype="float32", device="auto", threads=args.threads)
-    probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
-                          fallback_last_number=fallback, own_conclusion=not args.appended_conclusion,
-                          substitute=args.substitute, answer_statement=not args.no_answer_statement)
+    probes = probe_options(args).build(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows])
     out = []
     for n, (row, probe) in enumerate(zip(rows, probes), start=1):
         if probe.reasoning_len != row["reasoning_len"]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import model_script_parser, run_cli  # noqa: E402
+from _script_io import model_script_parser, probe_options, run_cli  # noqa: E402
 
 from oar.files import read_jsonl, write_jsonl  # noqa: E402
 from oar.models.loading import load_model  # noqa: E402
@@ -50,14 +50,10 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     from oar.method.importance import score
-    from oar.method.probes import build_probes
 
     rows = read_jsonl(args.responses)
     model, tokenizer = load_model(args.model, dtype="float32", device="auto", threads=args.threads)
-    probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
-                          fallback_last_number=not args.no_fallback_last_number,
-                          own_conclusion=not args.appended_conclusion, substitute=args.substitute,
-                          answer_statement=not args.no_answer_statement)
+    probes = probe_options(args).build(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows])
     config = ScorerConfig.of(vars(args))
     out = []
     total = 0.0

@@ -4,8 +4,7 @@ Shell::
 
     python workflow_scripts/train.py --settings run.yaml --out-dir results/runs/oar_p-tau0.4-beta2.0-as_mean-seed0
 
-Snakemake (``script:``): ``params.settings`` is the run's settings dict; named inputs ``model`` and
-``train_file`` override the settings' paths; named output ``done`` (its folder is the run folder).
+The workflow runs the same command (``shell:``, rules/common.smk) with the run's settings.yaml.
 
 Writes ``model/``, ``metrics.jsonl``, ``run.yaml``, ``weights_delta.json`` (how far the weights moved
 from the base model's: zero means the run trained nothing) and, last, ``done``. Rerunning after a kill resumes
@@ -23,17 +22,20 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import provenance, redirect_to_log, script_parser  # noqa: E402
+from _script_io import provenance, script_parser  # noqa: E402
 
 from oar.files import atomic_write_text  # noqa: E402
 
 
 def main(settings: dict, out_dir: Path) -> None:
     # Imported here, not at the top, so that --help answers without loading torch and TRL.
-    from oar.training.run import is_main_process, require_vllm, train_run, weights_delta
-    from oar.training.settings import resolve_settings
+    from dataclasses import asdict
 
-    resolved = resolve_settings(settings)
+    from oar.training.run import is_main_process, require_vllm, train_run, weights_delta
+    from oar.training.settings import RunSettings
+
+    run_settings = RunSettings.of(settings)  # resolved once: train_run takes them as they are
+    resolved = asdict(run_settings)
     require_vllm(resolved)  # before anything is written or loaded
     out_dir.mkdir(parents=True, exist_ok=True)
     done = out_dir / "done"
@@ -44,7 +46,7 @@ def main(settings: dict, out_dir: Path) -> None:
         record = provenance(resolved, inputs={"train_file": resolved["train_file"]}, seed=resolved["seed"])
         run = {"settings": resolved, "provenance": record}
         atomic_write_text(out_dir / "run.yaml", yaml.safe_dump(run, sort_keys=False))
-    model = train_run(resolved, out_dir)
+    model = train_run(run_settings, out_dir)
     if main_process:
         # Evidence that the run trained: how far its weights moved from the base model's.
         delta = weights_delta(resolved["model"], model)
@@ -65,13 +67,5 @@ def cli(argv: list[str] | None = None) -> None:
     main(settings, args.out_dir)
 
 
-if "snakemake" in globals():
-    smk = globals()["snakemake"]
-    redirect_to_log(smk)
-    run_settings = dict(smk.params.settings)
-    for key in ("model", "train_file"):
-        if key in smk.input.keys():
-            run_settings[key] = str(getattr(smk.input, key))
-    main(run_settings, Path(smk.output.done).parent)
-elif __name__ == "__main__":
+if __name__ == "__main__":
     cli()

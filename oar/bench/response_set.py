@@ -127,12 +127,10 @@ class ResponseSet:
         """Every row's probe as training builds it (the spec's probe settings), with the parsed positions
         attached; stops where the probe's reasoning is not the one the file records (a tokenizer or probe
         code other than the set's: a new benchmark version)."""
-        from oar.method.probes import build_probes
+        from oar.method.probes import ProbeOptions
 
-        s = self.spec
-        probes = build_probes(tokenizer, [r["prompt_ids"] for r in self.rows], [r["response_ids"] for r in self.rows],
-                              fallback_last_number=s.fallback_last_number, own_conclusion=s.own_conclusion,
-                              substitute=s.substitute, answer_statement=s.answer_statement)
+        probes = ProbeOptions.of(self.spec).build(tokenizer, [r["prompt_ids"] for r in self.rows],
+                                                  [r["response_ids"] for r in self.rows])
         out = []
         for row, probe in zip(self.rows, probes):
             if probe.reasoning_len != row["reasoning_len"]:
@@ -211,7 +209,7 @@ def sample(spec: ResponseSetSpec, model_dir: str | Path, threads: int = 1, log=p
     from oar.data.catalogue import DATASETS, chain_rows
     from oar.evaluation.generation import eos_token_ids
     from oar.grading.grader import grade
-    from oar.method.probes import build_probes
+    from oar.method.probes import ProbeOptions
     from oar.models.loading import load_model
     from oar.prompting import build_prompt, encode_prompts
     from oar.sdpa_kernels import without_cudnn_attention
@@ -240,9 +238,8 @@ def sample(spec: ResponseSetSpec, model_dir: str | Path, threads: int = 1, log=p
             stop = next((k for k, t in enumerate(seq) if t in set(eos)), None)
             responses[i, j] = (seq if stop is None else seq[:stop], stop is not None)
         log(f"sampled {len(responses)}/{len(jobs)} responses")
-    probes = build_probes(tokenizer, [prompt_ids[i] for i, _ in jobs], [responses[job][0] for job in jobs],
-                          fallback_last_number=spec.fallback_last_number, own_conclusion=spec.own_conclusion,
-                          substitute=spec.substitute, answer_statement=spec.answer_statement)
+    probes = ProbeOptions.of(spec).build(tokenizer, [prompt_ids[i] for i, _ in jobs],
+                                         [responses[job][0] for job in jobs])
     rows = []
     for (i, j), probe in zip(jobs, probes):
         text = tokenizer.decode(probe.response_ids, skip_special_tokens=True)

@@ -28,8 +28,9 @@ from oar.experiment.config_error import ConfigError
 from oar.experiment.job_options import JobOptions
 from oar.experiment.job_resources import JobResources
 from oar.files import atomic_write_text
-from oar.method.names import DOSES, TRUTH_GATES, is_gated, run_name, uses_probe
+from oar.method.names import TRUTH_GATES, is_gated, run_name, uses_probe
 from oar.method.scorer_config import SCORER_SETTINGS, ScorerConfig
+from oar.method.weight_transforms import reading
 from oar.training.settings import OARSettings, written_at_default
 
 OAR_DEFAULTS = {name: getattr(OARSettings, name) for name in OARSettings.__dataclass_fields__}
@@ -237,10 +238,11 @@ class Registry:
         when not given), None for every other method. A dose of the truth gate at ratio 1 is the truth
         gate: its decisive tokens already share one weight, which oar.method.interventions.set_to_ratio
         returns unchanged, so that level is the truth gate's run."""
-        if method not in DOSES:
+        doses = reading("final_step_ratio")  # the interventions that take a ratio -> the scorer each doses
+        if method not in doses:
             return method, None
         ratio = float(self.oar_settings(model)["final_step_ratio"] if ratio is None else ratio)
-        if ratio == 1.0 and DOSES[method] == "truth":
+        if ratio == 1.0 and doses[method] == "truth":
             return "truth", None
         return method, ratio
 

@@ -29,7 +29,7 @@ from oar.method.attention_kernels import scoring_attention
 from oar.method.probes import Probe, resolve_probe_kind
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scorer_contract import ScoringBatch, check_inputs, checked_scores, eager_attention
-from oar.method.scorer_registry import scorer_spec
+from oar.method.scorer_registry import ScorerSpec, scorer_spec
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Scores:
 
 
 def score(
-    method: str,
+    method: str | ScorerSpec,
     model,
     probes: Sequence[Probe],
     config: ScorerConfig = ScorerConfig(),
@@ -64,7 +64,8 @@ def score(
     reference_model=None,
 ) -> Scores:
     """Importance scores of every reasoning token of every probe, by the scorer ``method`` (a registered
-    name or an import path, ``oar.method.scorer_registry``).
+    name or an import path, ``oar.method.scorer_registry``, or the spec either resolves to: the trainer
+    resolves its scorer once a run).
 
     ``active`` [B] marks the rows that need scores (the trainer passes A_i != 0); inactive rows get
     zeros, which the gate turns into weights of 1; for a scorer that reads groups, every row of a group
@@ -74,7 +75,7 @@ def score(
     that declares it reads them. The model is put in eval mode for scoring and restored after. A scorer
     whose output breaks the contract stops with a ``ScorerError`` naming it.
     """
-    spec = scorer_spec(method)
+    spec = method if isinstance(method, ScorerSpec) else scorer_spec(method)
     n = len(probes)
     width = width if width is not None else max((len(p.response_ids) for p in probes), default=0)
     if any(len(p.response_ids) > width for p in probes):
@@ -84,7 +85,7 @@ def score(
         raise ValueError(f"active must have shape [{n}], got {tuple(active_rows.shape)}")
     if spec.reads("groups"):
         if groups is None or len(groups) != n:
-            raise ValueError(f"scorer {method!r} reads groups: give one group per probe ({n})")
+            raise ValueError(f"scorer {spec.name!r} reads groups: give one group per probe ({n})")
         wanted = {g for g, a in zip(groups, active_rows.tolist()) if a}
         active_rows = torch.tensor([g in wanted for g in groups], dtype=torch.bool)
 

@@ -148,3 +148,26 @@ def set_to_ratio(weights: Tensor, reasoning_mask: Tensor, targets: Sequence[Sequ
     changed = applies & (torch.where(target, work != dosed[:, None], False)).any(dim=1)
     out = torch.where(target & changed[:, None], dosed[:, None], work)
     return _keep_mass(work, out, mask, changed).to(weights.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The registered transforms (oar.method.weight_transforms): each of one signature,
+# (weights, reasoning_mask, probes, settings) -> weights, the probes carrying the parsed positions.
+# ----------------------------------------------------------------------------------------------------
+
+
+def rescue_final_step(weights: Tensor, reasoning_mask: Tensor, probes: Sequence, settings: object) -> Tensor:
+    """The mechanism's rescue: the last step's decisive tokens held to the rest's mean (:func:`hold_to_rest`)."""
+    return hold_to_rest(weights, reasoning_mask, [p.final_step for p in probes])
+
+
+def placebo_final_step(weights: Tensor, reasoning_mask: Tensor, probes: Sequence, settings: object) -> Tensor:
+    """The rescue's placebo: as many other top-weighted tokens held (:func:`hold_top_outside`)."""
+    return hold_top_outside(weights, reasoning_mask, [p.final_step for p in probes])
+
+
+def dose_final_step(weights: Tensor, reasoning_mask: Tensor, probes: Sequence, settings: object) -> Tensor:
+    """The mechanism's dose: the last step's decisive tokens at ``settings.final_step_ratio`` times the earlier
+    steps' decisive tokens' mean weight (:func:`set_to_ratio`)."""
+    return set_to_ratio(weights, reasoning_mask, [p.final_step for p in probes],
+                        [set(p.decisive) - set(p.final_step) for p in probes], settings.final_step_ratio)

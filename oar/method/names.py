@@ -2,29 +2,33 @@
 
 A method is GRPO (``grpo``), a scorer through the bi-level gate (a name registered in
 ``oar.method.scorer_registry``, the one list of scorers, or an import path ``package.module:function`` of a
-user's scorer), or an intervention on a built-in scorer's gated weights (below). The tuples of scorer names
+user's scorer), or an intervention on a registered scorer's gated weights (a name registered in
+``oar.method.weight_transforms``, the one list of interventions). The tuples of scorer names
 here are read off the registry's built-ins by what each declares it reads; the functions at the end answer
 for any method, a user's scorer included. The config schema's enums are made from these
 (``oar.experiment.config_schema``).
 """
 
 from oar.method import scorer_registry as _registry
+from oar.method import weight_transforms as _transforms
 
 BASELINE = "grpo"  # GRPO's uniform token advantages: no scorer, no gate
+_registry.reserve_name(BASELINE, "GRPO, the method without a scorer (oar.method.names.BASELINE)")
 
-# Mechanism rescues: a scorer's gated weights with the last step's parsed decisive tokens held to the mean
-# weight of the rest of the reasoning (oar.method.interventions); method -> the scorer it rescues.
-RESCUES = {"oar_g_rescue": "oar_g"}
+# The built-in interventions (oar.method.weight_transforms, the one list of them), by kind; each maps the
+# method to the scorer whose gated weights it changes.
+# Mechanism rescues: the last step's parsed decisive tokens held to the mean weight of the rest of the
+# reasoning (oar.method.interventions.hold_to_rest).
+RESCUES = _transforms.of_kind("rescue")
 # Their placebos: as many of the scorer's highest-weighted reasoning tokens outside the last step's decisive
-# tokens held to the rest's mean weight, the mass kept (oar.method.interventions.hold_top_outside); method ->
-# the scorer it changes.
-PLACEBOS = {"oar_g_placebo": "oar_g"}
-# Mechanism doses: a scorer's gated weights with the last step's parsed decisive tokens set to
-# oar.final_step_ratio times the mean weight of the earlier steps' (oar.method.interventions); method ->
-# the scorer it doses. The truth gate gives every decisive token one weight, so its dose at ratio 1 is
-# the truth gate itself (the run registry plans that level as the truth gate's run).
-DOSES = {"truth_dose": "truth"}
-INTERVENED = {**RESCUES, **PLACEBOS, **DOSES}  # methods that change a scorer's gated weights -> that scorer
+# tokens held to the rest's mean weight, the mass kept (oar.method.interventions.hold_top_outside).
+PLACEBOS = _transforms.of_kind("placebo")
+# Mechanism doses: the last step's parsed decisive tokens set to oar.final_step_ratio times the mean weight
+# of the earlier steps' (oar.method.interventions.set_to_ratio). The truth gate gives every decisive token
+# one weight, so its dose at ratio 1 is the truth gate itself (the run registry plans that level as the
+# truth gate's run).
+DOSES = _transforms.of_kind("dose")
+INTERVENED = _transforms.registered_transforms()  # the built-in interventions -> the scorer each changes
 
 # The built-in scorers (the registry's, in its order), grouped by what each declares it reads.
 SCORER_NAMES = _registry.BUILTIN_SCORERS
@@ -52,7 +56,7 @@ GRAD_PROMPTS = ("cached", "inline")
 def check_method(method: object) -> None:
     """Raise ValueError naming ``method`` unless it is one: GRPO, an intervention, or a scorer (registered,
     or an import path, which is imported here)."""
-    if method == BASELINE or method in INTERVENED:
+    if method == BASELINE or _transforms.transform_spec(method) is not None:
         return
     if not isinstance(method, str):
         raise ValueError(f"unknown method {method!r}: a method is named by a string")
@@ -60,7 +64,7 @@ def check_method(method: object) -> None:
         _registry.scorer_spec(method)
     except _registry.ScorerError as error:
         raise ValueError(f"unknown method {method!r}: neither {BASELINE!r}, an intervention "
-                         f"({', '.join(INTERVENED)}), nor a scorer ({error})") from None
+                         f"({', '.join(_transforms.registered_transforms())}), nor a scorer ({error})") from None
 
 
 def is_method(method: object) -> bool:
@@ -74,7 +78,8 @@ def is_method(method: object) -> bool:
 def scorer_of(method: str) -> str | None:
     """The scorer whose scores a method gates (None for GRPO)."""
     check_method(method)
-    return None if method == BASELINE else INTERVENED.get(method, method)
+    transform = _transforms.transform_spec(method)
+    return None if method == BASELINE else transform.scorer if transform is not None else method
 
 
 def is_gated(method: str) -> bool:
@@ -94,8 +99,9 @@ def uses_probe(method: str) -> bool:
 
 def reads_parsed_steps(method: str) -> bool:
     """Whether training attaches the chain task's parsed positions for a method: its scorer reads them, or it
-    is an intervention on the last step's decisive tokens."""
-    return method in INTERVENED or _reads(method, "parsed_steps")
+    is an intervention that reads them (``oar.method.weight_transforms``)."""
+    transform = _transforms.transform_spec(method)
+    return (transform is not None and transform.reads_parsed_steps) or _reads(method, "parsed_steps")
 
 
 def run_name(method: str) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -284,6 +285,33 @@ def probes_from_padded(
     responses = [row[mask.bool()].tolist() for row, mask in zip(completion_ids, completion_mask)]
     return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text, own_conclusion, substitute,
                         answer_statement=answer_statement)
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How a response is read into its probe, in one place: the options of :func:`build_probes` that a
+    run's ``oar`` block (``oar.training.settings.OARSettings``), a response set's spec and the held-out
+    scripts' flags all set (the defaults are :func:`build_probes`')."""
+
+    fallback_last_number: bool = True
+    own_conclusion: bool = False
+    substitute: str = "pad"
+    answer_statement: bool = True
+
+    @classmethod
+    def of(cls, settings: Any) -> ProbeOptions:
+        """The probe options among ``settings``' attributes (an ``OARSettings``, a response set's spec)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+
+    def build(self, tokenizer, prompt_ids: Sequence[Sequence[int]],
+              response_ids: Sequence[Sequence[int]]) -> list[Probe]:
+        """:func:`build_probes` under these options."""
+        return build_probes(tokenizer, prompt_ids, response_ids, **asdict(self))
+
+    def from_padded(self, tokenizer, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                    completion_mask: Tensor) -> list[Probe]:
+        """:func:`probes_from_padded` under these options."""
+        return probes_from_padded(tokenizer, prompt_ids, prompt_mask, completion_ids, completion_mask, **asdict(self))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ registration's needs.
 
 Names: a registered name is lower-case letters, digits and underscores, starting with a letter; a second
 registration of a name is an error, as is a name the methods already use (``grpo``, the interventions of
-``oar.method.names``).
+``oar.method.weight_transforms``), which those modules reserve here (:func:`reserve_name`).
 """
 
 from __future__ import annotations
@@ -86,10 +86,20 @@ _REGISTRY: dict[str, ScorerSpec] = {}
 _BY_FUNCTION: dict[int, ScorerSpec] = {}  # id(function) -> its registration (import paths find theirs)
 
 
-def _reserved() -> set[str]:
-    from oar.method.names import BASELINE, INTERVENED
+_RESERVED: dict[str, str] = {}  # names the methods take that are no scorer -> what takes each
 
-    return {BASELINE, *INTERVENED}
+
+def reserve_name(name: str, holder: str) -> None:
+    """Keep ``name`` from any scorer: a method that is no scorer takes it (``oar.method.names``' GRPO, the
+    interventions of ``oar.method.weight_transforms``, which call this); ``holder`` says which."""
+    if name in _REGISTRY:
+        raise ScorerError(f"{holder} cannot take the name {name!r}: a scorer is registered under it")
+    _RESERVED[name] = holder
+
+
+def release_name(name: str) -> None:
+    """Give a reserved name back (an intervention unregistered)."""
+    _RESERVED.pop(name, None)
 
 
 def _check_signature(name: str, function: Any) -> None:
@@ -136,8 +146,8 @@ def register_scorer(name: str, function: Callable[..., Any] | str | None = None,
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ScorerError(f"scorer name {name!r} must be lower-case letters, digits and underscores, starting with "
                           "a letter")
-    if name in _reserved():
-        raise ScorerError(f"scorer name {name!r} is taken by a method of oar.method.names")
+    if name in _RESERVED:
+        raise ScorerError(f"scorer name {name!r} is taken by a method: {_RESERVED[name]}")
     return _add(name, function, needs, description)
 
 
@@ -239,5 +249,5 @@ for _name, _needs, _description in (
     ("prime", ("model", "reference_model"), "|PRIME's implicit reward|: beta |log pi_reference / pi| of the token"),
     ("answer_attention", ("model", "probe", "attentions"), "the answer span's attention to the token"),
 ):
-    _add(_name, f"{_BUILTIN}:{_name}", _needs, _description)  # names known good; oar.method.names not imported
+    _add(_name, f"{_BUILTIN}:{_name}", _needs, _description)  # names known good, none reserved
 BUILTIN_SCORERS = registered_names()

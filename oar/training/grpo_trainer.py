@@ -25,13 +25,14 @@ from trl import GRPOConfig, GRPOTrainer
 
 from oar.data import chains
 from oar.grading.grader import grade
-from oar.method.gate import gate
-from oar.method.importance import score
+from oar.method.gate import gate, token_advantages
+from oar.method.importance import Scores, score
 from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
-from oar.method.interventions import hold_to_rest, hold_top_outside, set_to_ratio
-from oar.method.names import BASELINE, DOSES, PLACEBOS, RESCUES, reads_parsed_steps, scorer_of
-from oar.method.probes import Probe, probes_from_padded, token_char_spans
-from oar.method.scorer_registry import scorer_spec
+from oar.method.names import BASELINE, reads_parsed_steps, scorer_of
+from oar.method.probes import Probe, ProbeOptions, token_char_spans
+from oar.method.scorer_config import ScorerConfig
+from oar.method.scorer_registry import ScorerSpec, scorer_spec
+from oar.method.weight_transforms import WeightTransform, transform_spec
 from oar.sdpa_kernels import without_cudnn_attention
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory
@@ -123,6 +124,82 @@ def scoring_seed(seed: int, step: int, process_index: int) -> int:
     return seed * 1_000_003 + step + process_index * (1 << 20)
 
 
+@dataclass(frozen=True)
+class MethodSetup:
+    """What a run's method resolves to, once a run (what changes per step travels with each call).
+
+    ``settings`` is the run's ``oar`` block, ``scorer`` the spec of the scorer whose scores the method
+    gates (None for GRPO), ``transform`` the intervention that changes the gated weights (None for a
+    plain scorer), ``probe_options`` how the responses are read into probes and ``parsed_steps`` whether
+    the probes carry the chain task's parsed positions (the method reads them, or step credit is logged)."""
+
+    method: str
+    settings: OARSettings
+    scorer: ScorerSpec | None
+    scorer_config: ScorerConfig
+    transform: WeightTransform | None
+    probe_options: ProbeOptions
+    parsed_steps: bool
+
+    @classmethod
+    def of(cls, method: str, settings: OARSettings) -> MethodSetup:
+        scorer = scorer_of(method)
+        return cls(method=method, settings=settings, scorer=scorer_spec(scorer) if scorer is not None else None,
+                   scorer_config=settings.scorer_config(), transform=transform_spec(method),
+                   probe_options=ProbeOptions.of(settings),
+                   parsed_steps=reads_parsed_steps(method) or settings.log_step_credit)
+
+    @property
+    def gated(self) -> bool:
+        """Whether the method's weights come from the gate (every method but GRPO)."""
+        return self.scorer is not None
+
+    @property
+    def needs_probes(self) -> bool:
+        return self.gated or self.settings.log_step_credit
+
+
+def gated_weights(scores: Scores, probes: list[Probe], setup: MethodSetup) -> torch.Tensor:
+    """The bi-level gate's weights [B, T] of one call's scores, changed by the method's intervention where it
+    has one (``oar.method.weight_transforms``): the trainer's path from scores to weights."""
+    settings = setup.settings
+    weights = gate(scores.scores, scores.reasoning_mask, settings.tau, settings.beta, settings.floor)
+    if setup.transform is not None:
+        weights = setup.transform.transform(weights, scores.reasoning_mask, probes, settings)
+    return weights
+
+
+def scoring_counts(scores: Scores | None) -> dict[str, float]:
+    """This rank's rows scored, fallen back to LT-Logits (no answer span) and with a non-finite score."""
+    if scores is None:  # GRPO scores nothing
+        return {"scored": 0.0, "no_answer": 0.0, "nonfinite": 0.0}
+    return {"scored": scores.scored.sum().item(), "no_answer": scores.lt_fallback.sum().item(),
+            "nonfinite": scores.nonfinite.sum().item()}
+
+
+def credit_counts(weights: torch.Tensor, advantages: torch.Tensor, completion_mask: torch.Tensor,
+                  probes: list[Probe] | None, top_fraction: float, log_step_credit: bool) -> dict[str, float]:
+    """Sums of this rank's credit statistics with the number of rows each was summed over.
+
+    ESS and top mass are means over the responses with A != 0 (method.md section 8): undefined without
+    one. With ``log_step_credit``, each parsed step's share of the weight (the mechanism's mediator), over
+    the same responses (the ones the update moves)."""
+    active = advantages != 0
+    counts = {}
+    for name, values in (("ess", ess_ratio(weights, completion_mask)),
+                         ("top_mass", top_mass(token_advantages(weights, advantages), completion_mask,
+                                               top_fraction))):
+        kept = values[active]
+        kept = kept[~torch.isnan(kept)]
+        counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
+    if log_step_credit:
+        shares = step_credit_shares(weights, probes)[active.cpu()]
+        for column, name in enumerate(STEP_CREDIT):
+            kept = shares[:, column][~torch.isnan(shares[:, column])]
+            counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
+    return counts
+
+
 class OARTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages are reshaped per token by an importance scorer.
 
@@ -138,19 +215,16 @@ class OARTrainer(GRPOTrainer):
         self._memory = PeakMemory()
         # vLLM's CPU backend cannot take TRL's per-tensor weight sync; see oar.training.vllm_cpu for why and the fix.
         install_cpu_weight_sync(self)
-        # The scorer and its settings, once per run (what changes per step travels with each call).
-        settings = self.args.oar_settings()
-        self._scorer_config = settings.scorer_config()
-        scorer = scorer_of(self.args.oar_method)
-        self._scorer = scorer_spec(scorer) if scorer is not None else None
+        # The method, its scorer, intervention and settings, once per run (MethodSetup).
+        self._setup = MethodSetup.of(self.args.oar_method, self.args.oar_settings())
         self._reference_model = reference_model
         self._rewards = None  # this generation batch's rewards, every process's rows (_calculate_rewards)
-        if self._scorer is not None:
+        if self._setup.gated:
             self._check_scorer_inputs()
 
     def _check_scorer_inputs(self) -> None:
         """Stop before training where the scorer reads what this trainer cannot give it."""
-        spec, args = self._scorer, self.args
+        spec, args = self._setup.scorer, self.args
         if spec.reads("groups") and args.per_device_train_batch_size % self.num_generations:
             raise ValueError(f"scorer {spec.name!r} reads each response's group: per_device_train_batch_size "
                              f"({args.per_device_train_batch_size}) must be a multiple of num_generations "
@@ -184,7 +258,7 @@ class OARTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self._scorer is not None and self._scorer.reads("groups"):
+        if self._setup.gated and self._setup.scorer.reads("groups"):
             # what GRPO's advantages are computed from: the weighted sum over reward functions, every process's rows
             weights = self.reward_weights.to(rewards_per_func.device)
             self._rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
@@ -238,7 +312,7 @@ class OARTrainer(GRPOTrainer):
         if weights is None:
             return output
         # A new dict: the buffered generation batch is reused across iterations and must stay as built.
-        return {**output, "advantages": output["advantages"][:, None] * weights}
+        return {**output, "advantages": token_advantages(weights, output["advantages"])}
 
     def _log_step_statistics(self, counts: dict[str, float], generate_s: float, score_s: float, peak_mb: float,
                              score_peak_mb: float) -> None:
@@ -281,7 +355,7 @@ class OARTrainer(GRPOTrainer):
     def _group_inputs(self, rows: int) -> dict:
         """Each of this process's rows' group (its prompt, numbered over every process) and reward, for a
         scorer that reads them; nothing for the others."""
-        if not self._scorer.reads("groups"):
+        if not self._setup.scorer.reads("groups"):
             return {}
         first = self.accelerator.process_index * rows
         rewards = self._rewards[first: first + rows].tolist() if self._rewards is not None else None
@@ -290,73 +364,43 @@ class OARTrainer(GRPOTrainer):
     def _token_weights(self, output) -> tuple[torch.Tensor | None, dict[str, float]]:
         """Weights [B, T] (None for GRPO) and this rank's credit counts: sums over its rows, with the
         number of rows each was summed over (``oar.training.rank_metrics`` adds them over ranks)."""
-        args = self.args
+        setup = self._setup
         advantages = output["advantages"]
         completion_mask = output["completion_mask"].bool()
         active = advantages != 0
-        counts = {"rows": float(len(advantages)), "active": active.sum().item()}
-
-        probes = None
-        if args.oar_method != "grpo" or args.oar_log_step_credit:
-            probes = probes_from_padded(
-                self.processing_class,
-                output["prompt_ids"],
-                output["prompt_mask"],
-                output["completion_ids"],
-                completion_mask,
-                fallback_last_number=args.oar_fallback_last_number,
-                own_conclusion=args.oar_own_conclusion,
-                substitute=args.oar_substitute,
-                answer_statement=args.oar_answer_statement,
-            )
-            if reads_parsed_steps(args.oar_method) or args.oar_log_step_credit:
-                probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
-        if args.oar_method == "grpo":
-            weights = completion_mask.float()
-            counts |= {"scored": 0.0, "no_answer": 0.0, "nonfinite": 0.0}
-        else:
-            step = self.state.global_step
-            # keep_fp32_wrapper (the default) keeps accelerate's autocast around the forward: scoring runs in
-            # the training forward's precision (bf16 on a GPU with mixed precision), as memory_plan counts it
-            model = self.accelerator.unwrap_model(self.model)
-            needs_scores = torch.ones_like(active) if args.oar_score_all else active
-            # Under FSDP2 the ranks run different numbers of scoring passes: see oar.training.collective.
-            with gathered_for_scoring(model), self._gathered_reference():
-                scores = score(self._scorer.name, model, probes, self._scorer_config, active=needs_scores.cpu(),
-                               width=completion_mask.shape[1],
-                               probe="lt_logits" if step < args.oar_warmup_steps else None,
-                               seed=scoring_seed(args.seed, step, self.accelerator.process_index),
-                               **self._group_inputs(len(advantages)),
-                               reference_model=self._reference_model)
-            weights = gate(scores.scores, scores.reasoning_mask, args.oar_tau, args.oar_beta, args.oar_floor)
-            if args.oar_method in RESCUES:  # the mechanism's rescue: the last step's decisive tokens held
-                weights = hold_to_rest(weights, scores.reasoning_mask, [p.final_step for p in probes])
-            elif args.oar_method in PLACEBOS:  # the rescue's placebo: as many other top-weighted tokens held
-                weights = hold_top_outside(weights, scores.reasoning_mask, [p.final_step for p in probes])
-            elif args.oar_method in DOSES:  # the mechanism's dose: the last step's decisive tokens at a ratio
-                weights = set_to_ratio(weights, scores.reasoning_mask, [p.final_step for p in probes],
-                                       [set(p.decisive) - set(p.final_step) for p in probes],
-                                       args.oar_final_step_ratio)
-            weights = weights.to(advantages.device) * completion_mask  # padding weight 0
-            counts |= {
-                "scored": scores.scored.sum().item(),
-                "no_answer": scores.lt_fallback.sum().item(),
-                "nonfinite": scores.nonfinite.sum().item(),
-            }
-
         # frac_active (share of responses with A != 0): a step where it is 0 trains nothing (the guard
-        # against untrained comparisons counts such steps). ESS and top mass are means over the responses
-        # with A != 0 (method.md section 8): undefined without one.
-        token_adv = advantages[:, None] * weights
-        for name, values in (("ess", ess_ratio(weights, completion_mask)),
-                             ("top_mass", top_mass(token_adv, completion_mask, args.oar_top_fraction))):
-            kept = values[active]
-            kept = kept[~torch.isnan(kept)]
-            counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
-        if args.oar_log_step_credit:
-            # the mechanism's mediator, over the responses with A != 0 (the ones the update moves)
-            shares = step_credit_shares(weights, probes)[active.cpu()]
-            for column, name in enumerate(STEP_CREDIT):
-                kept = shares[:, column][~torch.isnan(shares[:, column])]
-                counts[f"{name}_sum"], counts[f"{name}_rows"] = kept.sum().item(), float(kept.numel())
-        return (None if args.oar_method == "grpo" else weights), counts
+        # against untrained comparisons counts such steps)
+        counts = {"rows": float(len(advantages)), "active": active.sum().item()}
+        probes = self._probes(output, completion_mask) if setup.needs_probes else None
+        if setup.gated:
+            scores = self._scores(probes, active, completion_mask.shape[1])
+            weights = gated_weights(scores, probes, setup).to(advantages.device) * completion_mask  # padding 0
+            counts |= scoring_counts(scores)
+        else:
+            weights = completion_mask.float()
+            counts |= scoring_counts(None)
+        counts |= credit_counts(weights, advantages, completion_mask, probes, self.args.oar_top_fraction,
+                                setup.settings.log_step_credit)
+        return (weights if setup.gated else None), counts
+
+    def _probes(self, output, completion_mask: torch.Tensor) -> list[Probe]:
+        """This generation batch's probes, with the parsed positions where the method or the logs read them."""
+        probes = self._setup.probe_options.from_padded(self.processing_class, output["prompt_ids"],
+                                                       output["prompt_mask"], output["completion_ids"], completion_mask)
+        if self._setup.parsed_steps:
+            probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
+        return probes
+
+    def _scores(self, probes: list[Probe], active: torch.Tensor, width: int) -> Scores:
+        """The scorer's scores of this process's rows (``oar.method.importance.score``)."""
+        setup, step = self._setup, self.state.global_step
+        # keep_fp32_wrapper (the default) keeps accelerate's autocast around the forward: scoring runs in
+        # the training forward's precision (bf16 on a GPU with mixed precision), as memory_plan counts it
+        model = self.accelerator.unwrap_model(self.model)
+        needs_scores = torch.ones_like(active) if setup.settings.score_all else active
+        # Under FSDP2 the ranks run different numbers of scoring passes: see oar.training.collective.
+        with gathered_for_scoring(model), self._gathered_reference():
+            return score(setup.scorer, model, probes, setup.scorer_config, active=needs_scores.cpu(), width=width,
+                         probe="lt_logits" if step < setup.settings.warmup_steps else None,
+                         seed=scoring_seed(self.args.seed, step, self.accelerator.process_index),
+                         **self._group_inputs(len(active)), reference_model=self._reference_model)

@@ -21,6 +21,7 @@ import struct
 import sys
 import zipfile
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from oar.evaluation.generation import eos_token_ids
 from oar.method.metrics import STEP_CREDIT
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
 from oar.training.grpo_trainer import OARConfig, OARTrainer, correctness_reward
-from oar.training.settings import OARSettings, SettingsError, resolve_settings
+from oar.training.settings import OARSettings, RunSettings, SettingsError
 
 # TRL log keys -> metrics.jsonl keys (the contract the analysis rules read). Under several processes the
 # OAR statistics are over every rank's rows; times and memory are means over ranks, and the *_max keys
@@ -158,7 +159,9 @@ def stop_at_end_of_turn(model, tokenizer) -> list[int]:
 
 
 def build_config(settings: Mapping[str, Any], checkpoint_dir: Path,
-                 stop_token_ids: list[int] | None = None) -> OARConfig:
+                 stop_token_ids: list[int] | None = None, oar: OARSettings | None = None) -> OARConfig:
+    """The trainer's config of a run's resolved settings; ``oar`` is their ``oar`` block where the caller
+    has already built it (``train_run``: once a run), else it is built from ``settings``."""
     trainer = dict(settings["trainer"])
     on_gpu = torch.cuda.is_available()
     bf16 = trainer.pop("bf16")
@@ -178,7 +181,7 @@ def build_config(settings: Mapping[str, Any], checkpoint_dir: Path,
         log_completions=False,
         disable_tqdm=False,
         oar_method=settings["method"],
-        **OARConfig.oar_fields(OARSettings(**settings["oar"])),
+        **OARConfig.oar_fields(OARSettings(**settings["oar"]) if oar is None else oar),
         **trainer,
     )
 
@@ -347,9 +350,13 @@ def rebuild_metrics(metrics_path: Path, checkpoint: Path | None) -> None:
     metrics_path.write_text("".join(lines), encoding="utf-8")
 
 
-def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
-    """Train one run into ``out_dir`` (resuming if it has checkpoints); returns the final model folder."""
-    settings = resolve_settings(settings)
+def train_run(settings: Mapping[str, Any] | RunSettings, out_dir: str | os.PathLike) -> Path:
+    """Train one run into ``out_dir`` (resuming if it has checkpoints); returns the final model folder.
+
+    ``settings``: the run's settings, a mapping resolved here, or a ``RunSettings`` its caller resolved
+    (``workflow_scripts/train.py``): they are resolved once a run."""
+    run = settings if isinstance(settings, RunSettings) else RunSettings.of(settings)
+    settings = asdict(run)  # what resolve_settings gives: the mapping the checkpoints' fingerprint is of
     require_vllm(settings)
     out = Path(out_dir)
     checkpoint_dir = out / "checkpoints"
@@ -375,7 +382,7 @@ def train_run(settings: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=getattr(torch, settings["model_dtype"]))
     dataset = training_dataset(load_problems(settings["train_file"], settings["train_limit"]), tokenizer)
     check_context_length(dataset, tokenizer, settings)
-    config = build_config(settings, checkpoint_dir, stop_at_end_of_turn(model, tokenizer))
+    config = build_config(settings, checkpoint_dir, stop_at_end_of_turn(model, tokenizer), oar=run.oar)
     trainer = OARTrainer(
         model=model,
         reward_funcs=correctness_reward(bool(settings["oar"]["fallback_last_number"]),
