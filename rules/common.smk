@@ -119,6 +119,11 @@ def table_inputs(wildcards):
     return declared_table_of(wildcards.name).reads(REG, rules)
 
 
+def study_designs():
+    """Every registered study's design (the registry's attribute named after it; None where not declared)."""
+    return {s.name: getattr(REG, s.name) for s in STUDIES.values() if s.design is not None}
+
+
 def decided_run_files():
     """The records (run.yaml) of the trained runs the decided tables read: the main group's and the
     dose-response's, for the commits they were made at."""

@@ -42,7 +42,7 @@ REPLICATION = Study(
     design=lambda reg: reg.config["analysis"].get("replication"),
     tables=(Table("replication", made=lambda reg: bool(reg.replication),
                   reads=lambda reg, rules: {"differences": rules.paired_analysis.output.differences},
-                  build=lambda job: ("frame", f"replicated on {job.params.replication['seeds']}")),),
+                  build=lambda job: ("frame", f"replicated on {job.params.designs['replication']['seeds']}")),),
 )
 
 # ------------------------------------------------------------------------------- the test
@@ -73,7 +73,7 @@ def test_the_registry_plans_checks_and_tables_a_registered_study(replication):
     assert "replication" in reg.tables
     rules = SimpleNamespace(paired_analysis=SimpleNamespace(output=SimpleNamespace(differences="d.csv")))
     assert table("replication").reads(reg, rules) == {"differences": "d.csv"}
-    job = SimpleNamespace(params=SimpleNamespace(replication=reg.replication))
+    job = SimpleNamespace(params=SimpleNamespace(designs={"replication": reg.replication}))  # the table rule's
     assert table("replication").build(job)[1] == "replicated on [7, 8, 9]"
     # its check fires, naming its key
     with pytest.raises(ConfigError, match=r"^config error at analysis\.replication\.seeds: \[7\]"):
