@@ -121,7 +121,9 @@ def table_inputs(wildcards):
 
 def study_designs():
     """Every registered study's design (the registry's attribute named after it; None where not declared)."""
-    return {s.name: getattr(REG, s.name) for s in STUDIES.values() if s.design is not None}
+    return {
+        s.name: getattr(REG, s.name) for s in STUDIES.values() if s.design is not None
+    }
 
 
 def decided_run_files():
