@@ -37,81 +37,88 @@ run-ablations: setup
 	$(SNAKEMAKE) all --configfile config/config.yaml config/ablations.yaml \
 	    --config $(call cpu_pin,config/config.yaml config/ablations.yaml)
 
-# The decisive run (config/decisive.yaml): two distractor levels, the truth gates beside GRPO, OAR-P,
+# ------------------------------------------------------------------------------------------------ Studies
+# The project's own studies (oar/studies/, one module each): the decisive run's config/studies/decisive.yaml and
+# the overlays in config/studies/ read over it, each into its own results folder. `make help` lists them under
+# "Studies".
+
+# The decisive run (config/studies/decisive.yaml): two distractor levels, the truth gates beside GRPO, OAR-P,
 # OAR-G and entropy, ten paired seeds, in its own results folder.
 run-decisive: setup
-	$(SNAKEMAKE) all --configfile config/decisive.yaml --config results=results-decisive \
-	    $(call cpu_pin,config/decisive.yaml)
+	$(SNAKEMAKE) all --configfile config/studies/decisive.yaml --config results=results-decisive \
+	    $(call cpu_pin,config/studies/decisive.yaml)
 
-# Its part without OAR-P (config/decisive-part.yaml): both levels, GRPO, the truth gates, OAR-G and entropy; the
+# Its part without OAR-P (config/studies/decisive-part.yaml): both levels, GRPO, the truth gates, OAR-G and entropy; the
 # tables that read it. Its runs are the full design's, so run-decisive reuses them.
 DECISIVE_PART_TABLES = $(foreach t,main_table paired_differences decisive gradient_share,results-decisive/tables/$(t).md)
 run-decisive-part: setup
-	$(SNAKEMAKE) $(DECISIVE_PART_TABLES) --configfile config/decisive.yaml config/decisive-part.yaml \
-	    --config results=results-decisive $(call cpu_pin,config/decisive.yaml config/decisive-part.yaml)
+	$(SNAKEMAKE) $(DECISIVE_PART_TABLES) --configfile config/studies/decisive.yaml config/studies/decisive-part.yaml \
+	    --config results=results-decisive $(call cpu_pin,config/studies/decisive.yaml config/studies/decisive-part.yaml)
 
-# The upper-bound test (config/upper-bound.yaml over config/decisive.yaml): GRPO and the graded truth gate on
+# The upper-bound test (config/studies/upper-bound.yaml over decisive.yaml): GRPO and the graded truth gate on
 # chain_d8, fresh seeds read at declared looks. LOOK=k runs only the seeds up to look k (the same run ids).
 # A later look adds its seeds and keeps the runs an earlier look read, even where the code has changed
 # since (Snakemake's `code` trigger is left out): a read look is never rerun. The table lists the commits
 # its runs were made at.
-UPPER_BOUND_CONFIG = --configfile config/decisive.yaml config/upper-bound.yaml --config results=results-upper-bound \
-	$(call cpu_pin,config/decisive.yaml config/upper-bound.yaml)
+UPPER_BOUND_CONFIG = --configfile config/studies/decisive.yaml config/studies/upper-bound.yaml --config results=results-upper-bound \
+	$(call cpu_pin,config/studies/decisive.yaml config/studies/upper-bound.yaml)
 run-upper-bound: setup
 	$(SNAKEMAKE) upper_bound --rerun-triggers mtime params input software-env $(UPPER_BOUND_CONFIG) \
 	    $(if $(LOOK),'analysis={upper_bound: {through_look: $(LOOK)}}')
 
 # Its planned boundaries, power and time, from the declared design (no runs).
 upper-bound-plan: setup
-	$(BIN)/python -m oar.analysis.upper_bound config/upper-bound.yaml
+	$(BIN)/python -m oar.analysis.upper_bound config/studies/upper-bound.yaml
 
-# The ceiling test (config/ceiling.yaml over config/decisive.yaml): GRPO and the graded truth gate on the shipped
+# The ceiling test (config/studies/ceiling.yaml over decisive.yaml): GRPO and the graded truth gate on the shipped
 # chain_d8, 46 fresh seeds read at 23 and 46 pairs, a non-superiority test of a +1.5-point gain with a
 # non-binding futility statement at look 1. LOOK=1 runs only the first look's seeds; a read look is never rerun.
-CEILING_CONFIG = --configfile config/decisive.yaml config/ceiling.yaml --config results=results-ceiling \
-	$(call cpu_pin,config/decisive.yaml config/ceiling.yaml)
+CEILING_CONFIG = --configfile config/studies/decisive.yaml config/studies/ceiling.yaml --config results=results-ceiling \
+	$(call cpu_pin,config/studies/decisive.yaml config/studies/ceiling.yaml)
 run-ceiling: setup
 	$(SNAKEMAKE) upper_bound --rerun-triggers mtime params input software-env $(CEILING_CONFIG) \
 	    $(if $(LOOK),'analysis={upper_bound: {through_look: $(LOOK)}}')
 
 ceiling-plan: setup
-	$(BIN)/python -m oar.analysis.upper_bound config/ceiling.yaml
+	$(BIN)/python -m oar.analysis.upper_bound config/studies/ceiling.yaml
 
-# The rescue with a placebo (config/rescue.yaml over config/decisive.yaml): OAR-G, its rescue and the placebo on
+# The rescue with a placebo (config/studies/rescue.yaml over decisive.yaml): OAR-G, its rescue and the placebo on
 # the shipped chain_d8, 30 fresh seeds, two declared contrasts (Holm), the declared overturn rule, the mediator.
 run-rescue: setup
 	$(SNAKEMAKE) mechanism --rerun-triggers mtime params input software-env \
-	    --configfile config/decisive.yaml config/rescue.yaml --config results=results-rescue \
-	    $(call cpu_pin,config/decisive.yaml config/rescue.yaml)
+	    --configfile config/studies/decisive.yaml config/studies/rescue.yaml --config results=results-rescue \
+	    $(call cpu_pin,config/studies/decisive.yaml config/studies/rescue.yaml)
 
-# Where OAR-P puts its weight during training on the shipped chain_d8 (config/oar-p-credit.yaml; exploratory,
+# Where OAR-P puts its weight during training on the shipped chain_d8 (config/studies/oar-p-credit.yaml; exploratory,
 # three seeds): results-oar-p-credit/tables/step_credit.md.
 run-oar-p-credit: setup
 	$(SNAKEMAKE) step_credit --rerun-triggers mtime params input software-env \
-	    --configfile config/decisive.yaml config/oar-p-credit.yaml --config results=results-oar-p-credit \
-	    $(call cpu_pin,config/decisive.yaml config/oar-p-credit.yaml)
+	    --configfile config/studies/decisive.yaml config/studies/oar-p-credit.yaml --config results=results-oar-p-credit \
+	    $(call cpu_pin,config/studies/decisive.yaml config/studies/oar-p-credit.yaml)
 
-# The 2x2 of where truth credit goes (config/mechanism.yaml over config/decisive.yaml): GRPO, the final-step,
+# The 2x2 of where truth credit goes (config/studies/mechanism.yaml over decisive.yaml): GRPO, the final-step,
 # earlier-steps and whole truth gates on chain_d8, and OAR-G with its rescue, ten fresh seeds, the declared
 # contrasts and the mediator; the truth gate at five ratios of the last step's weight (the dose-response).
 run-mechanism: setup
-	$(SNAKEMAKE) mechanism --configfile config/decisive.yaml config/mechanism.yaml \
-	    --config results=results-mechanism $(call cpu_pin,config/decisive.yaml config/mechanism.yaml)
+	$(SNAKEMAKE) mechanism --configfile config/studies/decisive.yaml config/studies/mechanism.yaml \
+	    --config results=results-mechanism $(call cpu_pin,config/studies/decisive.yaml config/studies/mechanism.yaml)
 
-# How the shipped chain_d8 policy is chosen (config/policy-selection.yaml over config/decisive.yaml): its
+# How the shipped chain_d8 policy is chosen (config/studies/policy-selection.yaml over decisive.yaml): its
 # candidates in order, each pretrained and piloted with GRPO on seeds no test uses, until one passes the rule
 # declared there; the table is results-selection/tables/policy_selection.md.
-SELECTION_CONFIG = config/decisive.yaml config/policy-selection.yaml
+SELECTION_CONFIG = config/studies/decisive.yaml config/studies/policy-selection.yaml
 select-policy: setup
 	$(BIN)/python workflow_scripts/select_policy.py --configfile $(SELECTION_CONFIG) --results results-selection \
 	    --config $(call cpu_pin,$(SELECTION_CONFIG))
 
+# ------------------------------------------------------------------------------------------ end of Studies
+
 # Every shipped policy's recipe pretrained again (models.<name>.frozen in config/config.yaml and
-# config/decisive.yaml), and whether this machine gives the shipped bits (results-rebuilt/models-rebuilt/).
+# config/studies/decisive.yaml), and whether this machine gives the shipped bits (results-rebuilt/models-rebuilt/).
 rebuild-policies: setup
 	$(SNAKEMAKE) rebuild_policies --config results=results-rebuilt $(call cpu_pin,config/config.yaml)
-	$(SNAKEMAKE) rebuild_policies --configfile config/decisive.yaml --config results=results-rebuilt \
-	    $(call cpu_pin,config/decisive.yaml)
+	$(SNAKEMAKE) rebuild_policies --configfile config/studies/decisive.yaml --config results=results-rebuilt \
+	    $(call cpu_pin,config/studies/decisive.yaml)
 	@cat results-rebuilt/logs/rebuild_policy/*.log | grep "rebuilt"
 
 # The token-credit benchmark (docs/benchmark.md). Ground-truth track: SCORER (a registered name or an import
@@ -238,22 +245,24 @@ Usage: make <target>
 Try it
   run              set up .venv, then run the credit-assignment testbed, the embedded default (CPU, 2 cores)
   run-ablations    the testbed's length sweep and ablations (config/ablations.yaml); reuses the runs of `run`
-  run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy, final-step truth gate (config/decisive.yaml; about 7 h on 2 cores)
-  run-decisive-part  its part without OAR-P (config/decisive-part.yaml; about 4 h on 2 cores)
-  run-upper-bound  the upper-bound test: GRPO and the graded truth gate on chain_d8, 60 fresh seeds read at 20, 40, 60 pairs (config/upper-bound.yaml; LOOK=1 runs the first look's seeds, about 2.8 h on 2 cores; all three about 8.4 h)
-  run-mechanism    why the scorers lose, on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, OAR-G and its rescue, ten fresh seeds, declared contrasts, the mediator, the dose-response over the last step's weight (config/mechanism.yaml; about 6 h on 2 cores)
-  select-policy    how the shipped chain_d8 was chosen: pretraining candidates piloted with GRPO in order until one passes the rule declared in config/policy-selection.yaml (about 30 min a candidate on 2 cores)
   rebuild-policies pretrain every shipped policy's recipe again and say whether this machine gives the shipped bits (a few minutes)
-  run-ceiling      the ceiling test on the shipped chain_d8: GRPO and the graded truth gate, 46 fresh seeds read at 23 and 46 pairs (config/ceiling.yaml; LOOK=1 about 3.2 h on 2 cores, both about 6.4 h)
-  ceiling-plan     print the ceiling test's boundaries, power and time from its declared design (no runs)
-  run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/rescue.yaml; about 6-9 h on 2 cores)
-  run-oar-p-credit where OAR-P puts its weight in training on the shipped chain_d8, three seeds, exploratory (config/oar-p-credit.yaml; about 45 min on 2 cores)
-  upper-bound-plan  print the upper-bound test's boundaries, power and time from its declared design (no runs)
   bench-credit     the token-credit benchmark's ground-truth track: SCORER="name or package.module:function" on POLICY (default chain_f1); no SCORER: the standard rows (docs/benchmark.md)
   bench-learning   its learning track: ENTRIES trained from POLICY beside GRPO and the truth gate on paired seeds, the declared paired analysis (about 10 min an entry at chain_f1's five seeds on 2 cores)
   run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
   progress         beside a running `make run`: jobs done and about how long is left, a line a minute
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
+
+Studies (oar/studies/; their configs in config/studies/, each run into its own results folder)
+  run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy, final-step truth gate (config/studies/decisive.yaml; about 7 h on 2 cores)
+  run-decisive-part  its part without OAR-P (config/studies/decisive-part.yaml; about 4 h on 2 cores)
+  run-upper-bound  the upper-bound test: GRPO and the graded truth gate on chain_d8, 60 fresh seeds read at 20, 40, 60 pairs (config/studies/upper-bound.yaml; LOOK=1 runs the first look's seeds, about 2.8 h on 2 cores; all three about 8.4 h)
+  upper-bound-plan  print the upper-bound test's boundaries, power and time from its declared design (no runs)
+  run-ceiling      the ceiling test on the shipped chain_d8: GRPO and the graded truth gate, 46 fresh seeds read at 23 and 46 pairs (config/studies/ceiling.yaml; LOOK=1 about 3.2 h on 2 cores, both about 6.4 h)
+  ceiling-plan     print the ceiling test's boundaries, power and time from its declared design (no runs)
+  run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/studies/rescue.yaml; about 6-9 h on 2 cores)
+  run-mechanism    why the scorers lose, on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, OAR-G and its rescue, ten fresh seeds, declared contrasts, the mediator, the dose-response over the last step's weight (config/studies/mechanism.yaml; about 6 h on 2 cores)
+  run-oar-p-credit where OAR-P puts its weight in training on the shipped chain_d8, three seeds, exploratory (config/studies/oar-p-credit.yaml; about 45 min on 2 cores)
+  select-policy    how the shipped chain_d8 was chosen: pretraining candidates piloted with GRPO in order until one passes the rule declared in config/studies/policy-selection.yaml (about 30 min a candidate on 2 cores)
 
 Test
   test             the pytest suite (CPU, on two worker processes; ~20 min on 2 quiet cores, ~32 with other work on them)

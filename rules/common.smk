@@ -12,7 +12,7 @@ from snakemake.exceptions import WorkflowError
 # the oar package of this source tree, also where Snakemake runs from an environment without it
 sys.path.insert(0, workflow.basedir)
 from oar.experiment.config_error import ConfigError
-from oar.experiment.config_schema import allowed_names, trainer_keys
+from oar.experiment.config_schema import allowed_names
 from oar.experiment.job_options import cli
 from oar.experiment.runs import (
     GROUP_TABLES,
@@ -21,14 +21,15 @@ from oar.experiment.runs import (
     is_base,
     model_of,
 )
+from oar.experiment.tables import table as declared_table_of
 from oar.method.names import PROBES
+from oar.studies.catalogue import STUDIES
 
-TRAINER_KEYS = trainer_keys()
 HELDOUT_SCORERS = allowed_names("heldout_scorers")[0]  # the scorer wildcard's values
 
 # a config error stops with one line naming the key, before any job is planned
 try:
-    REG = Registry(config, TRAINER_KEYS)
+    REG = Registry(config)
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
 
@@ -114,61 +115,15 @@ def eval_model(wildcards):
 
 
 def table_inputs(wildcards):
-    name = wildcards.name
-    if name in GROUP_TABLES:
-        group = GROUP_TABLES[name]
-        return {
-            "accuracy": f"{R}/analysis/accuracy/{group}.csv",
-            "credit": f"{R}/analysis/credit/{group}.summary.csv",
-        }
+    """A table job's inputs, as its declaration reads them (oar.experiment.tables, oar.studies)."""
+    return declared_table_of(wildcards.name).reads(REG, rules)
+
+
+def study_designs():
+    """Every registered study's design (the registry's attribute named after it; None where not declared)."""
     return {
-        "causal_recall": {"recall": rules.recall_analysis.output.json},
-        "fidelity": {"fidelity": rules.fidelity_analysis.output.json},
-        "cost": {"cost": rules.cost_summary.output.csv},
-        "gradient_share": {
-            "summaries": [f"{R}/models/{m}.summary.json" for m in REG.chain_models()]
-        },
-        "paired_differences": {"differences": rules.paired_analysis.output.differences},
-        "step_credit": {"curves": f"{R}/analysis/credit/main.csv"},
-        "decisive": {
-            "differences": rules.paired_analysis.output.differences,
-            "outcomes": rules.paired_analysis.output.outcomes,
-        },
-        "length_sweep": {
-            "outcomes": rules.paired_analysis.output.outcomes,
-            "accuracy": rules.paired_analysis.input.accuracy,
-        },
-        "mechanism": {
-            "outcomes": rules.paired_analysis.output.outcomes,
-            "accuracy": rules.paired_analysis.input.accuracy,
-            "summaries": step_error_summaries(),
-            # the declared dose-response, a section of the mechanism table: its runs' accuracy and curves
-            **(
-                {
-                    "dose_accuracy": f"{R}/analysis/accuracy/dose.csv",
-                    "dose_curves": f"{R}/analysis/credit/dose.csv",
-                }
-                if REG.dose_response
-                else {}
-            ),
-        },
-        "upper_bound": {
-            "outcomes": rules.paired_analysis.output.outcomes,
-            "accuracy": rules.paired_analysis.input.accuracy,
-            "curves": rules.paired_analysis.input.curves,
-        },
-    }[name]
-
-
-def step_error_summaries():
-    """The evaluation summaries whose samples the mechanism's step-error tests read: its policy's main runs
-    on the paired benchmark. samples.jsonl is no declared output, but an evaluation that reruns rewrites
-    its summary last, so the table reruns with it."""
-    design = REG.mechanism
-    if not design or not design.get("step_errors"):
-        return []
-    runs = [r for r in GROUPS["main"] if model_of(r) == design["model"]]
-    return summaries(runs, [REG.paired["benchmark"]])
+        s.name: getattr(REG, s.name) for s in STUDIES.values() if s.design is not None
+    }
 
 
 def decided_run_files():
@@ -181,16 +136,12 @@ def decided_run_files():
 
 
 def decision_rules():
-    """The config's decision rules as in effect (the interim look aside), for their declaring commits."""
-    design = config["analysis"].get("upper_bound")
-    if design:
-        design = {k: v for k, v in design.items() if k != "through_look"}
+    """The config's decision rules as in effect (each registered study's; the interim look aside), for
+    their declaring commits."""
     return {
-        "analysis.primary": config["analysis"].get("primary"),
-        "analysis.upper_bound": design,
-        "analysis.mechanism": config["analysis"].get("mechanism"),
-        "runs.dose": config["runs"].get("dose") or None,
-        "analysis.dose_response": config["analysis"].get("dose_response"),
+        key: rule
+        for study in STUDIES.values()
+        for key, rule in study.decision_rules(config).items()
     }
 
 

@@ -45,6 +45,8 @@ rule table:
         upper_bound=REG.upper_bound,
         mechanism=REG.mechanism,
         dose_response=REG.dose_response,
+        # every registered study's design by its name (oar.studies), for a study's table without a param here
+        designs=study_designs(),
         configfiles=[os.path.abspath(f) for f in workflow.configfiles],
         decision_rules=decision_rules(),
         decided_runs=decided_run_files(),

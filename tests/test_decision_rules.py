@@ -284,7 +284,7 @@ def _config(name):
 def _upper_bound_config(**design):
     from oar.experiment.runs import deep_merge
 
-    return deep_merge(deep_merge(_config("decisive.yaml"), _config("upper-bound.yaml")),
+    return deep_merge(deep_merge(_config("studies/decisive.yaml"), _config("studies/upper-bound.yaml")),
                       {"analysis": {"upper_bound": design}} if design else {})
 
 
@@ -336,7 +336,7 @@ def test_a_primary_family_beside_the_upper_bound_test_is_refused():
 def test_the_registry_declares_holms_family_and_a_missing_run_stops_the_table():
     from oar.analysis.paired import paired_differences
 
-    reg = _registry(_config("decisive.yaml"))
+    reg = _registry(_config("studies/decisive.yaml"))
     family = {tuple(x) for x in reg.primary["family"]}
     # the graded gate is not run without notes: seven comparisons, as the decisive run declared
     assert len(family) == 7 and ("chain_d0", "truth_graded") not in family

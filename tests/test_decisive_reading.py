@@ -98,14 +98,14 @@ def test_holm_level_intervals_are_the_t_intervals_at_alpha_over_the_family():
 
 
 def test_the_graded_truth_gate_is_not_run_where_it_equals_the_truth_gate():
-    reg = registry(load("decisive.yaml"))
+    reg = registry(load("studies/decisive.yaml"))
     graded = {r.split("/")[0] for r in reg.groups["main"] if reg.runs[r]["method"] == "truth_graded"}
     assert graded == {"chain_d8"}  # chain_d0 writes no remarks or notes
     assert {r.split("/")[0] for r in reg.groups["main"] if reg.runs[r]["method"] == "truth"} == {"chain_d0", "chain_d8"}
     assert "decisive" in reg.tables
     assert reg.distractor_levels() == {"chain_d0": {"filler": 0, "distractors": 0},
                                        "chain_d8": {"filler": 0, "distractors": 8}}
-    only_d0 = deep_merge(load("decisive.yaml"), {"runs": {"main": {"models": ["chain_d0"]}},
+    only_d0 = deep_merge(load("studies/decisive.yaml"), {"runs": {"main": {"models": ["chain_d0"]}},
                                                  "analysis": {"primary": {"arms": ["truth", "truth_graded"]}}})
     with pytest.raises(ConfigError, match="runs.main.methods"):
         registry(only_d0)

@@ -21,10 +21,10 @@ from oar.models import frozen, ship
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
 TRAINER_KEYS = tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"])
-# config file -> the model it starts from a shipped policy (an overlay is read over config/decisive.yaml)
-SHIPPED = {"config.yaml": "chain_f1", "ceiling.yaml": "chain_d8", "rescue.yaml": "chain_d8",
-           "oar-p-credit.yaml": "chain_d8"}
-OVERLAYS = ("ceiling.yaml", "rescue.yaml", "oar-p-credit.yaml")
+# config file -> the model it starts from a shipped policy (an overlay is read over config/studies/decisive.yaml)
+SHIPPED = {"config.yaml": "chain_f1", "studies/ceiling.yaml": "chain_d8", "studies/rescue.yaml": "chain_d8",
+           "studies/oar-p-credit.yaml": "chain_d8"}
+OVERLAYS = ("studies/ceiling.yaml", "studies/rescue.yaml", "studies/oar-p-credit.yaml")
 
 
 def registry(cfg):
@@ -57,7 +57,7 @@ def test_the_configs_start_from_the_shipped_policies(file, model):
     the overlay gives it (decisive.yaml's, at the shipped seed) is the one that made it."""
     spec = config(file)["models"][model]
     assert spec["frozen"]["sha256"] == frozen.weights_sha256(spec["frozen"]["policy"])
-    cfg = deep_merge(config("decisive.yaml"), config(file)) if file in OVERLAYS else config(file)
+    cfg = deep_merge(config("studies/decisive.yaml"), config(file)) if file in OVERLAYS else config(file)
     reg = registry(cfg)
     assert reg.frozen_policy(model) == spec["frozen"]["policy"]
     assert cfg["models"][model]["seed"] == frozen.index()[spec["frozen"]["policy"]]["recipe"]["seed"]
@@ -183,8 +183,8 @@ def test_the_selection_reads_each_candidate_by_the_declared_rule():
 def test_the_declared_selection_rule_matches_its_runs():
     from oar.analysis.policy_selection import check_rule
 
-    cfg = config("decisive.yaml")
-    overlay = config("policy-selection.yaml")
+    cfg = config("studies/decisive.yaml")
+    overlay = config("studies/policy-selection.yaml")
     rule = overlay["analysis"]["policy_selection"]
     assert check_rule(rule, list({**cfg["models"], **overlay["models"]}), overlay["runs"]["main"]) == []
     bad = {**overlay["runs"]["main"], "methods": ["grpo", "truth"]}
@@ -217,11 +217,12 @@ def test_rebuilding_chain_f1_here_says_whether_this_cpu_gives_the_shipped_bits(t
     assert ("rebuilt matches the shipped weights" if report["match"] else "rebuilt DIFFERS FROM") in log
 
 
-@pytest.mark.parametrize("overlay, table", [("ceiling.yaml", "upper_bound"), ("rescue.yaml", "mechanism"),
-                                            ("oar-p-credit.yaml", "step_credit")])
+@pytest.mark.parametrize("overlay, table", [("studies/ceiling.yaml", "upper_bound"),
+                                            ("studies/rescue.yaml", "mechanism"),
+                                            ("studies/oar-p-credit.yaml", "step_credit")])
 def test_each_design_on_the_shipped_policy_plans_its_table(overlay, table):
     """Each design's target has its table to build: the rescue, which runs no GRPO arm, pairs its arms
     against OAR-G."""
-    reg = registry(deep_merge(config("decisive.yaml"), config(overlay)))
+    reg = registry(deep_merge(config("studies/decisive.yaml"), config(overlay)))
     assert table in reg.tables
     assert {r.split("/")[0] for r in reg.groups["main"]} == {"chain_d8"}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 OAR = Path(__file__).resolve().parents[1] / "oar"
-LAYERS = [("cpu_kernels", "files", "sdpa_kernels"), ("grading", "prompting"), ("method",), ("data", "models"), ("evaluation",), ("training",), ("analysis",),
-          ("experiment",), ("bench",)]
+LAYERS = [("cpu_kernels", "files", "sdpa_kernels", "config_error"), ("grading", "prompting"), ("method",),
+          ("data", "models"), ("evaluation",), ("training",), ("analysis",), ("studies",), ("experiment",), ("bench",)]
 LAYER_OF = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 

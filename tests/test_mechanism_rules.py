@@ -29,7 +29,7 @@ def _arms(effects, seeds, sd=0.01, seed=5):
 def test_declared_contrasts_holm_over_the_family_and_equivalence_only_by_tost():
     from oar.analysis import mechanism
 
-    design = _config("mechanism.yaml")["analysis"]["mechanism"]
+    design = _config("studies/mechanism.yaml")["analysis"]["mechanism"]
     seeds = list(range(200, 210))
     # the mechanism as hypothesised: last step only -10 points, earlier only 0, both 0; OAR-G -8, rescued 0
     mechanism_holds = {"grpo": 0.0, "truth_final": -0.10, "truth_early": 0.0, "truth": 0.0, "oar_g": -0.08,
@@ -119,7 +119,7 @@ def test_the_mediator_table_reads_each_arms_logged_step_credit_from_its_curves()
     from oar.analysis import mechanism
     from oar.analysis.outcomes import per_seed_outcomes
 
-    design = _config("mechanism.yaml")["analysis"]["mechanism"]
+    design = _config("studies/mechanism.yaml")["analysis"]["mechanism"]
     seeds = [200, 201, 202]
     final_share = {"grpo": 0.10, "truth_final": 0.30, "truth_early": 0.05, "truth": 0.20, "oar_g": 0.25,
                    "oar_g_rescue": 0.08}
@@ -194,7 +194,7 @@ def test_the_ratio_regression_recovers_a_known_slope_pooled_and_within_arms():
 def _mechanism_config(contrasts=None, **over):
     from oar.experiment.runs import deep_merge
 
-    cfg = deep_merge(_config("decisive.yaml"), _config("mechanism.yaml"))
+    cfg = deep_merge(_config("studies/decisive.yaml"), _config("studies/mechanism.yaml"))
     if contrasts is not None:
         cfg["analysis"]["mechanism"]["contrasts"] = contrasts
     return deep_merge(cfg, {"analysis": {"mechanism": over}} if over else {})
@@ -261,15 +261,15 @@ def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_
         input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", accuracy=tmp_path / "accuracy.csv",
                               curves=tmp_path / "curves.csv"),
         params=SimpleNamespace(upper_bound=reg.upper_bound, paired_benchmark="chain5_test",
-                               configfiles=[str(root / "config" / "decisive.yaml"),
-                                            str(root / "config" / "upper-bound.yaml")],
+                               configfiles=[str(root / "config" / "studies" / "decisive.yaml"),
+                                            str(root / "config" / "studies" / "upper-bound.yaml")],
                                decision_rules={"analysis.primary": None, "analysis.upper_bound": design},
                                decided_runs=[tmp_path / "runs" / r / "run.yaml" for r in outcomes["run"]]))
     frame, md = job.build(smk)
     assert "20 of 60 declared seeds run" in md and "(42.0%)" in md
     assert (frame["kind"] == "look").sum() == 3
     note = job.declared(smk)
-    # the design is declared by a commit of config/upper-bound.yaml, or the note says why not
+    # the design is declared by a commit of config/studies/upper-bound.yaml, or the note says why not
     assert "`analysis.upper_bound` in `upper-bound.yaml`" in note
     assert "declared in commit" in note or "no commit declares it" in note
     # the runs' own records: none here, and the note says so rather than passing them

@@ -281,7 +281,7 @@ def test_embedded_default_is_the_testbed_with_paired_seeds():
 
 
 def test_the_decisive_run_pairs_seven_arms_over_ten_seeds_at_two_distractor_levels():
-    reg = registry(load("decisive.yaml"))
+    reg = registry(load("studies/decisive.yaml"))
     assert reg.config["training"]["dataset"] == "chain5_train" and reg.has_ground_truth()
     levels = {m: reg.config["models"][m]["pretrain"]["distractors"] for m in reg.paired_models()}
     assert len(set(levels.values())) >= 2 and all(reg.config["models"][m]["pretrain"]["steps"] == 5 for m in levels)
@@ -292,8 +292,8 @@ def test_the_decisive_run_pairs_seven_arms_over_ten_seeds_at_two_distractor_leve
 
 
 def test_the_run_part_of_the_decisive_run_is_its_own_runs():
-    full = registry(load("decisive.yaml"))
-    part = registry(deep_merge(load("decisive.yaml"), load("decisive-part.yaml")))
+    full = registry(load("studies/decisive.yaml"))
+    part = registry(deep_merge(load("studies/decisive.yaml"), load("studies/decisive-part.yaml")))
     assert {part.runs[r]["method"] for r in part.groups["main"]} == {"grpo", "truth", "truth_graded", "oar_g",
                                                                      "entropy"}
     assert {r.split("/")[0] for r in part.groups["main"]} == {"chain_d0", "chain_d8"}
@@ -442,7 +442,7 @@ def test_schema_rejects_a_bad_grad_chunk_naming_the_key(value):
 
 def _dose_config(**dose) -> dict:
     """The decisive run's config with a dose group on chain_d8 (and the overrides given)."""
-    cfg = load("decisive.yaml")
+    cfg = load("studies/decisive.yaml")
     cfg["runs"]["dose"] = {"models": ["chain_d8"], "methods": ["truth_dose"], "ratios": [0.5, 1, 4], "seeds": [3, 4],
                            **dose}
     return cfg
@@ -471,19 +471,19 @@ def test_a_dose_run_has_its_ratio_in_its_id_and_settings_and_ratio_1_is_the_trut
     assert "chain_d8/truth_dose-tau0.4-beta2.0-ratio2.0-seed0" in main
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "decisive.yaml", "upper-bound.yaml", "smollm2.yaml",
-                                  "mechanism.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "studies/decisive.yaml", "studies/upper-bound.yaml",
+                                  "smollm2.yaml", "studies/mechanism.yaml"])
 def test_no_run_but_a_dose_has_a_ratio_in_its_id_or_settings(name):
     """The ratio is a dimension of the dose runs only: every shipped config's other runs keep their ids and
     settings (oar.final_step_ratio, a key of every resolved config, is left out of them)."""
-    cfg = load(name) if name in ("config.yaml", "paper.yaml", "decisive.yaml", "smollm2.yaml") \
-        else deep_merge(load("decisive.yaml"), load(name))
+    cfg = load(name) if name in ("config.yaml", "paper.yaml", "studies/decisive.yaml", "smollm2.yaml") \
+        else deep_merge(load("studies/decisive.yaml"), load(name))
     reg = registry(cfg)
     assert reg.config["training"]["oar"]["final_step_ratio"] == 1.0
     for run, settings in reg.runs.items():
         dose = settings["method"] == "truth_dose"
         assert ("-ratio" in run) == dose and ("final_step_ratio" in settings["oar"]) == dose, run
-    assert bool(reg.groups["dose"]) == (name == "mechanism.yaml")
+    assert bool(reg.groups["dose"]) == (name == "studies/mechanism.yaml")
 
 
 @pytest.mark.parametrize("dose, key", [

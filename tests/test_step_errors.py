@@ -130,7 +130,7 @@ def _config(name):
 
 
 def _design():
-    return {**_config("mechanism.yaml")["analysis"]["mechanism"], "seeds": SEEDS}
+    return {**_config("studies/mechanism.yaml")["analysis"]["mechanism"], "seeds": SEEDS}
 
 
 def _frame(effects, sd=0.01, seed=7, steps=5):
@@ -241,7 +241,7 @@ def test_a_missing_or_undefined_run_stops_the_reading_naming_it():
 def _mechanism_config(step_errors_design):
     from oar.experiment.runs import deep_merge
 
-    cfg = deep_merge(_config("decisive.yaml"), _config("mechanism.yaml"))
+    cfg = deep_merge(_config("studies/decisive.yaml"), _config("studies/mechanism.yaml"))
     cfg["analysis"]["mechanism"]["step_errors"] = step_errors_design
     return cfg
 
@@ -253,7 +253,7 @@ def _registry(cfg):
 
 
 def _with(test=None, **over):
-    design = {**_config("mechanism.yaml")["analysis"]["mechanism"]["step_errors"], **over}
+    design = {**_config("studies/mechanism.yaml")["analysis"]["mechanism"]["step_errors"], **over}
     if test is not None:
         design["tests"] = [{"name": "a", "arm": "truth_final", "outcome": "earlier", "test": "greater", **test}]
     return design

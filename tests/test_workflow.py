@@ -325,7 +325,8 @@ def test_invalid_config_is_rejected_naming_the_key(tmp_path, path, value, messag
     assert "rule train" not in out  # stopped before planning any job
 
 
-MECHANISM = (ROOT / "config" / "decisive.yaml", ROOT / "config" / "mechanism.yaml")  # `make run-mechanism`
+# `make run-mechanism`
+MECHANISM = (ROOT / "config" / "studies" / "decisive.yaml", ROOT / "config" / "studies" / "mechanism.yaml")
 
 
 def test_the_mechanism_target_plans_the_dose_runs_beside_the_arms(tmp_path):

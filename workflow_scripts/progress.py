@@ -4,7 +4,7 @@ Shell, beside a running ``make run`` (another terminal), or after it was stopped
 
     python workflow_scripts/progress.py                      # make run's target (all) and results/
     python workflow_scripts/progress.py --every 60           # a new line every minute until nothing is left
-    python workflow_scripts/progress.py --results results-decisive -- all --configfile config/decisive.yaml
+    python workflow_scripts/progress.py --results results-decisive -- all --configfile config/studies/decisive.yaml
 
 The jobs still to run come from ``snakemake --dry-run --nolock --rerun-incomplete`` with the given
 target and options (jobs running now, whose outputs Snakemake marks incomplete, count as left); the finished ones, with their wall times, from the benchmark files

@@ -4,7 +4,8 @@ stopping at the first that passes the rule; then the table.
 
 Shell (``make select-policy``)::
 
-    python workflow_scripts/select_policy.py --configfile config/decisive.yaml config/policy-selection.yaml \
+    python workflow_scripts/select_policy.py \
+        --configfile config/studies/decisive.yaml config/studies/policy-selection.yaml \
         --results results-selection [--snakemake .venv/bin/snakemake] [--config cpu_kernels=none]
 
 Writes ``<results>/tables/policy_selection.md``; a candidate already run is read, not run again.

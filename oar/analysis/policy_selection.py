@@ -1,6 +1,6 @@
 """Which pretraining candidate becomes a shipped policy, by a rule declared before any RL run on any of them.
 
-``analysis.policy_selection`` (config/policy-selection.yaml) lists candidates in order and a rule that reads
+``analysis.policy_selection`` (config/studies/policy-selection.yaml) lists candidates in order and a rule that reads
 only the untrained policy's held-out accuracy and the baseline's pilot runs on seeds no test uses: the
 untrained accuracy within a range, at most ``max_derailed`` pilot runs ending below it, and a mean gain of
 at least ``min_mean_gain``. The first candidate in order that passes is chosen and later ones are not run;

@@ -386,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import yaml
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("config", help="a config file with analysis.upper_bound (config/upper-bound.yaml)")
+    parser.add_argument("config", help="a config file with analysis.upper_bound (config/studies/upper-bound.yaml)")
     args = parser.parse_args(argv)
     with open(args.config, encoding="utf-8") as f:
         config = yaml.safe_load(f)

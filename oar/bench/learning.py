@@ -34,7 +34,7 @@ BASELINE, CEILING = "grpo", "truth"
 # default number of paired seeds (the config's own main seeds).
 DESIGNS = {
     "chain_f1": {"config": "config/config.yaml", "results": "results"},
-    "chain_d8": {"config": "config/decisive.yaml", "results": "results-bench-d8"},
+    "chain_d8": {"config": "config/studies/decisive.yaml", "results": "results-bench-d8"},
 }
 # Entries trained by a TRL setting rather than a scorer through the gate: their method and trainer keys.
 TRAINER_ENTRIES = {"grpo_top_entropy": {"method": "grpo", "trainer": {"top_entropy_quantile": 0.2}}}

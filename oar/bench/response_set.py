@@ -60,7 +60,7 @@ class ResponseSetSpec:
 
 SPECS: dict[str, ResponseSetSpec] = {
     "chain_f1": ResponseSetSpec("chain_f1", "chain_test", "config/config.yaml", max_new_tokens=96),
-    "chain_d8": ResponseSetSpec("chain_d8", "chain5_test", "config/decisive.yaml", max_new_tokens=256),
+    "chain_d8": ResponseSetSpec("chain_d8", "chain5_test", "config/studies/decisive.yaml", max_new_tokens=256),
 }
 
 

@@ -1,25 +1,22 @@
 """The cross-key checks of a workflow config that a JSON schema cannot express: datasets prepared,
-models and benchmarks named, the declared designs run, the chain task's methods on chain data, each
-model's trainer and oar settings, the jobs' resources. :func:`check_config` runs them on a run registry
-being built (``oar.experiment.runs.Registry``) and raises :class:`ConfigError` naming the first bad key.
+models and benchmarks named, the declared designs run (each registered study's own checks, ``oar.studies``),
+the chain task's methods on chain data, each model's trainer and oar settings, the jobs' resources.
+:func:`check_config` runs them on a run registry being built (``oar.experiment.runs.Registry``, passed in:
+this module does not import it) and raises :class:`ConfigError` naming the first bad key.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from typing import TYPE_CHECKING
 
 from oar.experiment.config_error import ConfigError
-from oar.method.names import DOSES, PARSED_SCORERS, reads_parsed_steps
-
-if TYPE_CHECKING:
-    from oar.experiment.runs import Registry
+from oar.method.names import PARSED_SCORERS, reads_parsed_steps
+from oar.studies.catalogue import STUDIES
 
 GROUPS = ("main", "gating", "grid", "probes", "controls", "dose")  # the run registry's groups
 
 
-def check_config(reg: Registry) -> None:
+def check_config(reg) -> None:
     """Cross-key checks that a JSON schema cannot express; each error names its key."""
     config = reg.config
     models, data = set(config["models"]), config["data"]
@@ -53,11 +50,8 @@ def check_config(reg: Registry) -> None:
         raise ConfigError("analysis.paired.reward_gain",
                           "set exactly one of analysis.paired.reward_threshold and analysis.paired.reward_gain "
                           f"(got {paired['reward_threshold']} and {paired.get('reward_gain')})")
-    _check_primary(reg)
-    _check_upper_bound(reg)
-    _check_policy_selection(reg)
-    _check_mechanism(reg)
-    _check_dose(reg)
+    for study in STUDIES.values():
+        study.check(reg)
     oar_keys = set(config["training"]["oar"])  # every OAR key, its schema default filled in
     for name in config["models"]:
         if config["models"][name].get("pretrain") and config["models"][name]["source"] != "chain":
@@ -84,30 +78,7 @@ def check_config(reg: Registry) -> None:
         raise ConfigError("analysis.fidelity.scorers", "lists the reference scorer itself")
     reg.resources.check_resources()
 
-def _check_primary(reg: Registry) -> None:
-    """The declared primary comparisons (analysis.primary) are run: the baseline is the paired
-    analysis's, and each arm and the baseline run in runs.main on at least min_seeds seeds."""
-    primary = reg.config["analysis"].get("primary")
-    if not primary:
-        return
-    main = reg.config["runs"]["main"]
-    baseline = primary.get("baseline", "grpo")
-    if baseline != reg.config["analysis"]["paired"]["baseline"]:
-        raise ConfigError("analysis.primary.baseline",
-                          f"{baseline!r} is not analysis.paired.baseline "
-                          f"({reg.config['analysis']['paired']['baseline']!r})")
-    for method in [baseline, *primary["arms"]]:
-        if method not in main["methods"]:
-            key = "analysis.primary.baseline" if method == baseline else "analysis.primary.arms"
-            raise ConfigError(key, f"{method!r} is not run in runs.main.methods {list(main['methods'])}")
-    seeds = reg.group_seeds(main)
-    need = primary.get("min_seeds", 10)
-    if len(set(seeds)) < need:
-        raise ConfigError("analysis.primary.min_seeds",
-                          f"the primary comparisons need {need} paired seeds, runs.main runs {len(set(seeds))} "
-                          f"({list(seeds)}); add seeds to runs.main.seeds or declare fewer with the design's reason")
-
-def _check_frozen(reg: Registry, name: str) -> None:
+def _check_frozen(reg, name: str) -> None:
     """A shipped policy must be the declared file, made by the recipe the config states (before any job)."""
     from oar.models.frozen import check_frozen
 
@@ -121,89 +92,6 @@ def _check_frozen(reg: Registry, name: str) -> None:
     if problems:
         raise ConfigError(*problems[0])
 
-
-def _check_policy_selection(reg: Registry) -> None:
-    rule = reg.config["analysis"].get("policy_selection")
-    if not rule:
-        return
-    from oar.analysis.policy_selection import check_rule
-
-    problems = check_rule(rule, list(reg.config["models"]), reg.config["runs"]["main"])
-    if problems:
-        raise ConfigError(*problems[0])
-
-
-def _check_upper_bound(reg: Registry) -> None:
-    """The upper-bound test (analysis.upper_bound), declared before its runs: margin, level and looks in
-    range, fresh seeds, two arms, an exclusion rule that reads only what precedes the first update."""
-    design = reg.config["analysis"].get("upper_bound")
-    if not design:
-        return
-    from oar.analysis.upper_bound import check_design
-
-    main = dict(reg.config["runs"]["main"])
-    main["models"] = reg.group_models(main)
-    main["seeds"] = reg.group_seeds(main)
-    problems = check_design(design, main)
-    if problems:
-        raise ConfigError(*problems[0])
-    if reg.config["analysis"].get("primary"):
-        raise ConfigError("analysis.primary", "the upper-bound test is this config's one decision; set "
-                          "analysis.primary to null (a second family would need its own correction)")
-
-def _check_mechanism(reg: Registry) -> None:
-    """The declared contrasts (analysis.mechanism): arms run in runs.main, balanced, tests and margins in
-    range, and its step-error tests read on a chain task; one family per config (analysis.primary null)."""
-    design = reg.config["analysis"].get("mechanism")
-    if not design:
-        return
-    from oar.analysis import step_errors
-    from oar.analysis.mechanism import check_design
-    from oar.data.catalogue import chain_steps
-
-    main = reg.config["runs"]["main"]
-    problems = check_design(design, list(main["methods"]), reg.group_models(main))
-    # the step errors are read where the contrasts' accuracies are: the paired benchmark
-    benchmark = (reg.config["analysis"]["paired"]["benchmark"]
-                 or (main.get("benchmarks") or reg.config["evaluation"]["benchmarks"])[0])
-    problems += step_errors.check_design(design.get("step_errors"), list(main["methods"]), chain_steps(benchmark),
-                                         benchmark)
-    if problems:
-        raise ConfigError(*problems[0])
-    if reg.config["analysis"].get("primary") or reg.config["analysis"].get("upper_bound"):
-        raise ConfigError("analysis.mechanism", "the contrasts are this config's decision family; set "
-                          "analysis.primary and analysis.upper_bound to null")
-
-def _check_dose(reg: Registry) -> None:
-    """The dose runs (runs.dose: every dose method at every ratio, methods and ratios given together)
-    and their declared trend test (analysis.dose_response: its runs planned, a mechanism table to be
-    written into)."""
-    spec = reg.config["runs"].get("dose") or {}
-    if spec:
-        for key in ("methods", "ratios"):
-            if not spec.get(key):
-                raise ConfigError(f"runs.dose.{key}", f"{spec.get(key)!r}: runs.dose needs its {key}, at least "
-                                  "one (or leave runs.dose out)")
-        for m in spec["methods"]:
-            if m not in DOSES:
-                raise ConfigError("runs.dose.methods", f"{m!r} is not a dose method {list(DOSES)}")
-        for r in spec["ratios"]:
-            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-                raise ConfigError("runs.dose.ratios", f"{r!r} is not a ratio: a finite number above 0")
-        if len({float(r) for r in spec["ratios"]}) != len(spec["ratios"]):
-            raise ConfigError("runs.dose.ratios", f"{spec['ratios']} repeats a ratio")
-    design = reg.config["analysis"].get("dose_response")
-    if not design:
-        return
-    from oar.analysis.dose_response import check_design
-
-    dose = {**spec, "models": reg.group_models(spec), "seeds": reg.group_seeds(spec)} if spec else {}
-    problems = check_design(design, dose)
-    if problems:
-        raise ConfigError(*problems[0])
-    if not reg.config["analysis"].get("mechanism"):
-        raise ConfigError("analysis.dose_response", "its reading is a section of the mechanism table: "
-                          "declare analysis.mechanism beside it")
 
 def _check_reference_model(config: dict) -> None:
     """A scorer that reads a reference model (PRIME's implicit reward) gets the KL term's in a workflow run:
@@ -223,7 +111,7 @@ def _check_reference_model(config: dict) -> None:
                                   "script with OARTrainer(reference_model=...)")
 
 
-def _check_chain_task(reg: Registry) -> None:
+def _check_chain_task(reg) -> None:
     """The methods that read the decisive tokens parsed from the chain task's grammar (the truth
     scorers, the rescue, the dose) train on it, and a chain policy is pretrained on chains of as many
     steps as the RL data has."""

@@ -1,11 +1,6 @@
-"""The error of a workflow config the workflow cannot run, naming the config key at fault."""
+"""Re-export of :class:`oar.config_error.ConfigError`, the error of a workflow config the workflow cannot run
+(it lives in the lowest layer so that the studies, beneath the run registry, can raise it)."""
 
-from __future__ import annotations
+from oar.config_error import ConfigError
 
-
-class ConfigError(ValueError):
-    """A config the workflow cannot run; the message starts with ``config error at <key>:``."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"config error at {key}: {message}")
-        self.key = key
+__all__ = ["ConfigError"]

@@ -24,25 +24,19 @@ from collections.abc import Iterable, Mapping
 import yaml
 
 from oar.experiment.config_checks import GROUPS, check_config
-from oar.experiment.config_error import ConfigError
+from oar.experiment.config_schema import trainer_keys as schema_trainer_keys
 from oar.experiment.job_options import JobOptions
 from oar.experiment.job_resources import JobResources
+from oar.experiment.tables import GROUP_TABLES, tables
 from oar.files import atomic_write_text
 from oar.method.names import TRUTH_GATES, is_gated, run_name, uses_probe
 from oar.method.scorer_config import SCORER_SETTINGS, ScorerConfig
 from oar.method.weight_transforms import reading
+from oar.studies.catalogue import STUDIES
 from oar.training.settings import OARSettings, written_at_default
 
 OAR_DEFAULTS = {name: getattr(OARSettings, name) for name in OARSettings.__dataclass_fields__}
 BASE = "base"  # run id "<model>/base": the untrained base model (evaluated, never trained)
-# table name -> the registry group whose runs it compares
-GROUP_TABLES = {
-    "main_table": "main",
-    "ablation_gating": "gating",
-    "ablation_grid": "grid",
-    "ablation_probe": "probes",
-    "controls": "controls",
-}
 
 
 def deep_merge(base: Mapping | None, override: Mapping | None) -> dict:
@@ -79,58 +73,42 @@ class Registry:
     resources (``resources``, a :class:`JobResources`) and command-line options (``jobs``, a
     :class:`JobOptions`).
 
-    ``trainer_keys`` are the keys a ``trainer`` section may hold (the schema's ``$defs.trainer``).
-    Construction checks what the schema cannot express (``oar.experiment.config_checks``) and raises
-    :class:`ConfigError` naming the key.
+    ``trainer_keys`` are the keys a ``trainer`` section may hold; by default the schema's
+    (``$defs.trainer``, :func:`oar.experiment.config_schema.trainer_keys`).
+    Construction checks what the schema cannot express (``oar.experiment.config_checks``, each registered
+    study's checks among them) and raises :class:`ConfigError` naming the key.
+
+    Each registered study (``oar.studies``) may plan the runs instead of the declared ones (an interim
+    look's seeds: ``config`` is then the config with those runs, ``declared_config`` the one given) and
+    keeps its design as an attribute named after it (``primary``, ``upper_bound``, ``mechanism``,
+    ``dose_response``; None when the config does not declare it). ``tables`` are the declared tables
+    (``oar.experiment.tables``, the studies') that this config makes.
     """
 
-    def __init__(self, config: Mapping, trainer_keys: Iterable[str]):
-        self.config = config
+    def __init__(self, config: Mapping, trainer_keys: Iterable[str] | None = None):
+        self.config = self.declared_config = config
         self.results = config["results"]
-        self.trainer_keys = tuple(trainer_keys)
+        self.trainer_keys = tuple(schema_trainer_keys() if trainer_keys is None else trainer_keys)
         self.resources = JobResources(config)
         self.jobs = JobOptions(config, self.data_file, self.grading)
         check_config(self)
-        design = config["analysis"].get("upper_bound")
-        declared_seeds = [int(x) for x in self.group_seeds(config["runs"]["main"])]
-        if design and design.get("through_look"):
-            # an interim run: plan only the seeds up to the given look (the same run ids as the full run's)
-            k = int(design["through_look"])
-            if not 1 <= k <= len(design["looks"]):
-                raise ConfigError("analysis.upper_bound.through_look",
-                                  f"{k} is not a look of analysis.upper_bound.looks {design['looks']}")
-            self.config = config = deep_merge(config, {"runs": {"main": {
-                "seeds": declared_seeds[: design["looks"][k - 1]]}}})
+        for study in STUDIES.values():
+            planned = study.plan(self)
+            if planned:
+                self.config = config = deep_merge(config, {"runs": planned})
         self.runs, self.groups = self._build()
         self.benchmarks = list(config["evaluation"]["benchmarks"])
         analysis = config["analysis"]
         self.recall, self.fidelity, self.heatmap = analysis["recall"], analysis["fidelity"], analysis["heatmap"]
         self.paired = dict(analysis["paired"])
-        self.primary = dict(analysis["primary"]) if analysis.get("primary") else None
-        if self.primary:
-            self.primary = {"baseline": "grpo", "metric": "final_accuracy", "min_seeds": 10, **self.primary}
-            # Holm's family as declared: every primary arm on every main policy that runs it, every main seed
-            main = self.config["runs"]["main"]
-            self.primary["family"] = [[m, a] for m in self.group_models(main) for a in self.primary["arms"]
-                                      if not self.graded_equals_truth(m, a)]
-            self.primary["seeds"] = [int(s) for s in self.group_seeds(main)]
-        self.mechanism = dict(analysis["mechanism"]) if analysis.get("mechanism") else None
-        if self.mechanism:
-            self.mechanism["seeds"] = declared_seeds
-        self.dose_response = self._dose_design()
-        self.upper_bound = dict(analysis["upper_bound"]) if analysis.get("upper_bound") else None
-        if self.upper_bound:
-            # the declared seeds, in their order (all of them, also in an interim run)
-            self.upper_bound["seeds"] = declared_seeds
         if self.paired["benchmark"] is None:
             self.paired["benchmark"] = self.group_benchmarks("main")[0]
-        if self.dose_response and self.paired["benchmark"] not in self.group_benchmarks("dose"):
-            raise ConfigError("runs.dose.benchmarks", f"the dose-response reads final accuracy on "
-                              f"{self.paired['benchmark']!r} (analysis.paired.benchmark), which the dose runs are "
-                              f"not evaluated on ({self.group_benchmarks('dose')})")
+        for study in STUDIES.values():
+            if study.design is not None:
+                setattr(self, study.name, study.design(self))
         # cost and training curves compare GRPO, OAR and the controls when the controls are trained
         self.cost_group = "controls" if self.groups["controls"] else "main"
-        self.tables = self._enabled_tables()
+        self.tables = [name for name, table in tables().items() if table.made(self)]
         self.figures = self._enabled_figures()
 
     # ------------------------------------------------------------------------------- paths
@@ -195,19 +173,6 @@ class Registry:
 
     def analysis_model(self) -> str:
         return self.config["analysis"]["model"] or self.model_names()[0]
-
-    def _dose_design(self) -> dict | None:
-        """analysis.dose_response with what its reading needs from runs.dose: the ratios, the seeds and
-        each (ratio, seed)'s run id (ratio 1 of a dose of the truth gate is the truth gate's run)."""
-        design = self.config["analysis"].get("dose_response")
-        if not design:
-            return None
-        spec = self.config["runs"]["dose"]
-        seeds = [int(s) for s in self.group_seeds(spec)]
-        ratios = [float(r) for r in spec["ratios"]]
-        runs = [{"ratio": r, "seed": s, "run": self.run_id(design["model"], design["method"], s, ratio=r)}
-                for r in ratios for s in seeds]
-        return {"alpha": 0.05, **design, "ratios": ratios, "seeds": seeds, "runs": runs}
 
     # ------------------------------------------------------------------------ run settings
 
@@ -441,27 +406,6 @@ class Registry:
 
     def paired_models(self) -> list[str]:
         return sorted({model_of(r) for r in self.groups["main"]}, key=self.model_names().index)
-
-    def _enabled_tables(self) -> list[str]:
-        names = [n for n, g in GROUP_TABLES.items() if self.groups[g]]
-        if self.has_paired():
-            names.append("paired_differences")
-            if self.is_length_sweep():
-                names.append("length_sweep")
-            if self.has_truth_gate() and not self.upper_bound and not self.mechanism:
-                names.append("decisive")
-            if self.upper_bound:
-                names.append("upper_bound")
-            if self.mechanism:
-                names.append("mechanism")
-        if self.logs_step_credit() and not self.mechanism:
-            names.append("step_credit")
-        names += ["cost", "causal_recall"] if self.recall["scorers"] else ["cost"]
-        if self.chain_models():
-            names.append("gradient_share")
-        if self.fidelity["scorers"] and self.fidelity["probes"]:
-            names.append("fidelity")
-        return names
 
     def _enabled_figures(self) -> list[str]:
         names = ["training_curves", "cost_bars"]
