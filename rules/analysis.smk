@@ -12,7 +12,7 @@ rule accuracy:
     log:
         f"{R}/logs/analysis/accuracy-{{group}}.log",
     benchmark:
-        f"{R}/benchmarks/analysis/accuracy-{{group}}.tsv"
+        f"{R}/timings/analysis/accuracy-{{group}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -38,7 +38,7 @@ rule credit:
     log:
         f"{R}/logs/analysis/credit-{{group}}.log",
     benchmark:
-        f"{R}/benchmarks/analysis/credit-{{group}}.tsv"
+        f"{R}/timings/analysis/credit-{{group}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -59,7 +59,7 @@ rule cost_summary:
     log:
         f"{R}/logs/analysis/cost.log",
     benchmark:
-        f"{R}/benchmarks/analysis/cost.tsv"
+        f"{R}/timings/analysis/cost.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -80,7 +80,7 @@ rule heldout_responses:
     log:
         f"{R}/logs/analysis/heldout_responses.log",
     benchmark:
-        f"{R}/benchmarks/analysis/heldout_responses.tsv"
+        f"{R}/timings/analysis/heldout_responses.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("heldout")
@@ -114,7 +114,7 @@ rule oracle:
     log:
         f"{R}/logs/analysis/oracle.log",
     benchmark:
-        f"{R}/benchmarks/analysis/oracle.tsv"
+        f"{R}/timings/analysis/oracle.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("oracle")
@@ -144,7 +144,7 @@ rule score_heldout:
     log:
         f"{R}/logs/analysis/score-{{scorer}}-{{probe}}.log",
     benchmark:
-        f"{R}/benchmarks/analysis/score-{{scorer}}-{{probe}}.tsv"
+        f"{R}/timings/analysis/score-{{scorer}}-{{probe}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("score")
@@ -176,7 +176,7 @@ rule recall_analysis:
     log:
         f"{R}/logs/analysis/causal_recall.log",
     benchmark:
-        f"{R}/benchmarks/analysis/causal_recall.tsv"
+        f"{R}/timings/analysis/causal_recall.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -205,7 +205,7 @@ rule fidelity_analysis:
     log:
         f"{R}/logs/analysis/fidelity.log",
     benchmark:
-        f"{R}/benchmarks/analysis/fidelity.tsv"
+        f"{R}/timings/analysis/fidelity.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -231,7 +231,7 @@ rule paired_analysis:
     log:
         f"{R}/logs/analysis/paired.log",
     benchmark:
-        f"{R}/benchmarks/analysis/paired.tsv"
+        f"{R}/timings/analysis/paired.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
