@@ -3,6 +3,15 @@
 # base-model responses, sampled once, scored by every scorer, with oracle causal tokens found by pad
 # substitution and greedy re-decoding.
 
+# How the held-out scripts grade a response and build its probes, the same for all three (heldout.py,
+# oracle_tokens.py, score_heldout.py; their options from workflow_scripts/_script_io.model_script_parser).
+HELDOUT_GRADING = dict(
+    no_fallback_last_number=not config["grading"]["last_number"],
+    no_answer_statement=not config["grading"]["answer_statement"],
+    appended_conclusion=not config["training"]["oar"]["own_conclusion"],
+    substitute=config["training"]["oar"]["substitute"],
+)
+
 
 rule accuracy:
     input:
@@ -96,10 +105,7 @@ rule heldout_responses:
         keep_unanswered=not config["analysis"]["heldout"]["require_answer"],
         keep_truncated=not config["analysis"]["heldout"]["require_complete"],
         max_responses=config["analysis"]["heldout"]["max_responses"],
-        no_fallback_last_number=not config["grading"]["last_number"],
-        no_answer_statement=not config["grading"]["answer_statement"],
-        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
-        substitute=config["training"]["oar"]["substitute"],
+        **HELDOUT_GRADING,
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/heldout.py"
@@ -126,10 +132,7 @@ rule oracle:
         batch_size=config["analysis"]["oracle"]["batch_size"],
         reference=config["analysis"]["oracle"]["reference"],
         intervention=config["analysis"]["oracle"]["intervention"],
-        no_fallback_last_number=not config["grading"]["last_number"],
-        no_answer_statement=not config["grading"]["answer_statement"],
-        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
-        substitute=config["training"]["oar"]["substitute"],
+        **HELDOUT_GRADING,
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/oracle_tokens.py"
@@ -157,10 +160,7 @@ rule score_heldout:
         scorer=lambda wc: wc.scorer,
         probe=lambda wc: wc.probe,
         seed=config["analysis"]["heldout"]["seed"],
-        no_fallback_last_number=not config["grading"]["last_number"],
-        no_answer_statement=not config["grading"]["answer_statement"],
-        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
-        substitute=config["training"]["oar"]["substitute"],
+        **HELDOUT_GRADING,
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/score_heldout.py"

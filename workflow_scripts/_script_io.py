@@ -136,6 +136,10 @@ def script_parser(description: str | None, fallback: str) -> argparse.ArgumentPa
     return argparse.ArgumentParser(description=(description or fallback).strip(), formatter_class=HelpFormatter)
 
 
+# The flags model_script_parser adds: a Snakemake param of one of these names, when True, gives the bare flag.
+MODEL_SCRIPT_FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
+
+
 def model_script_parser(description: str | None, fallback: str) -> argparse.ArgumentParser:
     """A parser with the options every held-out script takes: the model folder, the answer-span
     fallback switch and the torch thread count."""
@@ -152,6 +156,13 @@ def model_script_parser(description: str | None, fallback: str) -> argparse.Argu
                    help="what OAR-P and the oracle substitute for a reasoning token: 'pad' or a one-token text")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     return p
+
+
+def probe_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``oar.method.probes.build_probes``'s grading and probe options from a held-out script's arguments
+    (those of :func:`model_script_parser`), so that every script builds a response's probes alike."""
+    return {"fallback_last_number": not args.no_fallback_last_number, "own_conclusion": not args.appended_conclusion,
+            "substitute": args.substitute, "answer_statement": not args.no_answer_statement}
 
 
 def run_cli(main: Any, namespace: Mapping[str, Any], flags: Sequence[str] = (),

@@ -17,14 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import model_script_parser, run_cli  # noqa: E402
+from _script_io import MODEL_SCRIPT_FLAGS, model_script_parser, probe_options, run_cli  # noqa: E402
 
 from oar.files import read_jsonl, write_jsonl  # noqa: E402
 from oar.models.loading import load_model  # noqa: E402
 
 from oar.method.scorer_config import ScorerConfig  # noqa: E402  (torch-free: --help stays fast)
 
-FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
+FLAGS = MODEL_SCRIPT_FLAGS
 
 
 DESCRIPTION = 'Score every reasoning token of the held-out responses with one scorer and outcome probe.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -55,9 +55,7 @@ def main(argv=None):
     rows = read_jsonl(args.responses)
     model, tokenizer = load_model(args.model, dtype="float32", device="auto", threads=args.threads)
     probes = build_probes(tokenizer, [r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
-                          fallback_last_number=not args.no_fallback_last_number,
-                          own_conclusion=not args.appended_conclusion, substitute=args.substitute,
-                          answer_statement=not args.no_answer_statement)
+                          **probe_options(args))
     config = ScorerConfig.of(vars(args))
     out = []
     total = 0.0
