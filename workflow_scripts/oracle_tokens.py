@@ -24,8 +24,6 @@ from oar.models.loading import load_model  # noqa: E402
 # the two equal).
 INTERVENTIONS = ("pad", "space", "alternative", "delete", "none")
 
-FLAGS = MODEL_SCRIPT_FLAGS
-
 
 DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.analysis.oracle``): an intervention + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
 
@@ -77,4 +75,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_cli(main, globals(), FLAGS)
+    run_cli(main, globals(), MODEL_SCRIPT_FLAGS)

@@ -24,8 +24,6 @@ from oar.models.loading import load_model  # noqa: E402
 
 from oar.method.scorer_config import ScorerConfig  # noqa: E402  (torch-free: --help stays fast)
 
-FLAGS = MODEL_SCRIPT_FLAGS
-
 
 DESCRIPTION = 'Score every reasoning token of the held-out responses with one scorer and outcome probe.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
 
@@ -74,4 +72,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_cli(main, globals(), FLAGS)
+    run_cli(main, globals(), MODEL_SCRIPT_FLAGS)
