@@ -96,6 +96,7 @@ rule heldout_responses:
     resources:
         **rule_resources("heldout"),
     params:
+        **HELDOUT_GRADING,
         offset=config["analysis"]["heldout"]["offset"],
         num_problems=config["analysis"]["heldout"]["num_problems"],
         temperature=config["analysis"]["heldout"]["temperature"],
@@ -105,7 +106,6 @@ rule heldout_responses:
         keep_unanswered=not config["analysis"]["heldout"]["require_answer"],
         keep_truncated=not config["analysis"]["heldout"]["require_complete"],
         max_responses=config["analysis"]["heldout"]["max_responses"],
-        **HELDOUT_GRADING,
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/heldout.py"
@@ -127,12 +127,12 @@ rule oracle:
     resources:
         **rule_resources("oracle"),
     params:
+        **HELDOUT_GRADING,
         slack_tokens=config["analysis"]["oracle"]["slack_tokens"],
         max_new_tokens=config["analysis"]["oracle"]["max_new_tokens"],
         batch_size=config["analysis"]["oracle"]["batch_size"],
         reference=config["analysis"]["oracle"]["reference"],
         intervention=config["analysis"]["oracle"]["intervention"],
-        **HELDOUT_GRADING,
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/oracle_tokens.py"
@@ -157,10 +157,10 @@ rule score_heldout:
         # the scorer settings of training.oar (a setting added later only off its default: scores made
         # before it existed stay valid)
         **REG.scorer_options(),
+        **HELDOUT_GRADING,
         scorer=lambda wc: wc.scorer,
         probe=lambda wc: wc.probe,
         seed=config["analysis"]["heldout"]["seed"],
-        **HELDOUT_GRADING,
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/score_heldout.py"
