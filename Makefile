@@ -228,14 +228,14 @@ rehearse: setup
 # goes at the paper config's settings (scorer settings, micro-batch, gradient checkpointing), the 1.5B
 # shape's rows, exact OAR-P at 1,024 tokens included, then the 7B shape's exact OAR-P: planned at 14.5
 # minutes of one H200, within a 15-minute budget; at a smaller GPU_PREFLIGHT_BUDGET the rows are sized to
-# fit or skipped, and the last row's dropped step is tried in whatever time is left (bench/gpu_check.py;
+# fit or skipped, and the last row's dropped step is tried in whatever time is left (perf/gpu_check.py;
 # docs/cost.md). GPU_PREFLIGHT_ARGS adds options, e.g. --shape qwen2.5-7b.
-GPU_PREFLIGHT_WORK ?= results/bench/gpu_check
+GPU_PREFLIGHT_WORK ?= results/perf/gpu_check
 GPU_PREFLIGHT_BUDGET ?= 900
 .PHONY: gpu-preflight
 gpu-preflight:
 	@echo "gpu-preflight: table $(GPU_PREFLIGHT_WORK)/gpu_check.md, calibration $(GPU_PREFLIGHT_WORK)/calibration.json, each row's metrics, step times and scorer profile in $(GPU_PREFLIGHT_WORK)/<row>/"
-	PYTHONPATH=$(CURDIR) $(PYTHON) bench/gpu_check.py --budget-s $(GPU_PREFLIGHT_BUDGET) --try-beyond-plan --work $(GPU_PREFLIGHT_WORK) $(GPU_PREFLIGHT_ARGS)
+	PYTHONPATH=$(CURDIR) $(PYTHON) perf/gpu_check.py --budget-s $(GPU_PREFLIGHT_BUDGET) --try-beyond-plan --work $(GPU_PREFLIGHT_WORK) $(GPU_PREFLIGHT_ARGS)
 	@echo "gpu-preflight: done; the cost plan calibrated by it: PYTHONPATH=. $(PYTHON) -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 --calibration $(GPU_PREFLIGHT_WORK)/calibration.json $(GPU_PREFLIGHT_WORK)/qwen2.5-7b/calibration.json (the second where the 7B rows ran)"
 
 # `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
@@ -279,7 +279,7 @@ Set up
   install-profile  install the SLURM profile so that `snakemake --profile slurm` works from any directory
 
 Documentation
-  docs             regenerate docs/configuration.md from config/schema.yaml
+  docs             regenerate docs/configuration.md from config/schema.yaml and docs/development.md's module list from the docstrings
   help             this list
 endef
 export HELP_TEXT
@@ -288,9 +288,11 @@ export HELP_TEXT
 help:
 	@echo "$$HELP_TEXT"
 
-# The configuration page is generated from the schema; tests/test_config_docs.py fails when it is stale.
+# The configuration page is generated from the schema, the layout's module list from the module docstrings;
+# tests/test_config_docs.py and tests/test_layout_docs.py fail when either is stale.
 docs: setup
 	$(BIN)/python -m oar.experiment.config_docs
+	$(BIN)/python -m oar.experiment.layout_docs
 
 # `snakemake --profile slurm` finds slurm/ from the repository root; this makes it found from anywhere.
 PROFILE_DIR := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm

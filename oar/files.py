@@ -1,6 +1,6 @@
 """Reading and writing the project's files: atomic writes, JSON Lines, file hashes (no torch).
 
-One home for this plumbing, used by the library, the workflow scripts and the benches. Writes are
+One home for this plumbing, used by the library, the workflow scripts and the measurement scripts. Writes are
 atomic (a temporary file beside the target, moved over it on success), so a job that dies never
 leaves a complete-looking output.
 """
@@ -70,6 +70,7 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> N
 
 
 def sha256_file(path: str | os.PathLike) -> str:
+    """The file's sha256, hex, read in blocks of 1 MiB."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -3,6 +3,15 @@
 # base-model responses, sampled once, scored by every scorer, with oracle causal tokens found by pad
 # substitution and greedy re-decoding.
 
+# How the held-out scripts grade a response and build its probes, the same for all three (heldout.py,
+# oracle_tokens.py, score_heldout.py; their options from workflow_scripts/_script_io.model_script_parser).
+HELDOUT_GRADING = dict(
+    no_fallback_last_number=not config["grading"]["last_number"],
+    no_answer_statement=not config["grading"]["answer_statement"],
+    appended_conclusion=not config["training"]["oar"]["own_conclusion"],
+    substitute=config["training"]["oar"]["substitute"],
+)
+
 
 rule accuracy:
     input:
@@ -12,7 +21,7 @@ rule accuracy:
     log:
         f"{R}/logs/analysis/accuracy-{{group}}.log",
     benchmark:
-        f"{R}/benchmarks/analysis/accuracy-{{group}}.tsv"
+        f"{R}/timings/analysis/accuracy-{{group}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -38,7 +47,7 @@ rule credit:
     log:
         f"{R}/logs/analysis/credit-{{group}}.log",
     benchmark:
-        f"{R}/benchmarks/analysis/credit-{{group}}.tsv"
+        f"{R}/timings/analysis/credit-{{group}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -59,7 +68,7 @@ rule cost_summary:
     log:
         f"{R}/logs/analysis/cost.log",
     benchmark:
-        f"{R}/benchmarks/analysis/cost.tsv"
+        f"{R}/timings/analysis/cost.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -80,13 +89,14 @@ rule heldout_responses:
     log:
         f"{R}/logs/analysis/heldout_responses.log",
     benchmark:
-        f"{R}/benchmarks/analysis/heldout_responses.tsv"
+        f"{R}/timings/analysis/heldout_responses.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("heldout")
     resources:
         **rule_resources("heldout"),
     params:
+        **HELDOUT_GRADING,
         offset=config["analysis"]["heldout"]["offset"],
         num_problems=config["analysis"]["heldout"]["num_problems"],
         temperature=config["analysis"]["heldout"]["temperature"],
@@ -96,10 +106,6 @@ rule heldout_responses:
         keep_unanswered=not config["analysis"]["heldout"]["require_answer"],
         keep_truncated=not config["analysis"]["heldout"]["require_complete"],
         max_responses=config["analysis"]["heldout"]["max_responses"],
-        no_fallback_last_number=not config["grading"]["last_number"],
-        no_answer_statement=not config["grading"]["answer_statement"],
-        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
-        substitute=config["training"]["oar"]["substitute"],
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/heldout.py"
@@ -114,22 +120,19 @@ rule oracle:
     log:
         f"{R}/logs/analysis/oracle.log",
     benchmark:
-        f"{R}/benchmarks/analysis/oracle.tsv"
+        f"{R}/timings/analysis/oracle.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("oracle")
     resources:
         **rule_resources("oracle"),
     params:
+        **HELDOUT_GRADING,
         slack_tokens=config["analysis"]["oracle"]["slack_tokens"],
         max_new_tokens=config["analysis"]["oracle"]["max_new_tokens"],
         batch_size=config["analysis"]["oracle"]["batch_size"],
         reference=config["analysis"]["oracle"]["reference"],
         intervention=config["analysis"]["oracle"]["intervention"],
-        no_fallback_last_number=not config["grading"]["last_number"],
-        no_answer_statement=not config["grading"]["answer_statement"],
-        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
-        substitute=config["training"]["oar"]["substitute"],
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/oracle_tokens.py"
@@ -144,7 +147,7 @@ rule score_heldout:
     log:
         f"{R}/logs/analysis/score-{{scorer}}-{{probe}}.log",
     benchmark:
-        f"{R}/benchmarks/analysis/score-{{scorer}}-{{probe}}.tsv"
+        f"{R}/timings/analysis/score-{{scorer}}-{{probe}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("score")
@@ -154,13 +157,10 @@ rule score_heldout:
         # the scorer settings of training.oar (a setting added later only off its default: scores made
         # before it existed stay valid)
         **REG.scorer_options(),
+        **HELDOUT_GRADING,
         scorer=lambda wc: wc.scorer,
         probe=lambda wc: wc.probe,
         seed=config["analysis"]["heldout"]["seed"],
-        no_fallback_last_number=not config["grading"]["last_number"],
-        no_answer_statement=not config["grading"]["answer_statement"],
-        appended_conclusion=not config["training"]["oar"]["own_conclusion"],
-        substitute=config["training"]["oar"]["substitute"],
         threads=lambda wc, threads: threads,
     script:
         "../workflow_scripts/score_heldout.py"
@@ -176,7 +176,7 @@ rule recall_analysis:
     log:
         f"{R}/logs/analysis/causal_recall.log",
     benchmark:
-        f"{R}/benchmarks/analysis/causal_recall.tsv"
+        f"{R}/timings/analysis/causal_recall.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -205,7 +205,7 @@ rule fidelity_analysis:
     log:
         f"{R}/logs/analysis/fidelity.log",
     benchmark:
-        f"{R}/benchmarks/analysis/fidelity.tsv"
+        f"{R}/timings/analysis/fidelity.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")
@@ -231,7 +231,7 @@ rule paired_analysis:
     log:
         f"{R}/logs/analysis/paired.log",
     benchmark:
-        f"{R}/benchmarks/analysis/paired.tsv"
+        f"{R}/timings/analysis/paired.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("analysis")

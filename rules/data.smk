@@ -27,7 +27,7 @@ rule prepare_model:
     log:
         f"{R}/logs/prepare_model/{{model}}.log",
     benchmark:
-        f"{R}/benchmarks/prepare_model/{{model}}.tsv"
+        f"{R}/timings/prepare_model/{{model}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("prepare_model")
@@ -52,7 +52,7 @@ rule prepare_data:
     log:
         f"{R}/logs/prepare_data/{{dataset}}.log",
     benchmark:
-        f"{R}/benchmarks/prepare_data/{{dataset}}.tsv"
+        f"{R}/timings/prepare_data/{{dataset}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("prepare_data")
@@ -75,7 +75,7 @@ rule rebuild_policy:
     log:
         f"{R}/logs/rebuild_policy/{{model}}.log",
     benchmark:
-        f"{R}/benchmarks/rebuild_policy/{{model}}.tsv"
+        f"{R}/timings/rebuild_policy/{{model}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("prepare_model")

@@ -12,7 +12,7 @@ rule evaluate:
     log:
         f"{R}/logs/evaluate/{{run}}/{{bench}}.log",
     benchmark:
-        f"{R}/benchmarks/evaluate/{{run}}/{{bench}}.tsv"
+        f"{R}/timings/evaluate/{{run}}/{{bench}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("evaluate")

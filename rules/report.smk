@@ -18,7 +18,7 @@ rule table:
     log:
         f"{R}/logs/tables/{{name}}.log",
     benchmark:
-        f"{R}/benchmarks/tables/{{name}}.tsv"
+        f"{R}/timings/tables/{{name}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("plot")
@@ -68,7 +68,7 @@ rule figure:
     log:
         f"{R}/logs/figures/{{name}}.log",
     benchmark:
-        f"{R}/benchmarks/figures/{{name}}.tsv"
+        f"{R}/timings/figures/{{name}}.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("plot")
@@ -96,7 +96,7 @@ rule html_report:
     log:
         f"{R}/logs/report.log",
     benchmark:
-        f"{R}/benchmarks/report.tsv"
+        f"{R}/timings/report.tsv"
     conda:
         "../envs/oar.yaml"
     threads: rule_threads("plot")

@@ -30,7 +30,7 @@ rule train:
     log:
         f"{R}/logs/train/{{run}}.log",
     benchmark:
-        f"{R}/benchmarks/train/{{run}}.tsv"
+        f"{R}/timings/train/{{run}}.tsv"
     # a retry resumes from the run's newest checkpoint (checkpoints/ is no output: a failed attempt keeps it)
     retries: rule_retries("train")
     conda:

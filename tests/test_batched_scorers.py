@@ -19,8 +19,8 @@ from oar.method.substitution import reasoning_spans, substitution_forwards, subs
 from oar.method.probes import CONCLUDE_TEXT, Probe
 from oar.models.tiny import build_tiny_model
 
-# bench/harness.py counts a call's model calls and host synchronisations for the benches and these tests
-_spec = importlib.util.spec_from_file_location("harness", Path(__file__).resolve().parents[1] / "bench" / "harness.py")
+# perf/harness.py counts a call's model calls and host synchronisations for the benches and these tests
+_spec = importlib.util.spec_from_file_location("harness", Path(__file__).resolve().parents[1] / "perf" / "harness.py")
 harness = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(harness)
 

@@ -4,6 +4,7 @@ decisive tokens; the leaderboard files; and the bad inputs that stop it, each na
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import math
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from oar.bench import __main__ as bench_cli
 from oar.bench import credit, leaderboard, response_set
 from oar.bench.response_set import ResponseSet, ResponseSetError, ResponseSetSpec
 
@@ -139,6 +141,10 @@ def test_the_leaderboard_ranks_entries_by_average_precision(loaded, tmp_path):
     assert "old" not in page.read_text() and "`truth`" in page.read_text() and page.read_text().endswith("after\n")
     with pytest.raises(ValueError, match="no markers"):
         leaderboard.write_docs(page, "credit:other", text)
+    # `python -m oar.bench leaderboard` rebuilds the same table into the page (no learning entries: no table)
+    page.write_text("<!-- leaderboard:credit:tiny_chain -->\n<!-- /leaderboard:credit:tiny_chain -->\n")
+    bench_cli.board(argparse.Namespace(out=tmp_path, policy="tiny_chain", docs=page))
+    assert text.rstrip() in page.read_text() and not (tmp_path / "learning").exists()
 
 
 def test_the_erring_step_is_read_against_the_later_right_steps():

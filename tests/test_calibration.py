@@ -1,5 +1,5 @@
 """The cost plan calibrated by measured step times (oar.experiment.calibration): rates and fixed costs
-recovered from times made from them, and the H200 rows of bench/calibration each planned, calibrated by
+recovered from times made from them, and the H200 rows of perf/calibration each planned, calibrated by
 its own file or group, within 25% of every measured phase (in sample); tests/test_cost_band.py checks them
 out of sample."""
 
@@ -26,7 +26,7 @@ SHAPE_SPEC = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, nu
 
 
 def _synthetic_record(rate=1e12, update_fixed=0.05, decode_fixed=0.02, oar_p_call=0.03):
-    """A calibration.json as bench/gpu_check.py writes it, its times made from known rates by the plan's
+    """A calibration.json as perf/gpu_check.py writes it, its times made from known rates by the plan's
     own work: GRPO at two lengths and exact OAR-P at one, on the stacked schedule."""
     shape = shape_of(Qwen2Config(**SHAPE_SPEC))
     hw = hw_kinds.Hardware("made", rate, 1e12, 80, mfu=1.0, bandwidth_util=1.0)
@@ -119,7 +119,7 @@ def test_calibration_of_another_shape_or_without_grpo_names_the_field(tmp_path):
 
 # --- the H200 rows: the plan, calibrated with them, against each measured phase -------------------------
 
-H200 = sorted((Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11").glob("*.json"))
+H200 = sorted((Path(__file__).resolve().parents[1] / "perf" / "calibration" / "h200-2026-11").glob("*.json"))
 PHASES = (("generation", "generate_s"), ("scoring", "score_s"), ("update", "update_s"), ("step", "step_s"))
 
 
@@ -147,7 +147,7 @@ def _assert_plan_holds_each_phase(shape, row, hw, label, first_step=False):
 
 
 def test_calibrated_plan_holds_each_measured_phase_of_the_h200_rows():
-    """GRPO and OAR-G at 1,024 tokens, GRPO and exact OAR-P at 256 (bench/calibration/h200-2026-11),
+    """GRPO and OAR-G at 1,024 tokens, GRPO and exact OAR-P at 256 (perf/calibration/h200-2026-11),
     planned for the check's own settings on the schedule they ran on, within 25% of every phase (GRPO's
     scoring, 1-2 ms of bookkeeping, within 10 ms). The update's rate and fixed cost and each scorer's
     per-call cost are fitted from these rows; generation's one fitted constant stands for four rows, and
@@ -161,12 +161,12 @@ def test_calibrated_plan_holds_each_measured_phase_of_the_h200_rows():
     assert seen == {("grpo", 1024), ("oar_g", 1024), ("grpo", 256), ("oar_p", 256)}
 
 
-STACKED = Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11-stacked" / "calibration.json"
+STACKED = Path(__file__).resolve().parents[1] / "perf" / "calibration" / "h200-2026-11-stacked" / "calibration.json"
 
 
 def test_calibrated_plan_holds_each_measured_phase_of_the_current_scorers_h200_rows():
     """GRPO and OAR-G at 1,024 tokens and exact OAR-P at 256 on the stacked schedule, the update timed to
-    completion (bench/calibration/h200-2026-11-stacked): the update is fitted over all three rows' two
+    completion (perf/calibration/h200-2026-11-stacked): the update is fitted over all three rows' two
     lengths, each scorer's per-call cost from its row; every phase planned within 25% (GRPO's scoring
     within 10 ms). The per-call costs say where the time went: 0.07-0.15 s a model call beside the
     FLOPs, against the 21 ms of an eager decode call."""
@@ -181,11 +181,11 @@ def test_calibrated_plan_holds_each_measured_phase_of_the_current_scorers_h200_r
     assert {r["row"] for r in rows} == {"grpo-1024", "oar_g-1024", "oar_p-256"}
 
 
-NO_CUDNN = Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11-no-cudnn" / "calibration.json"
+NO_CUDNN = Path(__file__).resolve().parents[1] / "perf" / "calibration" / "h200-2026-11-no-cudnn" / "calibration.json"
 
 
 def test_calibrated_plan_holds_each_measured_phase_of_the_scorers_without_cudnn_attention():
-    """The same rows with scoring outside cuDNN's attention kernel (bench/calibration/h200-2026-11-no-cudnn),
+    """The same rows with scoring outside cuDNN's attention kernel (perf/calibration/h200-2026-11-no-cudnn),
     and exact OAR-P at 1,024 tokens beside 256: the update fitted over its two lengths, each scorer's
     per-call cost the median over its rows; every phase planned within 25% (exact OAR-P's generation at
     1,024 tokens is the first at that length in its process, planned as such). A model call now costs
@@ -204,7 +204,7 @@ def test_calibrated_plan_holds_each_measured_phase_of_the_scorers_without_cudnn_
     assert {r["row"] for r in rows} == {"grpo-1024", "oar_g-1024", "oar_p-256", "oar_p-1024"}
 
 
-FORWARDS_8192 = Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11-8192" / "calibration.json"
+FORWARDS_8192 = Path(__file__).resolve().parents[1] / "perf" / "calibration" / "h200-2026-11-8192" / "calibration.json"
 
 
 def test_calibrated_plan_holds_the_scoring_of_both_forward_sizes():
@@ -246,7 +246,7 @@ def test_calibrated_plan_holds_the_scoring_of_both_forward_sizes():
 
 
 
-GENERATE_NO_CUDNN = (Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11-generate-no-cudnn"
+GENERATE_NO_CUDNN = (Path(__file__).resolve().parents[1] / "perf" / "calibration" / "h200-2026-11-generate-no-cudnn"
                      / "calibration.json")
 
 
@@ -278,7 +278,7 @@ def test_calibrated_plan_holds_every_phase_measured_with_generation_outside_cudn
             assert abs(planned - measured) <= 0.25 * measured + 0.01, (row["row"], phase, planned, measured)
 
 
-INLINE = Path(__file__).resolve().parents[1] / "bench" / "calibration" / "h200-2026-11-inline" / "calibration.json"
+INLINE = Path(__file__).resolve().parents[1] / "perf" / "calibration" / "h200-2026-11-inline" / "calibration.json"
 
 
 def test_calibrated_plan_holds_oar_g_over_an_inline_prompt():

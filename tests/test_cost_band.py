@@ -16,7 +16,7 @@ from oar.experiment.hardware import hardware
 from oar.experiment.memory_plan import PlanError, load_config
 from oar.experiment.rank_wait import logged_ratio, slowest_rank_factor
 
-CALIBRATION = Path(__file__).resolve().parents[1] / "bench" / "calibration"
+CALIBRATION = Path(__file__).resolve().parents[1] / "perf" / "calibration"
 # every stored file of the scorers as they run now, 7B and the evened inline rows included
 CURRENT = [CALIBRATION / name / "calibration.json" for name in
            ("h200-2026-11-no-cudnn", "h200-2026-11-8192", "h200-2026-11-generate-no-cudnn", "h200-2026-11-inline",

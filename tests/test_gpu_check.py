@@ -1,4 +1,4 @@
-"""bench/gpu_check.py (the GPU preflight): its plan and errors, and a whole run at tiny size on CPU, so the
+"""perf/gpu_check.py (the GPU preflight): its plan and errors, and a whole run at tiny size on CPU, so the
 preflight still runs on the day a GPU is lent. Nothing here ran on a GPU."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CHECK = [sys.executable, str(REPO / "bench" / "gpu_check.py")]
+CHECK = [sys.executable, str(REPO / "perf" / "gpu_check.py")]
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
 TINY = ["--shape", "tiny", "--response-tokens", "12", "--exact-oar-p-tokens", "8", "--batch", "4",
         "--num-generations", "2"]
@@ -57,11 +57,11 @@ def test_the_h200_rows_settings_are_planned_as_the_h200_ran_them_and_it_says_wha
         "grpo": [1024, 1024], "oar_g": [1024, 1024], "oar_p": [256, 256, 1024]}, done.stderr
     assert 300 < total <= 360 and "skipped" not in done.stderr and "sized" not in done.stderr
     assert "completions a step 8 (--batch); gradient checkpointing False (--gradient-checkpointing)" in done.stderr
-    assert "bench/calibration/h200-2026-11-inline-even/calibration.json" in done.stderr
+    assert "perf/calibration/h200-2026-11-inline-even/calibration.json" in done.stderr
     process_s = {}
     for folder, methods in (("h200-2026-11-generate-no-cudnn", ("grpo", "oar_p")),
                             ("h200-2026-11-inline-even", ("oar_g",))):
-        measured = json.loads((REPO / "bench/calibration" / folder / "calibration.json").read_text())
+        measured = json.loads((REPO / "perf/calibration" / folder / "calibration.json").read_text())
         process_s |= {r["method"]: r["process_s"] - r.get("profiled_repeat_s", 0.0) for r in measured["rows"]
                       if r["method"] in methods}
     assert set(process_s) == {"grpo", "oar_g", "oar_p"}
@@ -119,7 +119,7 @@ def test_an_option_contradicting_the_config_names_the_key():
 
 
 def test_a_calibration_without_grpo_names_the_field(tmp_path):
-    record = json.loads((REPO / "bench/calibration/h200-2026-11/calibration_256.json").read_text())
+    record = json.loads((REPO / "perf/calibration/h200-2026-11/calibration_256.json").read_text())
     record["rows"] = [r for r in record["rows"] if r["method"] != "grpo"]
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(record))
@@ -233,11 +233,11 @@ def test_an_outer_time_limit_keeps_the_running_rows_finished_lengths(tmp_path):
 def test_a_row_cut_off_keeps_the_lengths_whose_steps_finished(tmp_path):
     """A process cut off in its last step (exact OAR-P's step at 1,024 tokens after two at 256): the
     256-token length, whose steps all finished, is a result marked cut off; the 1,024 one is not."""
-    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "perf"))
     try:
         import gpu_check
     finally:
-        sys.path.remove(str(REPO / "bench"))
+        sys.path.remove(str(REPO / "perf"))
     row = gpu_check.Row("oar_p", [256, 256, 1024])
     out = tmp_path / row.name
     out.mkdir()
@@ -304,11 +304,11 @@ def test_try_beyond_plan_gives_the_last_row_back_the_length_the_budget_dropped()
 
 
 def test_a_step_tried_beyond_the_plan_is_a_result_when_it_finished_and_missing_when_cut_off(tmp_path):
-    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "perf"))
     try:
         import gpu_check
     finally:
-        sys.path.remove(str(REPO / "bench"))
+        sys.path.remove(str(REPO / "perf"))
     row = gpu_check.Row("oar_p", [256, 256], wanted=[256, 256, 1024])
     row.try_dropped_lengths()
     assert row.tried == [1024] and row.run_lengths == [256, 256, 1024] and row.name == "oar_p-256-1024"
@@ -335,11 +335,11 @@ def test_a_step_tried_beyond_the_plan_is_a_result_when_it_finished_and_missing_w
 
 
 def test_oar_g_variants_bench_times_every_variant_beside_the_update_on_a_cpu(tmp_path):
-    """bench/oar_g_variants.py (OAR-G's scoring call against the update, its variants interleaved) runs at
+    """perf/oar_g_variants.py (OAR-G's scoring call against the update, its variants interleaved) runs at
     tiny size on a CPU, so it runs on the day a GPU is lent: every variant timed, the phases of one
     profiled call named."""
     out = tmp_path / "variants.json"
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "oar_g_variants.py"), "--shape", "tiny", "--device",
+    done = subprocess.run([sys.executable, str(REPO / "perf" / "oar_g_variants.py"), "--shape", "tiny", "--device",
                            "cpu", "--response-tokens", "48", "--batch", "4", "--chunk-tokens", "128", "--repeats", "2",
                            "--phases", "--out", str(out)], capture_output=True, text=True, env=ENV, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]

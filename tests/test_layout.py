@@ -116,7 +116,7 @@ def test_no_source_file_is_git_ignored():
     root = OAR.parent
     if shutil.which("git") is None or not (root / ".git").exists():
         pytest.skip("not a git checkout")
-    sources = [str(p.relative_to(root)) for d in ("oar", "workflow_scripts", "rules", "tests", "bench", "config")
+    sources = [str(p.relative_to(root)) for d in ("oar", "workflow_scripts", "rules", "tests", "perf", "config")
                for p in (root / d).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     ignored = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], input="\n".join(sources),
                              cwd=root, capture_output=True, text=True).stdout.split()

@@ -151,7 +151,7 @@ def _check_phase(method, tokens, prompt=93):
 
 
 def test_scoring_phases_match_the_h200_peaks():
-    """The peaks measured within scoring on one H200 (bench/calibration/h200-2026-11: the second step,
+    """The peaks measured within scoring on one H200 (perf/calibration/h200-2026-11: the second step,
     AdamW's state resident, bf16 weights under bf16 autocast): OAR-G at 1,024 tokens 12,180 MiB, exact
     OAR-P at 256 tokens 9,257 MiB; the plan within 5%."""
     assert _check_phase("oar_g", 1024) == pytest.approx(12180, rel=0.05)

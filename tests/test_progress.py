@@ -38,19 +38,19 @@ This was a dry-run (flag -n). The order of jobs does not reflect the order of ex
 """
 
 
-def write_benchmark(results, name, seconds):
-    path = results / "benchmarks" / f"{name}.tsv"
+def write_timing(results, name, seconds, folder="timings"):
+    path = results / folder / f"{name}.tsv"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("s\th:m:s\tmax_rss\tcpu_time\n" f"{seconds}\t0:00:00\t100\t{seconds}\n")
 
 
 def test_jobs_left_are_priced_by_their_finished_kind(tmp_path):
     results = tmp_path / "results"
-    write_benchmark(results, "train/chain_f1/grpo-seed0", 60)
-    write_benchmark(results, "train/chain_f1/oar_p-seed0", 200)
-    write_benchmark(results, "train/chain_f1/oar_p-seed2", 220)
-    write_benchmark(results, "evaluate/chain_f1/grpo-seed0/chain_test", 30)
-    (results / "benchmarks" / "train" / "chain_f1" / "half.tsv").write_text("s\n")  # being written: skipped
+    write_timing(results, "train/chain_f1/grpo-seed0", 60)
+    write_timing(results, "train/chain_f1/oar_p-seed0", 200)
+    write_timing(results, "train/chain_f1/oar_p-seed2", 220)
+    write_timing(results, "evaluate/chain_f1/grpo-seed0/chain_test", 30)
+    (results / "timings" / "train" / "chain_f1" / "half.tsv").write_text("s\n")  # being written: skipped
     pending = pending_jobs(DRY_RUN.splitlines())
     assert pending == [Job("train", "chain_f1/oar_p-seed1"), Job("train", "chain_f1/grpo-seed1"),
                        Job("evaluate", "chain_f1/grpo-seed1/chain_test"), Job("main_table")]
@@ -88,7 +88,7 @@ def test_a_kind_not_finished_yet_is_priced_by_its_rule_and_a_rule_not_finished_y
 
 
 def test_jobs_that_do_no_work_are_priced_at_nothing():
-    """run_settings writes a YAML in a fraction of a second (no benchmark file ever) and a target rule only gathers
+    """run_settings writes a YAML in a fraction of a second (no timing file ever) and a target rule only gathers
     inputs: neither may be priced as a training run, which would put hours on an interim look's line."""
     listing = DRY_RUN.replace("localrule main_table:", """\
 [Fri Nov 27 01:57:48 2026]
@@ -120,12 +120,12 @@ def test_a_kind_is_priced_by_the_jobs_this_run_finished_where_it_has_any(tmp_pat
     import os
 
     results = tmp_path / "results"
-    write_benchmark(results, "train/chain_f1/grpo-seed0", 600)
-    write_benchmark(results, "evaluate/chain_f1/grpo-seed0/chain_test", 30)
-    write_benchmark(results, "train/chain_f1/grpo-seed2", 300)
+    write_timing(results, "train/chain_f1/grpo-seed0", 600)
+    write_timing(results, "evaluate/chain_f1/grpo-seed0/chain_test", 30)
+    write_timing(results, "train/chain_f1/grpo-seed2", 300)
     for name in ("train/chain_f1/grpo-seed0", "evaluate/chain_f1/grpo-seed0/chain_test"):
-        os.utime(results / "benchmarks" / f"{name}.tsv", (1000.0, 1000.0))  # ended before the run began
-    os.utime(results / "benchmarks" / "train/chain_f1/grpo-seed2.tsv", (2000.0, 2000.0))
+        os.utime(results / "timings" / f"{name}.tsv", (1000.0, 1000.0))  # ended before the run began
+    os.utime(results / "timings" / "train/chain_f1/grpo-seed2.tsv", (2000.0, 2000.0))
     assert set(finished_jobs(results, since=1500.0)) == {Job("train", "chain_f1/grpo-seed2")}
     pending = [Job("train", "chain_f1/grpo-seed1"), Job("evaluate", "chain_f1/grpo-seed1/chain_test")]
     result = estimate(pending, finished_jobs(results), 1, recent=finished_jobs(results, since=1500.0))
@@ -133,24 +133,34 @@ def test_a_kind_is_priced_by_the_jobs_this_run_finished_where_it_has_any(tmp_pat
     assert estimate(pending, finished_jobs(results), 1).left_s == pytest.approx(450 + 30)
 
 
-def test_a_job_is_priced_by_the_benchmark_folder_it_shares():
-    """The analysis rules write their benchmark files to one folder (analysis/), the table rule to tables/:
+def test_results_from_before_the_rename_still_count_their_timings(tmp_path):
+    """Results made when Snakemake's timing files went to benchmarks/ keep them there: their finished jobs
+    count, and a job timed in both folders counts its timings/ file."""
+    results = tmp_path / "results"
+    write_timing(results, "train/chain_f1/grpo-seed0", 60, folder="benchmarks")
+    write_timing(results, "train/chain_f1/grpo-seed1", 70, folder="benchmarks")
+    write_timing(results, "train/chain_f1/grpo-seed1", 80)
+    assert finished_jobs(results) == {Job("train", "chain_f1/grpo-seed0"): 60, Job("train", "chain_f1/grpo-seed1"): 80}
+
+
+def test_a_job_is_priced_by_the_timing_folder_it_shares():
+    """The analysis rules write their timing files to one folder (analysis/), the table rule to tables/:
     a pending job of such a rule is priced by the finished jobs of its folder, not by every job's median."""
     listing = """\
 rule accuracy:
     input: results-x/eval/chain_d8/grpo-seed1/chain5_test/summary.json
     output: results-x/analysis/accuracy/main.csv
-    benchmark: results-x/benchmarks/analysis/accuracy-main.tsv
+    benchmark: results-x/timings/analysis/accuracy-main.tsv
     wildcards: group=main
 
 rule table:
     output: results-x/tables/upper_bound.csv, results-x/tables/upper_bound.md
-    benchmark: results-x/benchmarks/tables/upper_bound.tsv
+    benchmark: results-x/timings/tables/upper_bound.tsv
     wildcards: name=upper_bound
 
 rule report:
     output: results-x/report.html
-    benchmark: results-x/benchmarks/report.tsv
+    benchmark: results-x/timings/report.tsv
 """
     pending = pending_jobs(listing.splitlines())
     assert [(j.rule, j.kind) for j in pending] == [("accuracy", ("analysis", "")), ("table", ("tables", "")),

@@ -108,12 +108,12 @@ def test_runs_are_read_from_the_samples_beside_their_summaries_and_the_bench_pri
         step_errors.samples_by_run([a])
 
     # the documented command (docs/results.md) still prints the per-step table
-    script = Path(__file__).resolve().parents[1] / "bench" / "step_errors.py"
-    spec = importlib.util.spec_from_file_location("bench_step_errors", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    script = Path(__file__).resolve().parents[1] / "perf" / "step_errors.py"
+    spec = importlib.util.spec_from_file_location("perf_step_errors", script)
+    command = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(command)
     monkeypatch.setattr(sys, "argv", ["step_errors.py", "--results", str(tmp_path), "--models", "chain_d8"])
-    bench.main()
+    command.main()
     out = capsys.readouterr().out
     assert "| oar_g | 1 | 0.0 (0.0) | 0.0 (0.0) | 0.0 (0.0) | 0.0 (0.0) | 0.0 (100.0) | 0.0 | 20.0 |" in out
 

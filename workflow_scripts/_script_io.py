@@ -136,6 +136,10 @@ def script_parser(description: str | None, fallback: str) -> argparse.ArgumentPa
     return argparse.ArgumentParser(description=(description or fallback).strip(), formatter_class=HelpFormatter)
 
 
+# The flags model_script_parser adds: a Snakemake param of one of these names, when True, gives the bare flag.
+MODEL_SCRIPT_FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
+
+
 def model_script_parser(description: str | None, fallback: str) -> argparse.ArgumentParser:
     """A parser with the options every held-out script takes: the model folder, the answer-span
     fallback switch and the torch thread count."""

@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import model_script_parser, probe_options, run_cli  # noqa: E402
+from _script_io import MODEL_SCRIPT_FLAGS, model_script_parser, probe_options, run_cli  # noqa: E402
 
 from oar.files import write_jsonl  # noqa: E402
 from oar.models.loading import load_model  # noqa: E402
 
-FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion", "keep_unanswered", "keep_truncated")
+FLAGS = (*MODEL_SCRIPT_FLAGS, "keep_unanswered", "keep_truncated")
 
 
 DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a base model.'  # __doc__ is None under Snakemake's script: (its preamble comes first)

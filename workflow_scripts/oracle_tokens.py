@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import model_script_parser, probe_options, run_cli  # noqa: E402
+from _script_io import MODEL_SCRIPT_FLAGS, model_script_parser, probe_options, run_cli  # noqa: E402
 
 from oar.files import read_jsonl, write_jsonl  # noqa: E402
 from oar.models.loading import load_model  # noqa: E402
@@ -23,8 +23,6 @@ from oar.models.loading import load_model  # noqa: E402
 # oar.analysis.oracle.INTERVENTIONS, spelled out so that --help answers without importing torch (a test keeps
 # the two equal).
 INTERVENTIONS = ("pad", "space", "alternative", "delete", "none")
-
-FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
 
 
 DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.analysis.oracle``): an intervention + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -75,4 +73,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_cli(main, globals(), FLAGS)
+    run_cli(main, globals(), MODEL_SCRIPT_FLAGS)

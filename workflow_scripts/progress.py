@@ -7,7 +7,7 @@ Shell, beside a running ``make run`` (another terminal), or after it was stopped
     python workflow_scripts/progress.py --results results-decisive -- all --configfile config/studies/decisive.yaml
 
 The jobs still to run come from ``snakemake --dry-run --nolock --rerun-incomplete`` with the given
-target and options (jobs running now, whose outputs Snakemake marks incomplete, count as left); the finished ones, with their wall times, from the benchmark files
+target and options (jobs running now, whose outputs Snakemake marks incomplete, count as left); the finished ones, with their wall times, from the timing files
 of the results folder. The estimate prices each job left at the median of the finished jobs of its kind
 (those that finished since the run in progress began, where there are any).
 """

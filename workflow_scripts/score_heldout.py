@@ -17,14 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _script_io import model_script_parser, probe_options, run_cli  # noqa: E402
+from _script_io import MODEL_SCRIPT_FLAGS, model_script_parser, probe_options, run_cli  # noqa: E402
 
 from oar.files import read_jsonl, write_jsonl  # noqa: E402
 from oar.models.loading import load_model  # noqa: E402
 
 from oar.method.scorer_config import ScorerConfig  # noqa: E402  (torch-free: --help stays fast)
-
-FLAGS = ("no_fallback_last_number", "no_answer_statement", "appended_conclusion")
 
 
 DESCRIPTION = 'Score every reasoning token of the held-out responses with one scorer and outcome probe.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
@@ -72,4 +70,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_cli(main, globals(), FLAGS)
+    run_cli(main, globals(), MODEL_SCRIPT_FLAGS)

@@ -58,7 +58,7 @@ def cost_table(cost: pd.DataFrame, train_threads: int | None = None) -> tuple[pd
         parts.append(f"\nTraining jobs ran with {train_threads} thread(s). **Step times compare across methods only "
                      "if no other job ran beside a training job**, which holds when a training job takes all of "
                      "Snakemake's `--cores` (resources.train.threads = cores) or runs "
-                     "on a node of its own; otherwise use bench/step_time.py for ratios.")
+                     "on a node of its own; otherwise use perf/step_time.py for ratios.")
     parts.append("\nMedians over every logged training step of every run of the method. The paper reports "
                  "1.4x (OAR-G) and 4.2x (OAR-P) on GPUs. Peak memory is the largest over the method's runs: "
                  "CUDA allocator peak on GPU, resident set on CPU; the scoring peak is the peak within the "

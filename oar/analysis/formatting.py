@@ -19,6 +19,24 @@ def fmt_num(v: Any, digits: int = 1, scale: float = 1.0) -> str:
     return "–" if is_missing(v) else f"{v * scale:.{digits}f}"
 
 
+# What a decided test of a paired difference claims, by its declared alternative (an equivalence names its margin).
+TEST_CLAIMS = {"greater": "above", "less": "below", "two-sided": "different from 0"}
+
+
+def fmt_decision(test: str, decided: bool, margin: Any) -> str:
+    """The decision cell of a declared test (``greater``, ``less``, ``two-sided``, ``equivalent``):
+    ``decided: above 2.0`` (the margin in points, 0 where none is declared), ``decided: different from 0``,
+    ``decided: equivalent within ±1.0``, ``not shown equivalent (no claim either way)`` or ``not decided``."""
+    if not decided:
+        return "not shown equivalent (no claim either way)" if test == "equivalent" else "not decided"
+    if test == "equivalent":
+        return f"decided: equivalent within ±{fmt_num(margin, 1, 100.0)}"
+    what = TEST_CLAIMS[test]
+    if test in ("greater", "less"):
+        what += f" {fmt_num(0.0 if is_missing(margin) else margin, 1, 100.0)}"
+    return f"decided: {what}"
+
+
 def fmt_p(p: Any) -> str:
     """A p-value: ``0.031``, ``<0.001``; ``–`` where there is none."""
     if is_missing(p):

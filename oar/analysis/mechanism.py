@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, is_missing, markdown_table
+from oar.analysis.formatting import fmt_cell, fmt_decision, fmt_num, fmt_p, markdown_table
 from oar.analysis.statistics import declared_test, holm, seed_interval, wilcoxon_shift
 from oar.method.metrics import STEP_CREDIT
 from oar.method.names import PLACEBOS, RESCUES
@@ -191,10 +191,6 @@ def arm_intervals(runs: pd.DataFrame, arms: Sequence[str], columns: Sequence[str
 # ------------------------------------------------------------------------------------ the table
 
 
-CONTRAST_CLAIMS = {"greater": "above", "less": "below", "two-sided": "different from 0",
-                   "equivalent": "equivalent within the margin"}
-
-
 def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared: str = "",
                     weights: pd.DataFrame | None = None, derailed: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
     """The declared contrasts (:func:`read_contrasts`): each with its mean and 95%
@@ -205,18 +201,7 @@ def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared
     training."""
     rows = []
     for r in contrasts.to_dict("records"):
-        margin = None if is_missing(r.get("margin")) else r["margin"]  # a margin left out reads nan from the frame
-        what = CONTRAST_CLAIMS[r["test"]]
-        if r["test"] in ("greater", "less"):
-            what += f" {fmt_num(margin or 0.0, 1, 100.0)}"
-        elif r["test"] == "equivalent":
-            what = f"equivalent within ±{fmt_num(margin, 1, 100.0)}"
-        if r["decided"]:
-            verdict = f"decided: {what}"
-        elif r["test"] == "equivalent":
-            verdict = "not shown equivalent (no claim either way)"
-        else:
-            verdict = "not decided"
+        verdict = fmt_decision(r["test"], r["decided"], r.get("margin"))
         interval = fmt_cell(r["mean"], r["ci_low"], r["ci_high"])
         if r["test"] == "equivalent":
             interval += f"; 90% [{fmt_num(r['tost_low'], 1, 100.0)}, {fmt_num(r['tost_high'], 1, 100.0)}]"

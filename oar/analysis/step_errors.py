@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from oar.analysis.formatting import fmt_cell, fmt_num, fmt_p, is_missing, markdown_table
+from oar.analysis.formatting import fmt_cell, fmt_decision, fmt_num, fmt_p, markdown_table
 from oar.analysis.mechanism import arm_intervals, test_problems
 from oar.analysis.statistics import declared_test, holm, wilcoxon_shift
 from oar.data.chains import FINAL, step_errors
@@ -211,26 +211,13 @@ def arm_step_means(frame: pd.DataFrame, model: str, arms: Sequence[str], seeds: 
 # ------------------------------------------------------------------------------------ the report
 
 
-CLAIMS = {"greater": "above", "less": "below", "two-sided": "different from 0", "equivalent": "equivalent"}
-
-
 def _outcome_label(outcome: str, steps: int) -> str:
     return {"earlier": f"steps 1-{steps - 1}", "last": f"step {steps}", "all": f"steps 1-{steps}",
             "last_minus_earlier": f"step {steps} minus steps 1-{steps - 1}"}[outcome]
 
 
 def _verdict(r: Mapping[str, Any]) -> str:
-    if r["decided"]:
-        what = CLAIMS[r["test"]]
-        if r["test"] in ("greater", "less"):
-            what += f" {fmt_num(0.0 if is_missing(r['margin']) else r['margin'], 1, 100.0)}"  # a frame's nan, not None
-        elif r["test"] == "equivalent":
-            what = f"equivalent within ±{fmt_num(r['margin'], 1, 100.0)}"
-        verdict = f"decided: {what}"
-    elif r["test"] == "equivalent":
-        verdict = "not shown equivalent (no claim either way)"
-    else:
-        verdict = "not decided"
+    verdict = fmt_decision(r["test"], r["decided"], r["margin"])
     if r["decided_signed_rank"] != r["decided"]:
         verdict += "; the signed-rank test " + ("decides it" if r["decided_signed_rank"] else "does not")
     return verdict

@@ -136,18 +136,13 @@ def board(args: argparse.Namespace) -> None:
     from oar.bench import leaderboard, learning, response_set
 
     version = response_set.BENCHMARK_VERSION
-    if leaderboard.read_entries(args.out, "credit", args.policy, version):
-        table, text = leaderboard.write_credit_table(args.out, args.policy, version)
-        print(text)
-        print(f"wrote {table}")
-        if args.docs:
-            leaderboard.write_docs(args.docs, f"credit:{args.policy}", text)
-    if leaderboard.read_entries(args.out, "learning", args.policy, version):
-        table, text = learning.write_learning_table(args.out, args.policy, version)
-        print(text)
-        print(f"wrote {table}")
-        if args.docs:
-            leaderboard.write_docs(args.docs, f"learning:{args.policy}", text)
+    for track, write_table in (("credit", leaderboard.write_credit_table), ("learning", learning.write_learning_table)):
+        if leaderboard.read_entries(args.out, track, args.policy, version):
+            table, text = write_table(args.out, args.policy, version)
+            print(text)
+            print(f"wrote {table}")
+            if args.docs:
+                leaderboard.write_docs(args.docs, f"{track}:{args.policy}", text)
 
 
 def responses(args: argparse.Namespace) -> None:

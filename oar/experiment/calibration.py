@@ -1,10 +1,10 @@
 """A cost plan's hardware calibrated by measured step times: the ``calibration.json`` files of
-``bench/gpu_check.py`` read and checked (:func:`calibration_rows`), the sustained rates and fixed costs
+``perf/gpu_check.py`` read and checked (:func:`calibration_rows`), the sustained rates and fixed costs
 fitted from their rows (:func:`calibrate`), and the plan's settings of one row (:func:`check_settings`).
 
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
-        --calibration bench/calibration/h200-2026-11/calibration_1024.json \\
-                      bench/calibration/h200-2026-11/calibration_256.json
+        --calibration perf/calibration/h200-2026-11/calibration_1024.json \\
+                      perf/calibration/h200-2026-11/calibration_256.json
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ def calibration_rows(path: str | Path, require_grpo: bool = True) -> tuple[dict,
         raise PlanError(f"--calibration {path}: {error}") from error
     where = f"--calibration {path}"
     if not isinstance(data, dict):
-        raise PlanError(f"{where}: not a JSON object (written by bench/gpu_check.py)")
+        raise PlanError(f"{where}: not a JSON object (written by perf/gpu_check.py)")
     for key in ("shape", "batch") + (() if "rows" in data else ("prompt_tokens", "response_tokens", "methods")):
         if key not in data:
-            raise PlanError(f"{where}: no key {key!r} (written by bench/gpu_check.py)")
+            raise PlanError(f"{where}: no key {key!r} (written by perf/gpu_check.py)")
     if not isinstance(data["shape"], dict):
         raise PlanError(f"{where}: field 'shape' is not a mapping of a Qwen2 config's sizes")
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -102,7 +102,7 @@ def calibration_rows(path: str | Path, require_grpo: bool = True) -> tuple[dict,
 
 def calibrate(paths, base: Hardware) -> Hardware:
     """Sustained rates and fixed costs from one or more ``calibration.json`` files of
-    ``bench/gpu_check.py`` (one model shape; the rows of every file together):
+    ``perf/gpu_check.py`` (one model shape; the rows of every file together):
 
     - the update: FLOP rate R and a fixed time U per micro-batch, t = FLOPs / R + U, from the updates at
       two or more lengths (least squares; one length: U = 0, R = FLOPs / t): every row's where the check
@@ -198,7 +198,7 @@ def calibrate(paths, base: Hardware) -> Hardware:
         samples.append((key, r.get("scoring_attention", "torch_default") == "no_cudnn", calls, work.flops,
                         r["score_s"]))
     # rows that scored without cuDNN's attention (the default) stand for the scorer where a file has them
-    # beside rows with torch's own kernels (bench/gpu_check.py --attention-ab)
+    # beside rows with torch's own kernels (perf/gpu_check.py --attention-ab)
     chosen = []
     for key in sorted({k for k, *_ in samples}):
         mine = _preferred([s for s in samples if s[0] == key], lambda s: s[1])

@@ -5,7 +5,7 @@ A plan rests on three things no shape tells (``oar.experiment.cost_plan`` times 
 
 - the **workload** of each model's runs, the scored share and the completions' fill, each a band from
   measured sources (``oar.experiment.workload``);
-- the **rates**: assumed, or calibrated by ``bench/gpu_check.py`` rows, per model shape, carried to
+- the **rates**: assumed, or calibrated by ``perf/gpu_check.py`` rows, per model shape, carried to
   another Qwen2 shape by rule and never faster than any row ran (``oar.experiment.rate_limits``);
 - the **slowest rank**: a step of several processes waits for the one that scored most
   (``oar.experiment.rank_wait``).

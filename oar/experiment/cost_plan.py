@@ -3,7 +3,7 @@
 One training step has three phases, generation, scoring and update; ``oar.experiment.cost_model``
 counts each one's work from the model's shape and turns it into time by a hardware figure
 (``oar.experiment.hardware``): peak x utilisation and an assumed per-layer call cost, or the rates and
-fixed costs measured on a GPU by ``bench/gpu_check.py`` (its ``calibration.json``;
+fixed costs measured on a GPU by ``perf/gpu_check.py`` (its ``calibration.json``;
 ``oar.experiment.calibration``), each applied to what it measured. The CLI prints the plan as a band
 (``oar.experiment.cost_band``): each model's workload from its sources, no rate faster than any row ran,
 the slowest rank's wait.
@@ -11,7 +11,7 @@ the slowest rank's wait.
     python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, assumed rates
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware a100
     python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
-        --calibration bench/calibration/h200-2026-11-no-cudnn/calibration.json ...   # docs/cost.md
+        --calibration perf/calibration/h200-2026-11-no-cudnn/calibration.json ...   # docs/cost.md
 """
 
 from __future__ import annotations
@@ -302,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mfu", type=float, help="sustained share of peak FLOP/s (default 0.4, assumed)")
     parser.add_argument("--bandwidth-util", type=float, help="sustained share of bandwidth in decode (default 0.65)")
     parser.add_argument("--calibration", nargs="+", metavar="JSON",
-                        help="calibration.json file(s) written by bench/gpu_check.py, of one or more model shapes "
-                             "(two lengths fit the update's fixed cost), e.g. bench/calibration/*/calibration.json")
+                        help="calibration.json file(s) written by perf/gpu_check.py, of one or more model shapes "
+                             "(two lengths fit the update's fixed cost), e.g. perf/calibration/*/calibration.json")
     parser.add_argument("--schedule", choices=SCHEDULES, default=SCHEDULE,
                         help="the scorers' schedule: stacked (the code's) or per_response (the earlier code's)")
     parser.add_argument("--prompt-tokens", type=int, default=Assumptions.prompt_tokens)

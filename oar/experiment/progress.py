@@ -20,8 +20,11 @@ from datetime import datetime
 from pathlib import Path
 
 # Rules that do no work of their own: run_settings writes one run's settings (a script of a fraction of a
-# second, no benchmark file). Priced at nothing, as are target rules without outputs.
+# second, no timing file). Priced at nothing, as are target rules without outputs.
 NO_WORK_RULES = frozenset({"run_settings"})
+# Where Snakemake writes each job's timing file (a rule's ``benchmark:``), under the results folder; results
+# made before the folder was renamed keep theirs in benchmarks/, read too so their finished jobs still count.
+TIMINGS, OLD_TIMINGS = "timings", "benchmarks"
 
 
 @dataclass(frozen=True)
@@ -31,14 +34,14 @@ class Job:
     rule: str
     name: str = ""
     writes: bool = field(default=True, compare=False)  # False: a target rule's job (inputs only, no outputs)
-    # the folder of <results>/benchmarks/ its benchmark file goes to (a finished job's "rule"): the analysis
+    # the folder of <results>/timings/ its timing file goes to (a finished job's "rule"): the analysis
     # rules share analysis/, the table rule writes to tables/
     folder: str = field(default="", compare=False)
 
     @property
     def kind(self) -> tuple[str, str]:
-        """(benchmark folder or rule, method) for a training or evaluation job of a run (``grpo-seed0`` ->
-        ``grpo``), else (benchmark folder or rule, "")."""
+        """(timing folder or rule, method) for a training or evaluation job of a run (``grpo-seed0`` ->
+        ``grpo``), else (timing folder or rule, "")."""
         parts = self.name.split("/")
         run = parts[1] if len(parts) > 1 else parts[0]
         method = run.split("-", 1)[0] if self.rule in ("train", "evaluate") and "-" in run else ""
@@ -108,12 +111,13 @@ def estimate(pending: Sequence[Job], finished: Mapping[Job, float], cores: int,
 
 
 def finished_jobs(results: Path, since: float | None = None) -> dict[Job, float]:
-    """Wall seconds of every finished job, from the benchmark files Snakemake writes when a job ends
-    (``<results>/benchmarks/<rule>/<wildcards>.tsv``, column ``s``); with ``since`` (seconds since the
-    epoch), only the jobs that ended after it."""
+    """Wall seconds of every finished job, from the timing files Snakemake writes when a job ends
+    (``<results>/timings/<rule>/<wildcards>.tsv``, column ``s``; results made before the rename: ``benchmarks/``,
+    a job timed in both counting its ``timings/`` file); with ``since`` (seconds since the epoch), only the
+    jobs that ended after it."""
     found: dict[Job, float] = {}
-    root = Path(results) / "benchmarks"
-    for path in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
+    roots = [Path(results) / OLD_TIMINGS, Path(results) / TIMINGS]
+    for root, path in [(root, path) for root in roots if root.is_dir() for path in sorted(root.rglob("*.tsv"))]:
         if since is not None and path.stat().st_mtime < since:
             continue
         relative = path.relative_to(root).with_suffix("")
@@ -123,18 +127,18 @@ def finished_jobs(results: Path, since: float | None = None) -> dict[Job, float]
                 rows = list(csv.DictReader(f, delimiter="\t"))
             found[Job(rule, name)] = float(rows[-1]["s"])
         except (OSError, KeyError, IndexError, ValueError):
-            continue  # being written, or not a benchmark file
+            continue  # being written, or not a timing file
     return found
 
 
 _RULE = re.compile(r"^(?:local)?rule (\w+):")
 _WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
-_BENCHMARK = re.compile(r"^\s+benchmark: (?:.*/)?benchmarks/([^/]+)/")
+_TIMING_FILE = re.compile(rf"^\s+benchmark: (?:.*/)?{TIMINGS}/([^/]+)/")
 
 
 def pending_jobs(dry_run: Iterable[str]) -> list[Job]:
     """The jobs a ``snakemake --dry-run`` listing would run: each ``rule X:`` block with its wildcards,
-    whether it lists outputs (a target rule's job does not) and its benchmark file's folder."""
+    whether it lists outputs (a target rule's job does not) and its timing file's folder."""
     jobs: list[Job] = []
     rule, name, writes, folder = None, "", False, ""
     for line in [*dry_run, ""]:
@@ -144,7 +148,7 @@ def pending_jobs(dry_run: Iterable[str]) -> list[Job]:
             rule, name, writes, folder = (match.group(1) if match else None), "", False, ""
         elif rule is not None and (match := _WILDCARDS.match(line)) is not None:
             name = "/".join(part.split("=", 1)[1] for part in match.group(1).split(", ") if "=" in part)
-        elif rule is not None and (match := _BENCHMARK.match(line)) is not None:
+        elif rule is not None and (match := _TIMING_FILE.match(line)) is not None:
             folder = match.group(1)
         elif rule is not None and line.lstrip().startswith("output:"):
             writes = True

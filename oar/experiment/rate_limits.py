@@ -2,7 +2,7 @@
 ran, and a phase at a shape, batch or parallelism that no row measured is marked extrapolated, with the
 rule that carried a rate to it and the row that would measure it.
 
-Each row of a ``calibration.json`` (``bench/gpu_check.py``) gives, by the cost model's FLOPs over its
+Each row of a ``calibration.json`` (``perf/gpu_check.py``) gives, by the cost model's FLOPs over its
 measured seconds, an achieved rate for its update (per micro-batch of its size) and its scoring (per model
 call of its size, per scorer and prompt layout): ``measurements``. A plan's phase is then
 
@@ -28,7 +28,7 @@ from oar.experiment.memory_plan import QWEN_SHAPES, PlanError
 from oar.experiment.shapes import Shape
 
 CARRY = "Qwen2 decoders of 28 layers (Qwen2.5-1.5B and -7B): the same kernels and launches a model call"
-# the preflight command that would measure a phase of a shape (bench/gpu_check.py, one GPU)
+# the preflight command that would measure a phase of a shape (perf/gpu_check.py, one GPU)
 PREFLIGHT = "make gpu-preflight GPU_PREFLIGHT_ARGS='--shape {shape} --methods {method}'"
 
 
@@ -157,4 +157,4 @@ def check_carry(calibrated: Mapping[str, str], planned: Mapping[str, str]) -> No
         files = ", ".join(f"{path} ({s})" for s, path in calibrated.items())
         raise PlanError(f"--calibration {files}: no rule carries these rates to model {model}'s shape ({shape}); "
                         f"rates carry only between {CARRY.split(':')[0]}. Calibrate on that shape "
-                        "(bench/gpu_check.py), or plan it without --calibration")
+                        "(perf/gpu_check.py), or plan it without --calibration")

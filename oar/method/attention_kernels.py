@@ -5,10 +5,10 @@ different lengths (OAR-P), each step's probes at its own responses' lengths (OAR
 another length every step, while cuDNN's attention kernel, torch's choice on Hopper GPUs, builds an
 execution graph for every new shape (``oar.sdpa_kernels``). On an H200 the scorers' forwards ran
 cuDNN's kernel and spent most of each scoring call with the GPU idle: OAR-G about 0.4 s of device work in
-a 3.6 s call, exact OAR-P about 4 s in 11.4 s (``bench/gpu_check.py``'s profiles).
+a 3.6 s call, exact OAR-P about 4 s in 11.4 s (``perf/gpu_check.py``'s profiles).
 
 Scoring therefore runs with cuDNN's kernel disabled by default (``oar.scoring_attention: no_cudnn``).
-``torch_default`` leaves torch's choice, to measure one against the other (``bench/gpu_check.py
+``torch_default`` leaves torch's choice, to measure one against the other (``perf/gpu_check.py
 --attention-ab``). The training update keeps torch's choice (its shapes repeat within a step). On a CPU
 the choice is unchanged either way: cuDNN is a CUDA kernel.
 """

@@ -234,7 +234,7 @@ def _cache_of(prefix: list[tuple[Tensor, Tensor]] | None) -> DynamicCache | None
 
 
 def _phase(name: str):
-    """A named region of the gradient scorers for torch.profiler (bench/oar_g_breakdown.py); free when no
+    """A named region of the gradient scorers for torch.profiler (perf/oar_g_breakdown.py); free when no
     profiler runs."""
     return torch.profiler.record_function(f"embedding_gradients:{name}")
 

@@ -105,7 +105,7 @@ class ScorerConfig:
     chunk_tokens: OAR-P's substituted copies of all responses of a call are stacked into forwards of at most
         this many new tokens (rows x longest row), and every scorer groups probes up to this many tokens.
         Smaller chunks pad less but launch more forwards: 512 was fastest on 2 CPU cores
-        (bench/scoring_cost.py); on a GPU, where a forward's fixed cost dominates, use several thousand.
+        (perf/scoring_cost.py); on a GPU, where a forward's fixed cost dominates, use several thousand.
     grad_chunk_tokens: set it where ``chunk_tokens`` is sized for OAR-P's no-grad forwards beyond what
         OAR-G's forwards with grad fit (config/paper.yaml's 7B model).
     span_tokens: a width w runs about R / w substituted suffixes instead of R (cost ~R^2 / (2 w)

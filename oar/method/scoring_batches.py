@@ -284,7 +284,7 @@ def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     Which rows share a forward changes their padding, and with it the floats of every score: the
     published testbed tables were computed with these groups, so another grouping gives other numbers
     (evening the groups out, 4 + 4 rather than 7 + 1, lowered a scoring call's peak on an H200 but not
-    its time, nor the training step's peak, which the update sets; ``bench/oar_g_variants.py``)."""
+    its time, nor the training step's peak, which the update sets; ``perf/oar_g_variants.py``)."""
     groups, current = [], []
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
         if current and (len(current) + 1) * lengths[current[0]] > budget:

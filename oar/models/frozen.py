@@ -16,7 +16,6 @@ what the index says, or a pretraining recipe in the config other than the one th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from oar.files import sha256_file
 
 FROZEN_DIR = Path(__file__).resolve().parent / "frozen"
 INDEX = FROZEN_DIR / "policies.json"
@@ -34,14 +35,6 @@ CARD = "CARD.md"
 
 class FrozenPolicyError(ValueError):
     """A shipped policy is unknown, or its files are not the ones declared."""
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def index() -> dict[str, Any]:

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from oar.files import atomic_write_json, atomic_write_text
-from oar.models.frozen import CARD, FROZEN_DIR, INDEX, WEIGHTS, sha256_file
+from oar.files import atomic_write_json, atomic_write_text, sha256_file
+from oar.models.frozen import CARD, FROZEN_DIR, INDEX, WEIGHTS
 
 MODEL_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
                "tokenizer_config.json", "chat_template.jinja", "pretrain.json")
