@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from conftest import starts_snakemake
+from conftest import starts_snakemake  # tests/conftest.py, the guard itself
 
 pytestmark = pytest.mark.quick
 
