@@ -268,8 +268,8 @@ Try it
   progress         beside a running `make run`: jobs done and about how long is left, a line a minute
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
 
-Test (their times: docs/development.md)
-  test             the whole pytest suite (CPU, on two worker processes), the slowest tests listed at the end
+Test
+  test             the whole pytest suite (CPU, on two worker processes), its slowest tests listed at the end (every target's time: docs/development.md)
   test-quick       the quick tier: method, gate, scorers, registry, grading, config schema, statistics; nothing trained
   lint             ruff over the project's code (pyproject.toml's [tool.ruff])
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
