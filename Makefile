@@ -146,11 +146,13 @@ test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # `make test-quick`: the tests marked `quick` (the method, gate, scorers against their definitions, registry,
-# grading, config schema and statistics; tests/conftest.py fails one that trains or starts Snakemake). One
-# thread a worker: the tiny models' many small operations go several times faster than on threads that
-# contend for the same two cores.
+# grading, config schema and statistics; tests/conftest.py fails one that trains or starts Snakemake). In one
+# process of one thread: the tiny models' many small operations went several times faster that way than on two
+# threads contending for two shared cores, and a second worker process cost more CPU time (its imports) than
+# it saved there (docs/development.md). QUICK_WORKERS=2 runs two worker processes.
+QUICK_WORKERS ?= 0
 test-quick: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m quick -n $(TEST_WORKERS) --durations=10
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m quick -n $(QUICK_WORKERS) --durations=10
 
 # `make lint`: ruff with pyproject.toml's [tool.ruff] settings (CI runs it before the tests).
 lint: setup
