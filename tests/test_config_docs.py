@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import yaml
 
 from oar.experiment import config_docs
+
+pytestmark = pytest.mark.quick
 
 
 def schema() -> dict:

@@ -10,6 +10,8 @@ import pytest
 
 from oar.method.copy_packing import CACHED_PER_CHUNK_TOKEN, pack_copies
 
+pytestmark = pytest.mark.quick
+
 
 def _exact_copies(responses: int, prompt: int, reasoning: int, tail: int):
     """Exact OAR-P's copies of alike responses: copy a runs reasoning position a to the end over the

@@ -16,6 +16,8 @@ from oar.method.ktae import (direction, fisher_two_sided, group_values, informat
                              ktae_scores)
 from oar.method.probes import Probe
 
+pytestmark = pytest.mark.quick
+
 # ------------------------------------------------------------------------------- top-entropy mask
 
 

@@ -11,6 +11,8 @@ from scipy import stats
 
 from oar.analysis import sequential, statistics, upper_bound
 
+pytestmark = pytest.mark.quick
+
 
 # ------------------------------------------------------------------------------ one-sided and TOST
 

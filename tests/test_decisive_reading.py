@@ -17,6 +17,8 @@ from oar.experiment.runs import deep_merge
 
 from test_registry import load, registry
 
+pytestmark = pytest.mark.quick
+
 LEVELS = {"low": {"distractors": 0, "filler": 0}, "high": {"distractors": 8, "filler": 0}}
 PRIMARY = {"baseline": "grpo", "arms": ["truth", "truth_graded", "oar_g"], "metric": "final_accuracy",
            "min_seeds": 10}

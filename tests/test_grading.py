@@ -16,6 +16,8 @@ from oar.grading.extraction import AnswerSpan, extract_answer, extract_reference
 from oar.grading.grader import Grade, grade
 from oar.grading.symbolic_helper import _POOL, _WALL_BACKSTOP_MIN_S
 
+pytestmark = pytest.mark.quick
+
 # sympy needs minutes to evaluate this power (about 90 s measured), so it exercises the timeout.
 SLOW_ANSWER = r"10^{10^{8}}"
 

@@ -11,9 +11,12 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import yaml
 
 from oar.grading.grader import grade
+
+pytestmark = pytest.mark.quick
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "grading_crosscheck" / "samples.jsonl"

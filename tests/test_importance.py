@@ -35,6 +35,7 @@ def direct_oar_p(model, probe: Probe, kind: str) -> torch.Tensor:
     return torch.tensor(scores)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("kind", ["lt_logits", "as_mean", "as_joint"])
 @pytest.mark.parametrize("chunk_tokens", [5, 40, 4096])
 def test_oar_p_equals_direct_substitution(model_and_tokenizer, kind, chunk_tokens):
@@ -51,6 +52,7 @@ def test_oar_p_equals_direct_substitution(model_and_tokenizer, kind, chunk_token
         assert torch.equal(result.scores[i, probe.reasoning_len :], torch.zeros(result.scores.shape[1] - probe.reasoning_len))
 
 
+@pytest.mark.quick
 def test_inactive_rows_are_not_scored(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     g = torch.Generator().manual_seed(2)
@@ -70,6 +72,7 @@ def test_inactive_rows_are_not_scored(model_and_tokenizer):
     assert torch.allclose(result.scores[1], alone.scores[0], atol=1e-7)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("method", ["oar_g", "grad_norm"])
 def test_gradient_scorers_leave_parameter_grads_untouched(model_and_tokenizer, method):
     model, tokenizer = model_and_tokenizer
@@ -92,6 +95,7 @@ def test_gradient_scorers_leave_parameter_grads_untouched(model_and_tokenizer, m
         p.grad = None
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("method", ["grad_norm", "entropy", "position"])
 def test_batched_scores_equal_single_probe_scores(model_and_tokenizer, method):
     """Left padding and micro-batching change nothing (noise-free scorers)."""
@@ -105,6 +109,7 @@ def test_batched_scores_equal_single_probe_scores(model_and_tokenizer, method):
         assert torch.allclose(together.scores[i, :r], alone.scores[0, :r], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.quick
 def test_entropy_is_the_sampling_distribution_entropy(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     probe = random_probe(tokenizer, torch.Generator().manual_seed(5), 4, 6, 1)
@@ -116,6 +121,7 @@ def test_entropy_is_the_sampling_distribution_entropy(model_and_tokenizer):
     assert torch.allclose(result.scores[0, :6], expected, atol=1e-5)
 
 
+@pytest.mark.quick
 def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     g = torch.Generator().manual_seed(6)
@@ -134,6 +140,7 @@ def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_toke
         score("oracle", model, probes)
 
 
+@pytest.mark.quick
 def test_oar_p_cost_is_well_below_all_copies(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     probe = random_probe(tokenizer, torch.Generator().manual_seed(0), 80, 60, 2)
@@ -159,6 +166,7 @@ def key_copy_batch(n, conclude, generator=None, prompt_len=4, reasoning_len=12):
     return ids, where
 
 
+# Not in the quick tier: its model is trained first (150 optimizer steps).
 @pytest.fixture(scope="module")
 def decisive_model():
     """The tiny model trained for a few seconds to copy the key token into the answer."""
@@ -201,6 +209,7 @@ def test_oar_g_tracks_oar_p_when_one_token_decides(decisive_model, kind):
     assert key_rank.mean() > 0.6  # the key sits well above the median OAR-G score of its response
 
 
+@pytest.mark.quick
 def test_heldout_scoring_draws_each_responses_random_scores_apart(tiny_model_dir, tmp_path):
     """score_heldout.py scores one response per call; with one seed for every call, each response of the
     same length got the same random ranking of positions, so the random control's recall measured one

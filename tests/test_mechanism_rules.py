@@ -12,6 +12,8 @@ from scipy import stats
 from oar.analysis import statistics
 from test_decision_rules import _config, _outcomes, _registry, _upper_bound_config
 
+pytestmark = pytest.mark.quick
+
 # ------------------------------------------------------------------------------ declared contrasts (mechanism)
 
 

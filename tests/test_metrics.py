@@ -24,6 +24,8 @@ from oar.method.metrics import (
     topk_overlap,
 )
 
+pytestmark = pytest.mark.quick
+
 # --- ess_ratio ----------------------------------------------------------------------------------------
 
 

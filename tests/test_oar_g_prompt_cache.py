@@ -9,6 +9,8 @@ from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
 from random_probes import random_probe
 
+pytestmark = pytest.mark.quick
+
 
 def full_probe_embedding_gradients(model, probes, kinds, config, objective, needs_clean, noise_sigma):
     """The gradient scorers' computation before the prompt cache: clean pass, noisy pass and backward each

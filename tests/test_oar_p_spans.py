@@ -11,6 +11,8 @@ from oar.method.scorer_config import ScorerConfig
 from oar.method.substitution import forward_equivalents
 from random_probes import random_probe
 
+pytestmark = pytest.mark.quick
+
 
 @torch.no_grad()
 def oar_p_before_spans(model, probe: Probe, kind: str, chunk_tokens: int) -> torch.Tensor:

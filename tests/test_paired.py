@@ -11,6 +11,8 @@ import pytest
 from oar.analysis.outcomes import base_accuracy, per_seed_outcomes, steps_to_threshold, threshold_rule
 from oar.analysis.paired import paired_differences, paired_table
 
+pytestmark = pytest.mark.quick
+
 
 def test_steps_to_threshold_uses_the_trailing_mean():
     assert steps_to_threshold([0.1, 0.9, 0.1, 0.9, 0.9, 0.9], 0.6, window=3) == 4.0

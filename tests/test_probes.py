@@ -11,6 +11,8 @@ from oar.method.probes import (CONCLUDE_TEXT, build_probes, divergence, outcome_
 from oar.method.scorer_config import ScorerConfig
 from oar.models.tiny import build_tiny_model
 
+pytestmark = pytest.mark.quick
+
 
 def _alignment_cases(tokenizer):
     prompt = tokenizer("Question: 12 + 7?", add_special_tokens=False)["input_ids"]

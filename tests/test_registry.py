@@ -19,6 +19,8 @@ from oar.experiment.config_error import ConfigError
 from oar.experiment.job_options import cli
 from oar.experiment.runs import Registry, deep_merge, is_base, model_of, write_settings
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
 TRAINER_KEYS = tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"])

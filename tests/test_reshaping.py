@@ -5,6 +5,8 @@ from hypothesis import strategies as st
 
 from oar.method.gate import gate, token_advantages
 
+pytestmark = pytest.mark.quick
+
 
 def reference_gate(scores: list[float], tau: float, beta: float, floor: float = 0.1,
                    dtype: torch.dtype = torch.float32) -> list[float]:

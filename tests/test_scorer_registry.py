@@ -19,6 +19,8 @@ from oar.method.probes import Probe
 from oar.method.scorer_contract import NEGATIVE_ROUNDING, ScoringBatch, same_scores_twice
 from oar.method.scorer_registry import ScorerError, register_scorer, scorer_spec, unregister_scorer
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

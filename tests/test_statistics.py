@@ -14,6 +14,8 @@ from oar.analysis import statistics
 from oar.analysis.outcomes import per_seed_outcomes
 from oar.analysis.paired import paired_differences, paired_table
 
+pytestmark = pytest.mark.quick
+
 
 def test_holm_on_a_known_example():
     # sorted 0.01, 0.03, 0.04: 3 x 0.01 = 0.03, 2 x 0.03 = 0.06, 1 x 0.04 = 0.04 -> running max 0.06

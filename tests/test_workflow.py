@@ -94,6 +94,7 @@ def test_no_default_profile():
     assert local["cores"] == 2 and "gpu=0" in local["resources"]
 
 
+@pytest.mark.quick  # starts no Snakemake: the schema beside the library's lists and defaults
 def test_schema_matches_library():
     """The schema's name lists are the scorer registry's and the methods', its trainer keys and oar defaults
     the library's (a drift would reject valid configs, let invalid ones through to a job, or train under
