@@ -1,4 +1,4 @@
-"""The cost plan calibrated by measured step times (oar.experiment.calibration): rates and fixed costs
+"""The cost plan calibrated by measured step times (oar.planning.calibration): rates and fixed costs
 recovered from times made from them, and the H200 rows of bench/calibration each planned, calibrated by
 its own file or group, within 25% of every measured phase (in sample); tests/test_cost_band.py checks them
 out of sample."""
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from transformers import Qwen2Config
 
-from oar.experiment import calibration as cal
-from oar.experiment import cost_model as cm
-from oar.experiment import cost_plan as cp
-from oar.experiment import hardware as hw_kinds
-from oar.experiment.memory_plan import PlanError, _trainer_keys, load_config
 from oar.experiment.runs import Registry
-from oar.experiment.shapes import shape_of
+from oar.planning import calibration as cal
+from oar.planning import cost_model as cm
+from oar.planning import cost_plan as cp
+from oar.planning import hardware as hw_kinds
+from oar.planning.memory_plan import PlanError, _trainer_keys, load_config
+from oar.planning.shapes import shape_of
 
 SHAPE_SPEC = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=300, tie_word_embeddings=True)
@@ -356,7 +356,7 @@ def test_decode_calibration_applies_to_its_own_backend_only():
 
 
 def cp_qwen15() -> dict:
-    from oar.experiment.memory_plan import QWEN_SHAPES
+    from oar.planning.memory_plan import QWEN_SHAPES
 
     return {k: v for k, v in QWEN_SHAPES["qwen2.5-1.5b"].items() if k != "max_position_embeddings"}
 

@@ -1,4 +1,4 @@
-"""The cost plan (oar.experiment.cost_plan, with its work model cost_model, hardware and calibration): its
+"""The cost plan (oar.planning.cost_plan, with its work model cost_model, hardware and calibration): its
 FLOP counts against torch's FLOP counter on small real models, its testbed prediction against `make run`'s
 measured step times, its errors and its CLI."""
 
@@ -12,12 +12,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from oar.experiment import cost_model as cm
-from oar.experiment import cost_plan as cp
-from oar.experiment import hardware as hw_kinds
-from oar.experiment.memory_plan import PlanError, _trainer_keys, load_config, oar_p_copies
+from oar.planning import cost_model as cm
+from oar.planning import cost_plan as cp
+from oar.planning import hardware as hw_kinds
+from oar.planning.memory_plan import PlanError, _trainer_keys, load_config, oar_p_copies
 from oar.experiment.runs import Registry
-from oar.experiment.shapes import shape_of
+from oar.planning.shapes import shape_of
 from oar.method.scorer_config import ScorerConfig
 from oar.method.substitution import oar_p_scores
 from oar.method.probes import Probe

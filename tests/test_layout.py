@@ -1,9 +1,12 @@
 """The layout of oar/: imports go one way, down the layers, and nothing in oar/ imports Snakemake.
 
-Lowest layer first: cpu_kernels (imported by oar/__init__.py, before torch) -> grading, prompting -> method -> data, models -> evaluation -> training -> analysis ->
-experiment -> bench. A module imports only from its own unit (a subpackage, or the top-level module itself) or
-from a lower layer; two units of one layer (data and models) do not import each other. Every import
-statement counts, the ones inside functions too, read from the source (nothing is imported here).
+Lowest layer first: cpu_kernels (imported by oar/__init__.py, before torch), files, sdpa_kernels, config_error ->
+grading, prompting -> method -> data, models -> evaluation -> training -> analysis -> studies -> experiment (the
+run registry) -> planning (the GPU-hour and memory planner) -> bench. A module imports only from its own unit (a
+subpackage, or the top-level module itself) or from a lower layer; two units of one layer (data and models) do
+not import each other; and no two modules import each other, directly or round a longer loop, not even inside
+one unit. Every import statement counts, the ones inside functions too, read from the source (nothing is
+imported here).
 """
 
 import ast
@@ -12,8 +15,8 @@ from pathlib import Path
 import pytest
 
 OAR = Path(__file__).resolve().parents[1] / "oar"
-LAYERS = [("cpu_kernels", "files", "sdpa_kernels"), ("grading", "prompting"), ("method",), ("data", "models"), ("evaluation",), ("training",), ("analysis",),
-          ("experiment",), ("bench",)]
+LAYERS = [("cpu_kernels", "files", "sdpa_kernels", "config_error"), ("grading", "prompting"), ("method",), ("data", "models"),
+          ("evaluation",), ("training",), ("analysis",), ("studies",), ("experiment",), ("planning",), ("bench",)]
 LAYER_OF = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 

@@ -1,1 +1,1 @@
-"""The experiment as a whole: the run registry behind the workflow, the configuration docs and the memory plan."""
+"""The experiment as a whole: the run registry behind the workflow, its jobs' resources and options, and the configuration docs."""

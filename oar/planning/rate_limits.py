@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from oar.experiment.memory_plan import QWEN_SHAPES, PlanError
-from oar.experiment.shapes import Shape
+from oar.planning.memory_plan import QWEN_SHAPES, PlanError
+from oar.planning.shapes import Shape
 
 CARRY = "Qwen2 decoders of 28 layers (Qwen2.5-1.5B and -7B): the same kernels and launches a model call"
 # the preflight command that would measure a phase of a shape (bench/gpu_check.py, one GPU)
@@ -64,9 +64,9 @@ def measurements(paths: Iterable) -> list[Measurement]:
     """Every row's update (timed to completion, or GRPO's) and scoring, by the cost model's FLOPs."""
     from transformers import Qwen2Config
 
-    from oar.experiment.calibration import calibration_rows, check_scoring_work
-    from oar.experiment.cost_model import calibrated_scorer, scaled, update_work
-    from oar.experiment.shapes import shape_of
+    from oar.planning.calibration import calibration_rows, check_scoring_work
+    from oar.planning.cost_model import calibrated_scorer, scaled, update_work
+    from oar.planning.shapes import shape_of
     from oar.training.settings import OARSettings
 
     found = []

@@ -1,16 +1,16 @@
 """GPU-hours of a config's training runs, its targets and the whole DAG: planned from shapes, not measured.
 
-One training step has three phases, generation, scoring and update; ``oar.experiment.cost_model``
+One training step has three phases, generation, scoring and update; ``oar.planning.cost_model``
 counts each one's work from the model's shape and turns it into time by a hardware figure
-(``oar.experiment.hardware``): peak x utilisation and an assumed per-layer call cost, or the rates and
+(``oar.planning.hardware``): peak x utilisation and an assumed per-layer call cost, or the rates and
 fixed costs measured on a GPU by ``bench/gpu_check.py`` (its ``calibration.json``;
-``oar.experiment.calibration``), each applied to what it measured. The CLI prints the plan as a band
-(``oar.experiment.cost_band``): each model's workload from its sources, no rate faster than any row ran,
+``oar.planning.calibration``), each applied to what it measured. The CLI prints the plan as a band
+(``oar.planning.cost_band``): each model's workload from its sources, no rate faster than any row ran,
 the slowest rank's wait.
 
-    python -m oar.experiment.cost_plan --config config/paper.yaml                 # H100, assumed rates
-    python -m oar.experiment.cost_plan --config config/paper.yaml --hardware a100
-    python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
+    python -m oar.planning.cost_plan --config config/paper.yaml                 # H100, assumed rates
+    python -m oar.planning.cost_plan --config config/paper.yaml --hardware a100
+    python -m oar.planning.cost_plan --config config/paper.yaml --hardware h200 \\
         --calibration bench/calibration/h200-2026-11-no-cudnn/calibration.json ...   # docs/cost.md
 """
 
@@ -23,13 +23,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from oar.experiment.cost_model import (SCHEDULE, SCHEDULES, Assumptions, calibrated_scorer, generation_work,
-                                       reasoning_probe, scaled, scoring_work, update_work)
-from oar.experiment.hardware import HARDWARE, Hardware, hardware
-from oar.experiment.memory_plan import PlanError, load_config, model_config
 from oar.experiment.runs import GROUP_TABLES
-from oar.experiment.shapes import Shape, shape_of
 from oar.method.names import scorer_of
+from oar.planning.cost_model import (SCHEDULE, SCHEDULES, Assumptions, calibrated_scorer, generation_work,
+                                     reasoning_probe, scaled, scoring_work, update_work)
+from oar.planning.hardware import HARDWARE, Hardware, hardware
+from oar.planning.memory_plan import PlanError, load_config, model_config
+from oar.planning.shapes import Shape, shape_of
 
 GB = 1e9
 
@@ -48,7 +48,7 @@ class StepPlan:
     scoring_calls: float = 0.0  # the scoring phase's model calls (forwards and OAR-G's backwards)
     scoring_flops: float = 0.0
     update_flops: float = 0.0
-    notes: tuple = ()  # what a rated plan says of its phases (oar.experiment.cost_band)
+    notes: tuple = ()  # what a rated plan says of its phases (oar.planning.cost_band)
 
     @property
     def step(self) -> float:
@@ -121,7 +121,7 @@ TARGETS = {("controls table" if target == "controls" else target): group for tar
 
 
 def _processes(spec: Mapping) -> int:
-    from oar.experiment.memory_plan import layout_of
+    from oar.planning.memory_plan import layout_of
 
     return layout_of(spec.get("launcher", "python"), "bfloat16", "auto", "models").gpus
 
@@ -156,10 +156,10 @@ def plan_config(config: Mapping, hw: Hardware, assume: Assumptions, results_dir:
                 schedule: str = SCHEDULE, stepper=None) -> Plan:
     """Every run's step and GPU-hours and every evaluation's GPU-hours. ``stepper(model, shape, settings,
     gpus)``, when given, plans a run's step instead of ``step_plan`` on ``hw`` and ``assume`` (a rated
-    plan: per-model workloads, calibrations by shape, capped rates; ``oar.experiment.cost_band``)."""
+    plan: per-model workloads, calibrations by shape, capped rates; ``oar.planning.cost_band``)."""
     from oar.data.catalogue import DATASETS
-    from oar.experiment.memory_plan import _trainer_keys
     from oar.experiment.runs import Registry, model_of
+    from oar.planning.memory_plan import _trainer_keys
 
     registry = Registry(config, config["training"]["trainer"].keys() | _trainer_keys())
     shapes = {name: shape_of(model_config(spec["source"], results_dir or registry.model_dir(name)))
@@ -293,8 +293,8 @@ def table(plan: Plan, rates: str | None = None, assumed: str | None = None) -> s
 
 
 def main(argv: list[str] | None = None) -> int:
-    from oar.experiment.cost_band import SCENARIOS, Rates, plan_band, report, workloads_of
-    from oar.experiment.workload import measured_workloads, validated
+    from oar.planning.cost_band import SCENARIOS, Rates, plan_band, report, workloads_of
+    from oar.planning.workload import measured_workloads, validated
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="config/paper.yaml")

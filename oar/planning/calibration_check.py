@@ -3,7 +3,7 @@ turn, the plan calibrated by the others (rates per shape, carried to another sha
 fastest row), and the left-out file's rows predicted phase by phase (scoring and update, at each row's own
 settings). In sample, the same with every file in the fit.
 
-    python -m oar.experiment.calibration_check CURRENT.json ... [--earlier GROUP.json ...] ...
+    python -m oar.planning.calibration_check CURRENT.json ... [--earlier GROUP.json ...] ...
 
 A row's error is planned / measured - 1. Rows of code that no longer runs (the scorers' earlier,
 per-response schedule; scoring with cuDNN's attention kernel) are planned in sample by their own group
@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from oar.experiment.memory_plan import PlanError
+from oar.planning.memory_plan import PlanError
 
 PHASES = (("scoring", "score_s"), ("update", "update_s"))
 
@@ -41,10 +41,10 @@ class RowError:
 
 def predict(rates, shape, row: dict) -> dict[str, float]:
     """The plan's seconds for ``row``'s scoring and update at its own settings (one process, every response
-    scored), on ``rates`` (``oar.experiment.cost_band.Rates``), the phases capped as a central plan caps."""
-    from oar.experiment.calibration import check_settings
-    from oar.experiment.cost_band import Knobs, rated_step
-    from oar.experiment.workload import Band, Workload
+    scored), on ``rates`` (``oar.planning.cost_band.Rates``), the phases capped as a central plan caps."""
+    from oar.planning.calibration import check_settings
+    from oar.planning.cost_band import Knobs, rated_step
+    from oar.planning.workload import Band, Workload
 
     workload = Workload(Band(1.0, 1.0, 1.0), Band(1.0, 1.0, 1.0), ())
     settings = check_settings(row)
@@ -61,8 +61,8 @@ def check(current, earlier=(), base=None) -> list[RowError]:
     """Every row of the ``current`` files (the scorers as they run now), each phase planned in sample
     (calibrated by all of them) and out of sample (by the others); and of each group of ``earlier`` files
     (code that no longer runs), in sample by its own group and out of sample by the ``current`` files."""
-    from oar.experiment.cost_band import Rates
-    from oar.experiment.hardware import hardware
+    from oar.planning.cost_band import Rates
+    from oar.planning.hardware import hardware
 
     base = base or hardware("h200")
     current = [str(p) for p in current]
@@ -80,9 +80,9 @@ def check(current, earlier=(), base=None) -> list[RowError]:
 def _rows(path: str, inside, outside) -> list[RowError]:
     from transformers import Qwen2Config
 
-    from oar.experiment.calibration import calibration_rows
-    from oar.experiment.rate_limits import shape_name
-    from oar.experiment.shapes import shape_of
+    from oar.planning.calibration import calibration_rows
+    from oar.planning.rate_limits import shape_name
+    from oar.planning.shapes import shape_of
 
     data, rows = calibration_rows(path, require_grpo=False)
     shape = shape_of(Qwen2Config(**data["shape"]))

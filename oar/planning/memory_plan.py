@@ -33,7 +33,7 @@ live activation memory (torch's ``MemTracker``) and the tensors saved for backwa
 ``fsdp2_prepare_model`` upcasts trainable parameters to float32 whenever mixed precision is on, so
 under FSDP the master weights are float32 whatever ``model_dtype`` says.
 
-    python -m oar.experiment.memory_plan --config config/paper.yaml     # Markdown table, one row per phase
+    python -m oar.planning.memory_plan --config config/paper.yaml     # Markdown table, one row per phase
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import torch
 import yaml
 
 from oar.experiment.config_schema import load_config as load_workflow_config, trainer_keys
-from oar.experiment.shapes import Shape, shape_of
+from oar.planning.shapes import Shape, shape_of
 from oar.method.copy_packing import CACHED_PER_CHUNK_TOKEN, PackedForward, pack_copies
 from oar.training.settings import OARSettings, grad_budget
 
