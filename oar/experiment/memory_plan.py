@@ -1,0 +1,10 @@
+"""Moved: the memory plan is ``python -m oar.planning.memory_plan`` (the planner is its own package, oar.planning).
+
+This module only says so, to an old command or import; it imports nothing of the planner."""
+
+import sys
+
+MOVED = "oar.experiment.memory_plan has moved: run python -m oar.planning.memory_plan (the same options)"
+if __name__ != "__main__":
+    raise ImportError(MOVED)
+sys.exit(f"error: {MOVED}")
