@@ -48,7 +48,7 @@ def config_settings(config_path: Path, shape: str, options: dict) -> tuple[dict,
     The one place the check reads the config."""
     import yaml
 
-    from oar.planning.memory_plan import HUB_SHAPES
+    from oar.planning.shapes import HUB_SHAPES
 
     try:
         config = yaml.safe_load(Path(config_path).read_text()) or {}
@@ -150,8 +150,9 @@ MIN_STEPS, MIN_TOKENS = 2, 256
 
 
 def check_shape(shape: str):
-    from oar.planning.shapes import shape_of
     from transformers import Qwen2Config
+
+    from oar.planning.shapes import shape_of
 
     spec = dict(SHAPES[shape])
     if spec["vocab_size"] is None:

@@ -356,7 +356,7 @@ def test_decode_calibration_applies_to_its_own_backend_only():
 
 
 def cp_qwen15() -> dict:
-    from oar.planning.memory_plan import QWEN_SHAPES
+    from oar.planning.shapes import QWEN_SHAPES
 
     return {k: v for k, v in QWEN_SHAPES["qwen2.5-1.5b"].items() if k != "max_position_embeddings"}
 

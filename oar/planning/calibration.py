@@ -19,7 +19,7 @@ from oar.planning.cost_model import (SCHEDULES, Assumptions, Work, calibrated_sc
                                      scaled, scoring_work, update_work)
 from oar.planning.hardware import Hardware
 from oar.planning.memory_plan import PlanError
-from oar.planning.shapes import Shape, shape_of
+from oar.planning.shapes import Shape, shape_name, shape_of
 from oar.training.settings import OARSettings
 
 CALIBRATION_ROW_FIELDS = ("method", "prompt_tokens", "completion_length", "batch", "generate_s", "score_s",
@@ -214,11 +214,9 @@ def calibrate(paths, base: Hardware) -> Hardware:
 
 def calibrate_by_shape(paths, base: Hardware, require_fit: bool = True) -> dict[str, tuple[Hardware | None, list]]:
     """:func:`calibrate` for each model shape among ``paths`` (files of several shapes): shape name
-    (``oar.planning.rate_limits.shape_name``) -> (its hardware, its files). Without ``require_fit`` a
+    (``oar.planning.shapes.shape_name``) -> (its hardware, its files). Without ``require_fit`` a
     shape whose files hold no GRPO row gets no hardware (None): its rows still bound the rates."""
     from transformers import Qwen2Config
-
-    from oar.planning.rate_limits import shape_name
 
     groups: dict[str, list] = {}
     for path in ([paths] if isinstance(paths, (str, Path)) else list(paths)):

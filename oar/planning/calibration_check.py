@@ -81,8 +81,7 @@ def _rows(path: str, inside, outside) -> list[RowError]:
     from transformers import Qwen2Config
 
     from oar.planning.calibration import calibration_rows
-    from oar.planning.rate_limits import shape_name
-    from oar.planning.shapes import shape_of
+    from oar.planning.shapes import shape_name, shape_of
 
     data, rows = calibration_rows(path, require_grpo=False)
     shape = shape_of(Qwen2Config(**data["shape"]))

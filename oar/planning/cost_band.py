@@ -26,7 +26,8 @@ from oar.planning.cost_model import SCHEDULE, Assumptions, calibrated_scorer
 from oar.planning.cost_plan import Plan, StepPlan, plan_config, step_plan
 from oar.planning.hardware import Hardware
 from oar.planning.rank_wait import slowest_rank_factor
-from oar.planning.rate_limits import capped_seconds, carries, check_carry, measurements, shape_name, verdict
+from oar.planning.rate_limits import capped_seconds, carries, check_carry, measurements, verdict
+from oar.planning.shapes import shape_name
 from oar.planning.workload import Workload, model_workload
 
 SCENARIOS = ("low", "central", "high")

@@ -51,8 +51,8 @@ import torch
 import yaml
 
 from oar.experiment.config_schema import load_config as load_workflow_config, trainer_keys
-from oar.planning.shapes import Shape, shape_of
 from oar.method.copy_packing import CACHED_PER_CHUNK_TOKEN, PackedForward, pack_copies
+from oar.planning.shapes import HUB_SHAPES, QWEN_SHAPES, Shape, shape_of
 from oar.training.settings import OARSettings, grad_budget
 
 GB = 1e9
@@ -61,18 +61,6 @@ RESERVE_GB = 2.0  # assumed, not measured here: CUDA context, NCCL buffers, allo
 VLLM_MAX_NUM_BATCHED_TOKENS = 4096  # trl/generation/vllm_generation.py passes this to vllm.LLM
 CONCLUDE_AND_ANSWER_TOKENS = 24  # probe = prompt | reasoning | "Therefore, the final answer is \boxed{" | answer
 
-# Shapes of the paper's models from their published config.json files (no hub here);
-# Qwen2.5-Math-1.5B has Qwen2.5-1.5B's layer shape with a 4,096-token context.
-QWEN_SHAPES = {
-    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
-                         max_position_embeddings=4096),
-    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False,
-                       max_position_embeddings=131072),
-}
-HUB_SHAPES = {"Qwen/Qwen2.5-Math-1.5B": "qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b",
-              "Qwen/Qwen2.5-7B": "qwen2.5-7b"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

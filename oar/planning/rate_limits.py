@@ -24,22 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from oar.planning.memory_plan import QWEN_SHAPES, PlanError
-from oar.planning.shapes import Shape
+from oar.planning.memory_plan import PlanError
+from oar.planning.shapes import QWEN_SHAPES, shape_name
 
 CARRY = "Qwen2 decoders of 28 layers (Qwen2.5-1.5B and -7B): the same kernels and launches a model call"
 # the preflight command that would measure a phase of a shape (bench/gpu_check.py, one GPU)
 PREFLIGHT = "make gpu-preflight GPU_PREFLIGHT_ARGS='--shape {shape} --methods {method}'"
-
-
-def shape_name(shape: Shape) -> str:
-    """``qwen2.5-1.5b`` or ``qwen2.5-7b`` for their layer shapes, else the sizes."""
-    for name, spec in QWEN_SHAPES.items():
-        widths = (spec["hidden_size"], spec["intermediate_size"], spec["num_attention_heads"],
-                  spec["num_key_value_heads"])
-        if shape.widths == widths and shape.layers == spec["num_hidden_layers"]:
-            return name
-    return f"hidden {shape.hidden}, {shape.layers} layers"
 
 
 def carries(source: str, target: str) -> bool:
