@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oar.planning import calibration_check, cost_plan, workload
+from oar.planning import calibration_check, cost_plan, gpu_hours, workload
 from oar.planning.cost_band import Knobs, Rates, plan_band, rated_step, workloads_of
 from oar.planning.hardware import hardware
 from oar.planning.memory_plan import PlanError, load_config
@@ -89,7 +89,7 @@ def test_no_phase_runs_faster_than_any_row_and_the_7b_oar_p_row_comes_first(pape
 
 def test_the_band_rises_and_the_workloads_rest_on_their_sources(paper_band):
     band, _ = paper_band
-    totals = [sum(cost_plan.target_hours(band.plans[s])["all"][1:]) for s in ("low", "central", "high")]
+    totals = [sum(gpu_hours.target_hours(band.plans[s])["all"][1:]) for s in ("low", "central", "high")]
     assert totals[0] < totals[1] < totals[2]
     seven_b = band.workloads["qwen2.5-7b"]
     # SimpleRL-Zoo's Qwen2.5-7B: 665-1,020 tokens of the 7B runs' 3,072

@@ -278,7 +278,7 @@ def check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) 
 
 def check_settings(row: Mapping, run_id: str = "check") -> dict:
     """``Registry.run_settings``-like settings of one calibration row (the check's own), for
-    ``oar.planning.cost_plan.step_plan`` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
+    ``oar.planning.gpu_hours.step_plan`` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
     return {"run_id": run_id, "method": row["method"],
             "oar": {**{name: row.get(name, getattr(OARSettings, name))
                        for name in ("chunk_tokens", "grad_chunk_tokens", "span_tokens", "window_tokens", "probe",

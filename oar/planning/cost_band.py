@@ -1,7 +1,7 @@
 """The cost plan as a band: GPU-hours low, central and high for every run, target and the whole DAG, the
 table of what moves them, and the phases whose rates no row measured.
 
-A plan rests on three things no shape tells (``oar.planning.cost_plan`` times the work):
+A plan rests on three things no shape tells (``oar.planning.gpu_hours`` times the work):
 
 - the **workload** of each model's runs, the scored share and the completions' fill, each a band from
   measured sources (``oar.planning.workload``);
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from oar.method.names import BASELINE, MODEL_FREE_SCORERS, scorer_of
 from oar.planning.cost_model import SCHEDULE, Assumptions, calibrated_scorer
-from oar.planning.cost_plan import Plan, StepPlan, plan_config, step_plan
+from oar.planning.gpu_hours import Plan, StepPlan, hardware_line, plan_config, step_plan, table, target_hours
 from oar.planning.hardware import Hardware
 from oar.planning.rank_wait import slowest_rank_factor
 from oar.planning.rate_limits import capped_seconds, carries, check_carry, measurements, verdict
@@ -212,8 +212,6 @@ def plan_band(config: Mapping, rates: Rates, workloads: Mapping[str, Workload], 
 
 
 def _total(plan: Plan) -> float:
-    from oar.planning.cost_plan import target_hours
-
     _, train, ev = target_hours(plan)["all"]
     return train + ev
 
@@ -248,7 +246,6 @@ def extrapolated_phases(plan: Plan) -> list[tuple]:
 def report(band: BandPlans, config_path: str) -> str:
     """The band per target, what moves it, the workloads and their sources, the phases no row measured, and
     the central plan in detail."""
-    from oar.planning.cost_plan import hardware_line, table, target_hours
     from oar.planning.workload import describe
 
     plans, rates = band.plans, band.rates
