@@ -1,4 +1,5 @@
-"""Moved: the calibration's check out of sample is ``python -m oar.planning.calibration_check`` (the planner is its own package, oar.planning).
+"""Moved: the calibration's check out of sample is ``python -m oar.planning.calibration_check`` (the
+planner is its own package, oar.planning).
 
 This module only says so, to an old command or import; it imports nothing of the planner."""
 
