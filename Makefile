@@ -251,7 +251,7 @@ GPU_PREFLIGHT_BUDGET ?= 900
 gpu-preflight:
 	@echo "gpu-preflight: table $(GPU_PREFLIGHT_WORK)/gpu_check.md, calibration $(GPU_PREFLIGHT_WORK)/calibration.json, each row's metrics, step times and scorer profile in $(GPU_PREFLIGHT_WORK)/<row>/"
 	PYTHONPATH=$(CURDIR) $(PYTHON) perf/gpu_check.py --budget-s $(GPU_PREFLIGHT_BUDGET) --try-beyond-plan --work $(GPU_PREFLIGHT_WORK) $(GPU_PREFLIGHT_ARGS)
-	@echo "gpu-preflight: done; the cost plan calibrated by it: PYTHONPATH=. $(PYTHON) -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 --calibration $(GPU_PREFLIGHT_WORK)/calibration.json $(GPU_PREFLIGHT_WORK)/qwen2.5-7b/calibration.json (the second where the 7B rows ran)"
+	@echo "gpu-preflight: done; the cost plan calibrated by it: PYTHONPATH=. $(PYTHON) -m oar.planning.cost_plan --config config/paper.yaml --hardware h200 --calibration $(GPU_PREFLIGHT_WORK)/calibration.json $(GPU_PREFLIGHT_WORK)/qwen2.5-7b/calibration.json (the second where the 7B rows ran)"
 
 # `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
 define HELP_TEXT

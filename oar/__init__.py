@@ -34,8 +34,9 @@ Layout, lowest layer first; a module imports only from its own subpackage or a l
   and table helpers; the oracle, figures, ``python -m oar.analysis.explain``
 - ``oar.experiment``: the workflow config and its schema (``config_schema``), the run registry (``runs``)
   with its cross-key checks (``config_checks``), its jobs' resources (``job_resources``) and command-line
-  options (``job_options``), the configuration docs, model shapes (``shapes``), the
-  memory plan and the cost plan (``cost_plan``, over the work model ``cost_model``, GPU figures
+  options (``job_options``), the configuration docs
+- ``oar.planning``: the planner over the registry: model shapes (``shapes``), the memory plan
+  (``memory_plan``) and the cost plan (``cost_plan``, over the work model ``cost_model``, GPU figures
   ``hardware`` and their ``calibration``)
 - ``oar.bench``: the token-credit benchmark (``python -m oar.bench``): the frozen policies' shipped response
   sets, the ground-truth and learning tracks, their leaderboards

@@ -23,7 +23,7 @@ measure other settings, and say so). Per row:
   AdamW's step and ``zero_grad``: from the end of scoring to transformers' ``on_step_end``, which TRL's own
   step timer stops before); the first step (the process's warm-up, and the profiled scoring call) is kept
   out of the steady figures, which are the median of the later steps;
-- the peak memory of a steady step (AdamW's state resident), beside ``oar.experiment.memory_plan``'s;
+- the peak memory of a steady step (AdamW's state resident), beside ``oar.planning.memory_plan``'s;
 - per scorer, a profile of the first step's scoring call (``torch.profiler``): the operators with the
   most device time (CPU time on a CPU), the device's busy seconds, host synchronisations (``aten::item``,
   ``aten::_local_scalar_dense``, ``aten::nonzero``), model calls and kernel launches per call;
@@ -33,9 +33,9 @@ measure other settings, and say so). Per row:
 No checkpoint is written (``save_strategy: no``). The table (``--out``, and ``gpu_check.md`` in ``--work``)
 and ``calibration.json`` (a shape after the first: in ``--work``/<shape>/) are rewritten after every row,
 atomically, marked partial until the last row: a run cut off keeps its finished rows and leaves no
-complete-looking file. ``python -m oar.experiment.cost_plan --calibration`` reads them.
+complete-looking file. ``python -m oar.planning.cost_plan --calibration`` reads them.
 
-``--budget-s`` plans every row with ``oar.experiment.cost_plan`` calibrated by ``--calibration`` (the H200
+``--budget-s`` plans every row with ``oar.planning.cost_plan`` calibrated by ``--calibration`` (the H200
 rows in perf/calibration by default): a row that does not fit what is left runs with fewer steps (at least
 2) or shorter responses (down to 256 tokens), or is skipped, and the plan says which. The real shapes run on
 CUDA only: without a CUDA device the check stops with an error rather than running on the CPU.
@@ -405,7 +405,7 @@ def main() -> None:
         parser.error(f"--steps must be >= {MIN_STEPS}: the first step is warm-up, left out of the steady figures")
     if args.budget_s is not None and args.budget_s <= 0:
         parser.error("--budget-s must be > 0")
-    from oar.experiment.memory_plan import PlanError
+    from oar.planning.memory_plan import PlanError
 
     if not args.plan_only:  # before any planning: a real shape runs on CUDA only
         for shape in args.shape:
@@ -550,7 +550,7 @@ def run_shape(parser, args, planned: list[Row], said: list[str], started: float)
     text = write(complete=finished())
     print(text)
     print(f"outputs: {args.work / 'gpu_check.md'}" + (f", {out}" if out else "")
-          + f"; calibration for python -m oar.experiment.cost_plan --calibration: {args.work / 'calibration.json'}; "
+          + f"; calibration for python -m oar.planning.cost_plan --calibration: {args.work / 'calibration.json'}; "
           f"each row's metrics, steps and profile under {args.work}/<row>/; {time.perf_counter() - shape_started:.0f} s")
     return finished()
 

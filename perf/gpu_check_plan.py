@@ -1,5 +1,5 @@
 """The GPU preflight's plan (``perf/gpu_check.py``): what it measures, read from the workflow config, and
-how long each row's process takes, by ``oar.experiment.cost_plan`` calibrated by the H200's rows, so that
+how long each row's process takes, by ``oar.planning.cost_plan`` calibrated by the H200's rows, so that
 the rows fit a time budget.
 
 It measures the paper config's settings where they fit one GPU: the scorer settings of the shape's model,
@@ -48,7 +48,7 @@ def config_settings(config_path: Path, shape: str, options: dict) -> tuple[dict,
     The one place the check reads the config."""
     import yaml
 
-    from oar.experiment.memory_plan import HUB_SHAPES
+    from oar.planning.shapes import HUB_SHAPES
 
     try:
         config = yaml.safe_load(Path(config_path).read_text()) or {}
@@ -150,8 +150,9 @@ MIN_STEPS, MIN_TOKENS = 2, 256
 
 
 def check_shape(shape: str):
-    from oar.experiment.shapes import shape_of
     from transformers import Qwen2Config
+
+    from oar.planning.shapes import shape_of
 
     spec = dict(SHAPES[shape])
     if spec["vocab_size"] is None:
@@ -162,11 +163,11 @@ def check_shape(shape: str):
 
 
 def row_seconds(row: Row, args) -> float:
-    """The row's process planned by oar.experiment.cost_band for its settings (``args`` of its shape: see
+    """The row's process planned by oar.planning.cost_band for its settings (``args`` of its shape: see
     ``shape_args``): start-up, then each step; a step at a length the process has not generated yet is
     planned at the first step's decode rate. No phase faster than any row ran."""
-    from oar.experiment.cost_band import Knobs, rated_step
-    from oar.experiment.workload import Band, Workload
+    from oar.planning.cost_band import Knobs, rated_step
+    from oar.planning.workload import Band, Workload
 
     every = Workload(Band(1.0, 1.0, 1.0), Band(1.0, 1.0, 1.0), ())  # every response scored, at its length
     total, seen = ROW_OVERHEAD_S, set()
@@ -258,8 +259,8 @@ def default_rows(args) -> list[Row]:
 
 def predicted_peak_mib(shape, batch: int, checkpointing: bool, dtype: str, oar: dict, method: str, tokens: int,
                        window: int) -> float:
-    """oar.experiment.memory_plan's peak (the largest of the phases) for one row's settings, one process."""
-    from oar.experiment import memory_plan
+    """oar.planning.memory_plan's peak (the largest of the phases) for one row's settings, one process."""
+    from oar.planning import memory_plan
 
     settings = {"model_dtype": dtype, "oar": {"chunk_tokens": oar["chunk_tokens"], "window_tokens": window,
                                              "grad_chunk_tokens": oar["grad_chunk_tokens"],
@@ -296,8 +297,8 @@ def fitting_batch(args, gpu_gib: float, dtype: str) -> tuple[int, str]:
 def shape_args(args, shape: str, first: bool):
     """A copy of the check's options for one shape: the config's settings for its model (scorer settings,
     gradient checkpointing and per-device micro-batch unless given), its FLOP shape and rates, its folder."""
-    from oar.experiment.cost_band import Rates
-    from oar.experiment.hardware import hardware
+    from oar.planning.cost_band import Rates
+    from oar.planning.hardware import hardware
 
     options = {k: getattr(args, k) for k in OAR_KEYS}
     oar, trainer, where = config_settings(args.config, shape, options)

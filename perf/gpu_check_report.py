@@ -52,8 +52,8 @@ def phase_flops(r: dict, shape, oar: dict, args) -> tuple[float, float]:
     """(scoring FLOPs, update FLOPs) of one steady step of result row ``r`` by the cost plan's counters, at
     the row's measured prompt and completion lengths (the calibration's own reading of a row): what its
     achieved TFLOP/s are computed from."""
-    from oar.experiment.calibration import check_scoring_work
-    from oar.experiment.cost_model import SCHEDULE, scaled, update_work
+    from oar.planning.calibration import check_scoring_work
+    from oar.planning.cost_model import SCHEDULE, scaled, update_work
 
     update = scaled(update_work(shape, r["prompt_tokens"], r["completion_length"], args.batch,
                                 args.gradient_checkpointing, 0), args.batch)
@@ -74,11 +74,11 @@ def phase_rates(r: dict, args) -> dict:
 
 def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, results: dict, evaluations: dict,
                        planned: list[Row], complete: bool) -> dict:
-    """What ``oar.experiment.cost_plan --calibration`` reads: every finished row with the settings it ran
+    """What ``oar.planning.cost_plan --calibration`` reads: every finished row with the settings it ran
     with; ``complete`` is false until the last planned row has finished."""
     from transformers import AutoConfig
 
-    from oar.experiment.cost_model import SCHEDULE
+    from oar.planning.cost_model import SCHEDULE
 
     config = AutoConfig.from_pretrained(model)
     shape = {k: getattr(config, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
@@ -166,10 +166,10 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
                              f"update's rate, {r['score_s'] / r['update_s']:.2f}x its time")
     lines.append("\nSteady figures: the median over the steps after the first. update: from the end of scoring to "
                  "the end of the optimizer step, device synchronised. peak: the largest steady step's (AdamW's state "
-                 "resident); predicted: oar.experiment.memory_plan's (one process, no vLLM, without its CUDA-context "
+                 "resident); predicted: oar.planning.memory_plan's (one process, no vLLM, without its CUDA-context "
                  "reserve); on CPU the peak is the process's resident memory, libraries included, and not comparable. "
-                 "paper: the paper's step time over GRPO's. planned: oar.experiment.cost_plan with "
-                 f"{args.calibration_label}. TFLOP/s: the cost plan's FLOPs of the phase (oar.experiment.cost_model, "
+                 "paper: the paper's step time over GRPO's. planned: oar.planning.cost_plan with "
+                 f"{args.calibration_label}. TFLOP/s: the cost plan's FLOPs of the phase (oar.planning.cost_model, "
                  "at the row's prompt and completion lengths) over its measured seconds.")
     if goals:
         lines += ["", "Scoring against the update (the same responses): " + "; ".join(goals) + "."]

@@ -1,6 +1,6 @@
 """The wait for the slowest rank, measured: a two-process training run on CPU (gloo, ``accelerate launch``)
 with only the rows of mixed groups scored, its logged ``time_score_max_s`` / ``time_score_s`` against
-``oar.experiment.rank_wait.slowest_rank_factor`` at the run's own scored share.
+``oar.planning.rank_wait.slowest_rank_factor`` at the run's own scored share.
 
 A tiny random model never answers, so the reward is a parity of the completion text (as
 tests/test_multiprocess_training.py does): each of a group's two completions is rewarded 0 or 1 at about
@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from harness import add_out, markdown_table, write_table
-from oar.experiment.rank_wait import logged_ratio, slowest_rank_factor
+from oar.planning.rank_wait import logged_ratio, slowest_rank_factor
 from oar.models.sources import prepare_model
 
 RANKS = 2

@@ -9,7 +9,7 @@ OAR-P, OAR-P with a local window, OAR-G) it reports:
 - host synchronisations: ``aten::item``, ``aten::_local_scalar_dense`` and ``aten::nonzero`` events in a
   ``torch.profiler`` trace of the call (each one makes the host wait for the device on a GPU);
 - seconds (median over ``--repeats`` calls, no profiler) and the achieved FLOP rate: the scorer's
-  useful work by the cost plan's counters (``oar.experiment.cost_model.forward_flops`` /
+  useful work by the cost plan's counters (``oar.planning.cost_model.forward_flops`` /
   ``backward_flops`` of each clean pass and each substituted copy's own suffix over its own prefix,
   padding not counted) over that time, and its ratio to the rate of one plain forward of
   ``--chunk-tokens`` tokens of the same model on the same threads (timed just before and just after the
@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 
 from harness import add_out, add_repeats, add_threads, calls_and_syncs, host_waits, median_seconds
-from oar.experiment.cost_model import backward_flops, forward_flops
-from oar.experiment.shapes import shape_of
+from oar.planning.cost_model import backward_flops, forward_flops
+from oar.planning.shapes import shape_of
 from oar.files import atomic_write_json
 from oar.method.importance import score
 from oar.method.scorer_config import ScorerConfig

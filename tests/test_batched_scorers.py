@@ -213,8 +213,8 @@ def test_an_attention_implementation_without_4d_masks_is_named():
                                                               (6, 0, 40)])
 def test_the_plans_model_of_the_packing_is_the_scorers(responses, window, chunk_tokens):
     """The memory and cost plans pack the copies of alike responses described by their lengths
-    (oar.experiment.memory_plan.stacked_forwards); the scorer packs its real rows. Same forwards, same sizes."""
-    from oar.experiment.memory_plan import oar_p_copies, stacked_forwards
+    (oar.planning.memory_plan.stacked_forwards); the scorer packs its real rows. Same forwards, same sizes."""
+    from oar.planning.memory_plan import oar_p_copies, stacked_forwards
 
     prompt, reasoning, tail = 20, 37, 5
     probe = prompt + reasoning + tail

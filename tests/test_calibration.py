@@ -1,4 +1,4 @@
-"""The cost plan calibrated by measured step times (oar.experiment.calibration): rates and fixed costs
+"""The cost plan calibrated by measured step times (oar.planning.calibration): rates and fixed costs
 recovered from times made from them, and the H200 rows of perf/calibration each planned, calibrated by
 its own file or group, within 25% of every measured phase (in sample); tests/test_cost_band.py checks them
 out of sample."""
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from transformers import Qwen2Config
 
-from oar.experiment import calibration as cal
-from oar.experiment import cost_model as cm
-from oar.experiment import cost_plan as cp
-from oar.experiment import hardware as hw_kinds
-from oar.experiment.memory_plan import PlanError, _trainer_keys, load_config
 from oar.experiment.runs import Registry
-from oar.experiment.shapes import shape_of
+from oar.planning import calibration as cal
+from oar.planning import cost_model as cm
+from oar.planning import hardware as hw_kinds
+from oar.planning.gpu_hours import step_plan
+from oar.planning.memory_plan import PlanError, _trainer_keys, load_config
+from oar.planning.shapes import shape_of
 
 SHAPE_SPEC = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=300, tie_word_embeddings=True)
@@ -85,7 +85,7 @@ def test_calibration_fits_the_scoring_rate_from_forwards_of_two_sizes(tmp_path):
     # the plan times a scorer's call by both: its FLOPs at the scoring rate plus its calls' fixed cost
     row = record["rows"][-1]
     assume = cm.Assumptions(prompt_tokens=row["prompt_tokens"], completion_fill=1.0, scored_share=1.0)
-    plan = cp.step_plan(shape, cal.check_settings(row), hw, assume)
+    plan = step_plan(shape, cal.check_settings(row), hw, assume)
     assert plan.scoring == pytest.approx(row["score_s"], rel=1e-6)
 
 
@@ -133,7 +133,7 @@ def _h200_rows():
 
 def _check_plan(shape, row, hw, schedule=None, first_step=False):
     assume = cm.Assumptions(prompt_tokens=row["prompt_tokens"], completion_fill=1.0, scored_share=1.0)
-    return cp.step_plan(shape, cal.check_settings(row), hw, assume, schedule=schedule or row["scorer_schedule"],
+    return step_plan(shape, cal.check_settings(row), hw, assume, schedule=schedule or row["scorer_schedule"],
                         first_step=first_step)
 
 
@@ -346,17 +346,17 @@ def test_decode_calibration_applies_to_its_own_backend_only():
     assert settings["trainer"]["use_vllm"]
     shape = shape_of(Qwen2Config(**cp_qwen15()))
     slow = dataclasses.replace(hw, decode_step_s=1.0)
-    vllm = cp.step_plan(shape, settings, hw, cm.Assumptions())
-    assert cp.step_plan(shape, settings, slow, cm.Assumptions()).generation == vllm.generation
+    vllm = step_plan(shape, settings, hw, cm.Assumptions())
+    assert step_plan(shape, settings, slow, cm.Assumptions()).generation == vllm.generation
     hf = {**settings, "trainer": {**settings["trainer"], "use_vllm": False}}
-    assert cp.step_plan(shape, hf, slow, cm.Assumptions()).generation > cp.step_plan(shape, hf, hw,
+    assert step_plan(shape, hf, slow, cm.Assumptions()).generation > step_plan(shape, hf, hw,
                                                                                      cm.Assumptions()).generation
     # and the vLLM plan is far below what the transformers latency would make of 1,024 decode steps
     assert vllm.generation < 1024 * hw.decode_step_s
 
 
 def cp_qwen15() -> dict:
-    from oar.experiment.memory_plan import QWEN_SHAPES
+    from oar.planning.shapes import QWEN_SHAPES
 
     return {k: v for k, v in QWEN_SHAPES["qwen2.5-1.5b"].items() if k != "max_position_embeddings"}
 

@@ -1,4 +1,4 @@
-"""The cost plan as a band (oar.experiment.cost_band): the workloads it rests on (workload), the rates no
+"""The cost plan as a band (oar.planning.cost_band): the workloads it rests on (workload), the rates no
 faster than any H200 row ran and the phases no row measured (rate_limits), the slowest rank's wait
 (rank_wait), the calibration checked out of sample (calibration_check), and its errors."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from oar.experiment import calibration_check, cost_plan, workload
-from oar.experiment.cost_band import Knobs, Rates, plan_band, rated_step, workloads_of
-from oar.experiment.hardware import hardware
-from oar.experiment.memory_plan import PlanError, load_config
-from oar.experiment.rank_wait import logged_ratio, slowest_rank_factor
+from oar.planning import calibration_check, cost_plan, gpu_hours, workload
+from oar.planning.cost_band import Knobs, Rates, plan_band, rated_step, workloads_of
+from oar.planning.hardware import hardware
+from oar.planning.memory_plan import PlanError, load_config
+from oar.planning.rank_wait import logged_ratio, slowest_rank_factor
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "perf" / "calibration"
 # every stored file of the scorers as they run now, 7B and the evened inline rows included
@@ -68,7 +68,7 @@ def test_no_phase_runs_faster_than_any_row_and_the_7b_oar_p_row_comes_first(pape
     """Every update and scoring phase of the paper's central plan runs at most as fast as the fastest H200
     row of its kind; exact OAR-P at 7B, which no row measured, is marked so, the most GPU-hours first, with
     the preflight row that would measure it; the high end prices it at the slowest long-forward OAR-P row."""
-    from oar.experiment.cost_band import extrapolated_phases
+    from oar.planning.cost_band import extrapolated_phases
 
     band, rates = paper_band
     fastest = {kind: max(m.rate for m in rates.found if m.kind == kind) for kind in ("update", "scoring")}
@@ -89,7 +89,7 @@ def test_no_phase_runs_faster_than_any_row_and_the_7b_oar_p_row_comes_first(pape
 
 def test_the_band_rises_and_the_workloads_rest_on_their_sources(paper_band):
     band, _ = paper_band
-    totals = [sum(cost_plan.target_hours(band.plans[s])["all"][1:]) for s in ("low", "central", "high")]
+    totals = [sum(gpu_hours.target_hours(band.plans[s])["all"][1:]) for s in ("low", "central", "high")]
     assert totals[0] < totals[1] < totals[2]
     seven_b = band.workloads["qwen2.5-7b"]
     # SimpleRL-Zoo's Qwen2.5-7B: 665-1,020 tokens of the 7B runs' 3,072
@@ -106,8 +106,8 @@ def test_a_multi_rank_step_waits_for_the_slowest_rank():
     groups on each of 4 ranks, 1.26 at a share of 0.5."""
     config = load_config("config/paper.yaml")
     from oar.experiment.runs import Registry
-    from oar.experiment.memory_plan import _trainer_keys, model_config
-    from oar.experiment.shapes import shape_of
+    from oar.planning.memory_plan import _trainer_keys, model_config
+    from oar.planning.shapes import shape_of
 
     registry = Registry(config, config["training"]["trainer"].keys() | _trainer_keys())
     run = next(r for r in registry.runs if r.startswith("qwen2.5-7b/oar_g"))

@@ -1,4 +1,4 @@
-"""The cost plan (oar.experiment.cost_plan, with its work model cost_model, hardware and calibration): its
+"""The cost plan (oar.planning.cost_plan, with its work model cost_model, hardware and calibration): its
 FLOP counts against torch's FLOP counter on small real models, its testbed prediction against `make run`'s
 measured step times, its errors and its CLI."""
 
@@ -12,15 +12,16 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from oar.experiment import cost_model as cm
-from oar.experiment import cost_plan as cp
-from oar.experiment import hardware as hw_kinds
-from oar.experiment.memory_plan import PlanError, _trainer_keys, load_config, oar_p_copies
 from oar.experiment.runs import Registry
-from oar.experiment.shapes import shape_of
+from oar.method.probes import Probe
 from oar.method.scorer_config import ScorerConfig
 from oar.method.substitution import oar_p_scores
-from oar.method.probes import Probe
+from oar.planning import cost_model as cm
+from oar.planning import cost_plan as cp
+from oar.planning import hardware as hw_kinds
+from oar.planning.gpu_hours import plan_config, step_plan
+from oar.planning.memory_plan import PlanError, _trainer_keys, load_config, oar_p_copies
+from oar.planning.shapes import shape_of
 
 FLOP_TOLERANCE = 0.10
 
@@ -229,7 +230,7 @@ def test_testbed_plan_predicts_make_run_step_times():
         rounds = []
         for _ in range(3):  # throughput and the step's phases interleaved, so load hits both sides alike
             hw = cpu_hardware(model, shape)
-            plan = {m: cp.step_plan(shape, registry.run_settings("chain_f1", m, 0), hw, assume)
+            plan = {m: step_plan(shape, registry.run_settings("chain_f1", m, 0), hw, assume)
                     for m in ("grpo", "truth", "oar_g", "oar_p")}
             rounds.append((plan, _best_of(generate, 1), _best_of(update, 1)))
     finally:
@@ -256,7 +257,7 @@ def test_run_longer_than_its_job_allows_names_the_key():
     config = load_config("config/paper.yaml")
     config["resources"]["train"]["runtime"] = 1  # one minute, no run fits
     config["models"]["qwen2.5-7b"]["resources"]["train"]["runtime"] = 60  # one hour: a 7B run does not fit
-    plan = cp.plan_config(config, hw_kinds.hardware("h100"), cm.Assumptions())
+    plan = plan_config(config, hw_kinds.hardware("h100"), cm.Assumptions())
     with pytest.raises(PlanError, match=r"^resources\.train\.runtime: run qwen2\.5-math-1\.5b/"):
         plan.check()
     # the 7B model's own resources override the default ones: its runs name that key
@@ -267,7 +268,7 @@ def test_engine_without_room_for_one_sequence_names_the_key():
     config = load_config("config/paper.yaml")
     config["models"]["qwen2.5-7b"]["trainer"]["vllm_gpu_memory_utilization"] = 0.2  # 16 GB: the weights alone
     with pytest.raises(PlanError, match=r"^models\.qwen2\.5-7b\.trainer\.vllm_gpu_memory_utilization"):
-        cp.plan_config(config, hw_kinds.hardware("h100"), cm.Assumptions())
+        plan_config(config, hw_kinds.hardware("h100"), cm.Assumptions())
 
 
 def test_stacked_work_counts_the_scorers_packed_forwards():

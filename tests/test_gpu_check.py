@@ -44,7 +44,7 @@ def _plan(stderr: str) -> tuple[dict, float]:
 
 def test_the_h200_rows_settings_are_planned_as_the_h200_ran_them_and_it_says_what_it_sized():
     """The 1.5B check at the settings the H200 rows ran at (8 completions a step, no checkpointing), by
-    oar.experiment.cost_plan with the H200 rates (gpu_check_plan.CALIBRATION) and the paper config's scorer
+    oar.planning.cost_plan with the H200 rates (gpu_check_plan.CALIBRATION) and the paper config's scorer
     settings (8,192-token forwards, OAR-G's prompt inline in evened micro-batches): GRPO and OAR-G at 1,024
     tokens (two steps each) and exact OAR-P at 256 (two steps) and 1,024 tokens, each row planned within 15%
     of the process time the H200 measured for it at these settings (OAR-G's from the evened inline file;
@@ -170,8 +170,8 @@ def test_gpu_check_times_every_row_at_forced_length(tmp_path):
     # no checkpoint: transformers would save one at max_steps
     assert not [p for p in work.rglob("checkpoint-*")]
     # the record the cost plan calibrates from, and the plan reading it
-    from oar.experiment.calibration import calibrate
-    from oar.experiment.hardware import hardware
+    from oar.planning.calibration import calibrate
+    from oar.planning.hardware import hardware
 
     hw = calibrate(work / "calibration.json", hardware("h100"))
     assert hw.flops > 0 and hw.decode_backend == "transformers" and "calibrated" in hw.name

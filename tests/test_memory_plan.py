@@ -1,4 +1,4 @@
-"""oar.experiment.memory_plan: the paper config fits 80 GB per GPU in every phase, and its per-token scaling holds."""
+"""oar.planning.memory_plan: the paper config fits 80 GB per GPU in every phase, and its per-token scaling holds."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 import yaml
 
-from oar.experiment import memory_plan
 from oar.experiment.config_error import ConfigError
 from oar.experiment.runs import Registry
-from oar.experiment.shapes import shape_of
+from oar.planning import memory_plan
+from oar.planning.shapes import shape_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"

@@ -281,11 +281,11 @@ def test_the_plans_know_every_builtin_scorer():
     ones that run the model: the plans' lists are the registry's, tested equal."""
     from transformers import LlamaConfig
 
-    from oar.experiment import cost_model
-    from oar.experiment.calibration import CALIBRATED_METHODS
-    from oar.experiment.shapes import shape_of
     from oar.method.names import BASELINE, MODEL_FREE_SCORERS
     from oar.method.scorer_registry import BUILTIN_SCORERS
+    from oar.planning import cost_model
+    from oar.planning.calibration import CALIBRATED_METHODS
+    from oar.planning.shapes import shape_of
     from oar.training.settings import OARSettings
 
     reading = {n for n in BUILTIN_SCORERS if scorer_spec(n).reads("model")}

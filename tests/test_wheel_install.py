@@ -49,6 +49,7 @@ def test_the_wheel_installs_beside_torch_and_trains_the_example(tiny_model_dir, 
     names = zipfile.ZipFile(wheel).namelist()
     assert "oar/py.typed" in names and "oar/__init__.py" in names
     assert not [n for n in names if n.startswith(("tests/", "examples/", "config/", "workflow_scripts/"))]
+    assert not [n for n in names if n.startswith(("oar/experiment/", "oar/planning/"))]  # the clone's (pyproject)
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)

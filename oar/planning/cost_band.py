@@ -1,14 +1,14 @@
 """The cost plan as a band: GPU-hours low, central and high for every run, target and the whole DAG, the
 table of what moves them, and the phases whose rates no row measured.
 
-A plan rests on three things no shape tells (``oar.experiment.cost_plan`` times the work):
+A plan rests on three things no shape tells (``oar.planning.gpu_hours`` times the work):
 
 - the **workload** of each model's runs, the scored share and the completions' fill, each a band from
-  measured sources (``oar.experiment.workload``);
+  measured sources (``oar.planning.workload``);
 - the **rates**: assumed, or calibrated by ``perf/gpu_check.py`` rows, per model shape, carried to
-  another Qwen2 shape by rule and never faster than any row ran (``oar.experiment.rate_limits``);
+  another Qwen2 shape by rule and never faster than any row ran (``oar.planning.rate_limits``);
 - the **slowest rank**: a step of several processes waits for the one that scored most
-  (``oar.experiment.rank_wait``).
+  (``oar.planning.rank_wait``).
 
 ``low`` takes each workload's low end, ``central`` its central figure, ``high`` its high end and, for the
 phases no row measured, the rate of the row most like them. The table of what moves it swings one of them
@@ -21,14 +21,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from oar.experiment.cost_model import SCHEDULE, Assumptions, calibrated_scorer
-from oar.experiment.cost_plan import Plan, StepPlan, plan_config, step_plan
-from oar.experiment.hardware import Hardware
-from oar.experiment.rank_wait import slowest_rank_factor
-from oar.experiment.rate_limits import (capped_seconds, carries, check_carry, measurements, shape_name,
-                                        verdict)
-from oar.experiment.workload import Workload, model_workload
 from oar.method.names import BASELINE, MODEL_FREE_SCORERS, scorer_of
+from oar.planning.cost_model import SCHEDULE, Assumptions, calibrated_scorer
+from oar.planning.gpu_hours import Plan, StepPlan, hardware_line, plan_config, step_plan, table, target_hours
+from oar.planning.hardware import Hardware
+from oar.planning.rank_wait import slowest_rank_factor
+from oar.planning.rate_limits import capped_seconds, carries, check_carry, measurements, verdict
+from oar.planning.shapes import shape_name
+from oar.planning.workload import Workload, model_workload
 
 SCENARIOS = ("low", "central", "high")
 
@@ -45,7 +45,7 @@ class Rates:
 
     @classmethod
     def calibrated(cls, paths, base: Hardware) -> "Rates":
-        from oar.experiment.calibration import calibrate, calibrate_by_shape
+        from oar.planning.calibration import calibrate, calibrate_by_shape
 
         fits = calibrate_by_shape(paths, base, require_fit=False)
         if not any(hw for hw, _ in fits.values()):
@@ -139,9 +139,9 @@ def rated_step(rates: Rates, workloads: Mapping[str, Workload], knobs: Knobs, pr
 
 def workloads_of(config: Mapping, overrides: Mapping | None = None) -> dict[str, Workload]:
     """Each planned model's workload: ``overrides`` (model -> Workload, e.g. measured) where given, else its
-    sources' (``oar.experiment.workload.model_workload``) at its settings."""
-    from oar.experiment.memory_plan import _trainer_keys
+    sources' (``oar.planning.workload.model_workload``) at its settings."""
     from oar.experiment.runs import Registry, model_of
+    from oar.planning.memory_plan import _trainer_keys
 
     registry = Registry(config, config["training"]["trainer"].keys() | _trainer_keys())
     found = {}
@@ -160,9 +160,9 @@ def workloads_of(config: Mapping, overrides: Mapping | None = None) -> dict[str,
 
 def planned_shapes(config: Mapping, results_dir: str | None = None) -> dict[str, str]:
     """model -> shape name of every model the config trains."""
-    from oar.experiment.memory_plan import _trainer_keys, model_config
     from oar.experiment.runs import Registry, model_of
-    from oar.experiment.shapes import shape_of
+    from oar.planning.memory_plan import _trainer_keys, model_config
+    from oar.planning.shapes import shape_of
 
     registry = Registry(config, config["training"]["trainer"].keys() | _trainer_keys())
     trained = {model_of(r) for r in registry.runs}
@@ -212,8 +212,6 @@ def plan_band(config: Mapping, rates: Rates, workloads: Mapping[str, Workload], 
 
 
 def _total(plan: Plan) -> float:
-    from oar.experiment.cost_plan import target_hours
-
     _, train, ev = target_hours(plan)["all"]
     return train + ev
 
@@ -248,8 +246,7 @@ def extrapolated_phases(plan: Plan) -> list[tuple]:
 def report(band: BandPlans, config_path: str) -> str:
     """The band per target, what moves it, the workloads and their sources, the phases no row measured, and
     the central plan in detail."""
-    from oar.experiment.cost_plan import hardware_line, table, target_hours
-    from oar.experiment.workload import describe
+    from oar.planning.workload import describe
 
     plans, rates = band.plans, band.rates
     if rates.by_shape:

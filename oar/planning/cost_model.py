@@ -1,5 +1,5 @@
 """The work of one training step's phases, counted from model shapes: FLOPs, model calls and decode
-steps (:class:`Work`), timed on a :class:`~oar.experiment.hardware.Hardware`; and the workload the plan
+steps (:class:`Work`), timed on a :class:`~oar.planning.hardware.Hardware`; and the workload the plan
 assumes (:class:`Assumptions`).
 
 One training step has three phases; each is counted as work and turned into time by a hardware figure:
@@ -34,7 +34,7 @@ of the weights and inputs is 2x the forward's matmuls, attention's included (a f
 also recomputes the scores: half a forward's attention more, not counted).
 
 Times are work over a sustained rate (``Work.seconds``): peak x utilisation and an assumed per-layer call
-cost, or the rates and fixed costs measured on a GPU (``oar.experiment.calibration``), each applied to
+cost, or the rates and fixed costs measured on a GPU (``oar.planning.calibration``), each applied to
 what it measured.
 """
 
@@ -45,10 +45,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from oar.experiment.hardware import Hardware
-from oar.experiment.memory_plan import CONCLUDE_AND_ANSWER_TOKENS, PlanError, oar_p_copies, stacked_forwards
-from oar.experiment.shapes import Shape
 from oar.method.names import BASELINE, MODEL_FREE_SCORERS
+from oar.planning.hardware import Hardware
+from oar.planning.memory_plan import CONCLUDE_AND_ANSWER_TOKENS, PlanError, oar_p_copies, stacked_forwards
+from oar.planning.shapes import Shape
 from oar.training.settings import OARSettings, grad_budget
 
 # -------------------------------------------------------------------------------------- FLOPs

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from oar.experiment.memory_plan import PlanError
+from oar.planning.memory_plan import PlanError
 
 
 @dataclass(frozen=True)

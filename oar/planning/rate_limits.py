@@ -24,22 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from oar.experiment.memory_plan import QWEN_SHAPES, PlanError
-from oar.experiment.shapes import Shape
+from oar.planning.memory_plan import PlanError
+from oar.planning.shapes import QWEN_SHAPES, shape_name
 
 CARRY = "Qwen2 decoders of 28 layers (Qwen2.5-1.5B and -7B): the same kernels and launches a model call"
 # the preflight command that would measure a phase of a shape (perf/gpu_check.py, one GPU)
 PREFLIGHT = "make gpu-preflight GPU_PREFLIGHT_ARGS='--shape {shape} --methods {method}'"
-
-
-def shape_name(shape: Shape) -> str:
-    """``qwen2.5-1.5b`` or ``qwen2.5-7b`` for their layer shapes, else the sizes."""
-    for name, spec in QWEN_SHAPES.items():
-        widths = (spec["hidden_size"], spec["intermediate_size"], spec["num_attention_heads"],
-                  spec["num_key_value_heads"])
-        if shape.widths == widths and shape.layers == spec["num_hidden_layers"]:
-            return name
-    return f"hidden {shape.hidden}, {shape.layers} layers"
 
 
 def carries(source: str, target: str) -> bool:
@@ -64,9 +54,9 @@ def measurements(paths: Iterable) -> list[Measurement]:
     """Every row's update (timed to completion, or GRPO's) and scoring, by the cost model's FLOPs."""
     from transformers import Qwen2Config
 
-    from oar.experiment.calibration import calibration_rows, check_scoring_work
-    from oar.experiment.cost_model import calibrated_scorer, scaled, update_work
-    from oar.experiment.shapes import shape_of
+    from oar.planning.calibration import calibration_rows, check_scoring_work
+    from oar.planning.cost_model import calibrated_scorer, scaled, update_work
+    from oar.planning.shapes import shape_of
     from oar.training.settings import OARSettings
 
     found = []

@@ -1,6 +1,6 @@
 """The hardware a cost plan times its work on: per GPU kind, peak figures (vendor data sheets, dense
 bf16) and the share of them assumed sustained, or the sustained rates and fixed costs measured by
-``perf/gpu_check.py`` (:func:`oar.experiment.calibration.calibrate`).
+``perf/gpu_check.py`` (:func:`oar.planning.calibration.calibrate`).
 
 Each model call also costs a fixed time (kernel launches, Python, small memory-bound kernels): what
 dominates small models, CPUs, and eager transformers forwards on a GPU. It adds to the call's compute:
@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from oar.experiment.memory_plan import PlanError
+from oar.planning.memory_plan import PlanError
 
 
 @dataclass(frozen=True)
 class Hardware:
     """Peak figures (vendor data sheets, dense bf16) and the share of them assumed sustained, or the
-    sustained figures and fixed costs measured by ``perf/gpu_check.py`` (``oar.experiment.calibration``)."""
+    sustained figures and fixed costs measured by ``perf/gpu_check.py`` (``oar.planning.calibration``)."""
 
     name: str
     peak_flops: float  # FLOP/s

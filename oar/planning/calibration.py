@@ -2,7 +2,7 @@
 ``perf/gpu_check.py`` read and checked (:func:`calibration_rows`), the sustained rates and fixed costs
 fitted from their rows (:func:`calibrate`), and the plan's settings of one row (:func:`check_settings`).
 
-    python -m oar.experiment.cost_plan --config config/paper.yaml --hardware h200 \\
+    python -m oar.planning.cost_plan --config config/paper.yaml --hardware h200 \\
         --calibration perf/calibration/h200-2026-11/calibration_1024.json \\
                       perf/calibration/h200-2026-11/calibration_256.json
 """
@@ -15,11 +15,11 @@ import statistics
 from collections.abc import Mapping
 from pathlib import Path
 
-from oar.experiment.cost_model import (SCHEDULES, Assumptions, Work, calibrated_scorer, generation_work, reasoning_probe,
-                                       scaled, scoring_work, update_work)
-from oar.experiment.hardware import Hardware
-from oar.experiment.memory_plan import PlanError
-from oar.experiment.shapes import Shape, shape_of
+from oar.planning.cost_model import (SCHEDULES, Assumptions, Work, calibrated_scorer, generation_work, reasoning_probe,
+                                     scaled, scoring_work, update_work)
+from oar.planning.hardware import Hardware
+from oar.planning.memory_plan import PlanError
+from oar.planning.shapes import Shape, shape_name, shape_of
 from oar.training.settings import OARSettings
 
 CALIBRATION_ROW_FIELDS = ("method", "prompt_tokens", "completion_length", "batch", "generate_s", "score_s",
@@ -214,11 +214,9 @@ def calibrate(paths, base: Hardware) -> Hardware:
 
 def calibrate_by_shape(paths, base: Hardware, require_fit: bool = True) -> dict[str, tuple[Hardware | None, list]]:
     """:func:`calibrate` for each model shape among ``paths`` (files of several shapes): shape name
-    (``oar.experiment.rate_limits.shape_name``) -> (its hardware, its files). Without ``require_fit`` a
+    (``oar.planning.shapes.shape_name``) -> (its hardware, its files). Without ``require_fit`` a
     shape whose files hold no GRPO row gets no hardware (None): its rows still bound the rates."""
     from transformers import Qwen2Config
-
-    from oar.experiment.rate_limits import shape_name
 
     groups: dict[str, list] = {}
     for path in ([paths] if isinstance(paths, (str, Path)) else list(paths)):
@@ -280,7 +278,7 @@ def check_scoring_work(shape: Shape, row: Mapping, schedule: str | None = None) 
 
 def check_settings(row: Mapping, run_id: str = "check") -> dict:
     """``Registry.run_settings``-like settings of one calibration row (the check's own), for
-    ``oar.experiment.cost_plan.step_plan`` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
+    ``oar.planning.gpu_hours.step_plan`` with ``Assumptions(prompt_tokens=row's, completion_fill=1, ...)``."""
     return {"run_id": run_id, "method": row["method"],
             "oar": {**{name: row.get(name, getattr(OARSettings, name))
                        for name in ("chunk_tokens", "grad_chunk_tokens", "span_tokens", "window_tokens", "probe",
