@@ -102,9 +102,10 @@ def table(errors: list[RowError]) -> str:
              "|---|---|---|---|---|---:|---:|---:|"]
     for e in errors:
         inside, outside = e.errors
-        lines.append(f"| {Path(e.file).parent.name}{'' if Path(e.file).name == 'calibration.json' else '/' + Path(e.file).name} "
-                     f"| {e.row} | {e.shape} | {'current' if e.current else 'earlier'} | {e.phase} | {e.measured:.3g} | "
-                     f"{e.in_sample:.3g} ({inside:+.0%}) | {e.out_of_sample:.3g} ({outside:+.0%}) |")
+        name = Path(e.file).name
+        lines.append(f"| {Path(e.file).parent.name}{'' if name == 'calibration.json' else '/' + name} "
+                     f"| {e.row} | {e.shape} | {'current' if e.current else 'earlier'} | {e.phase} | "
+                     f"{e.measured:.3g} | {e.in_sample:.3g} ({inside:+.0%}) | {e.out_of_sample:.3g} ({outside:+.0%}) |")
     for current in (True, False):
         chosen = [e for e in errors if e.current == current]
         if chosen:

@@ -287,7 +287,8 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
     chunk = oar["chunk_tokens"]
     if method == "oar_p":
         span, window = (oar.get(name, getattr(OARSettings, name)) for name in ("span_tokens", "window_tokens"))
-        return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, span, window, responses=scored, schedule=schedule)
+        return oar_p_work(shape, prompt, reasoning, probe, keep, chunk, span, window, responses=scored,
+                          schedule=schedule)
     if method in ("oar_g", "grad_norm"):
         return oar_g_work(shape, prompt, probe, keep, grad_budget(oar), clean=method == "oar_g", group=group,
                           responses=scored, inline=oar.get("grad_prompt", OARSettings.grad_prompt) == "inline")

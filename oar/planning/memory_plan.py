@@ -16,10 +16,10 @@ What a GPU holds at the peak of each phase of one training step, per process (on
   scoring call (its copies from all responses packed into forwards of up to ``chunk_tokens`` tokens,
   several copies of one response to a row), and the largest forward's cache: each row holds its
   response's prefix for every layer (transformers' cache concatenates per row), so a forward's rows x
-  prefix positions are bounded by ``oar.method.copy_packing.CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``. OAR-G runs a forward with grad on
-  the input embeddings (eval mode: no gradient checkpointing) of a micro-batch of probes
-  (``grad_chunk_tokens``, else ``chunk_tokens``; at least one probe) and its backward; over float32 weights autocast's bf16 copies
-  of the weights are held for that backward.
+  prefix positions are bounded by ``oar.method.copy_packing.CACHED_PER_CHUNK_TOKEN`` x ``chunk_tokens``.
+  OAR-G runs a forward with grad on the input embeddings (eval mode: no gradient checkpointing) of a
+  micro-batch of probes (``grad_chunk_tokens``, else ``chunk_tokens``; at least one probe) and its backward;
+  over float32 weights autocast's bf16 copies of the weights are held for that backward.
 - **update**: weights, gradients, AdamW state (sharded over the GPUs under FSDP full shard), the
   compute copies (autocast's bf16 weight cache on one GPU; under FSDP two gathered layers and the
   unsharded LM head, weights and gradients), and the activations of one micro-batch of
@@ -325,8 +325,8 @@ def oar_p_peak_tokens(probe_tokens: int, prompt_tokens: int, chunk_tokens: int, 
     ``DynamicCache.update`` (``torch.cat``); the forward with the most cached tokens."""
     reasoning = probe_tokens - prompt_tokens - CONCLUDE_AND_ANSWER_TOKENS
     copies = oar_p_copies(prompt_tokens, reasoning, probe_tokens, span, window)
-    return max(((f.rows * (f.cache_len + f.width), f.tokens) for f in stacked_forwards(copies, responses, chunk_tokens)),
-               default=(0, 0))
+    forwards = stacked_forwards(copies, responses, chunk_tokens)
+    return max(((f.rows * (f.cache_len + f.width), f.tokens) for f in forwards), default=(0, 0))
 
 
 def plan_model(name: str, spec: Mapping, settings: Mapping, shape: Shape, prompt_tokens: int,

@@ -12,8 +12,9 @@ rank's scoring takes
 
 times as long. With 16 groups on each of 4 ranks (the paper's 7B runs): 1.26 at a share of 0.5, 1.45 at
 0.25. Where a scoring call also has a fixed time (a small model on a CPU), the ratio is smaller, and
-``slowest_rank_factor`` takes it. The scoring time of a logged run gives the same ratio: ``time_score_max_s`` (the slowest rank's) over
-``time_score_s`` (the mean rank's), summed over its steps (``perf/rank_wait.py`` measures it on CPU).
+``slowest_rank_factor`` takes it. The scoring time of a logged run gives the same ratio:
+``time_score_max_s`` (the slowest rank's) over ``time_score_s`` (the mean rank's), summed over its steps
+(``perf/rank_wait.py`` measures it on CPU).
 """
 
 from __future__ import annotations

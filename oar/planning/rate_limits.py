@@ -112,7 +112,8 @@ def verdict(found: list[Measurement], kind: str, scorer: str, shape: str, work: 
         sizes = [m.work for m in at_shape]
         if not min(sizes) * 0.999 <= work <= max(sizes) * 1.001:
             unit = "a micro-batch" if kind == "update" else "a model call"
-            measured = f"{min(sizes) / 1e12:,.1f}" + (f"-{max(sizes) / 1e12:,.1f}" if max(sizes) > 1.001 * min(sizes) else "")
+            spread = max(sizes) > 1.001 * min(sizes)
+            measured = f"{min(sizes) / 1e12:,.1f}" + (f"-{max(sizes) / 1e12:,.1f}" if spread else "")
             reasons.append(f"{work / 1e12:,.1f} TFLOP {unit} (measured {measured})")
         # the scorers run the model in eval mode, where checkpointing does nothing (oar.method.importance.score)
         if kind == "update" and checkpointing and not any(m.checkpointing for m in at_shape):
