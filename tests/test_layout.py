@@ -1,6 +1,7 @@
 """The layout of oar/: imports go one way, down the layers, and nothing in oar/ imports Snakemake.
 
-Lowest layer first: cpu_kernels (imported by oar/__init__.py, before torch) -> grading, prompting -> method -> data, models -> evaluation -> training -> analysis ->
+Lowest layer first: cpu_kernels (imported by oar/__init__.py, before torch) -> grading, prompting -> method ->
+data, models -> evaluation -> training -> analysis ->
 experiment -> bench. A module imports only from its own unit (a subpackage, or the top-level module itself) or
 from a lower layer; two units of one layer (data and models) do not import each other. Every import
 statement counts, the ones inside functions too, read from the source (nothing is imported here).
@@ -96,7 +97,8 @@ def test_subpackage_init_holds_only_its_docstring(package):
 
 
 @pytest.mark.parametrize("module, source, expected", [
-    ("oar.method.gate", "def f():\n    from oar.experiment.runs import Registry\n", ["2: imports oar.experiment.runs.Registry"]),
+    ("oar.method.gate", "def f():\n    from oar.experiment.runs import Registry\n",
+     ["2: imports oar.experiment.runs.Registry"]),
     ("oar.data.datasets", "from oar import training\n", ["1: imports oar.training"]),
     ("oar.data.datasets", "import oar.models.tiny\n", ["1: imports oar.models.tiny"]),
     ("oar.method.gate", "from ..training import run\n", ["1: imports oar.training.run"]),
