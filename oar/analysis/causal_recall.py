@@ -122,9 +122,8 @@ def recall_table(recall: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
     probe = PROBE_NAMES.get(recall.get("probe"), recall.get("probe"))
     oracle = recall.get("oracle") or {}
     note = (f"\n{recall['responses']} held-out responses ({oracle.get('responses_correct', '?')} with a correct "
-            f"answer, "
-            f"{oracle.get('responses_incorrect', '?')} incorrect), {recall['empty_oracle']} with no oracle causal "
-            f"token. "
+            f"answer, {oracle.get('responses_incorrect', '?')} incorrect), {recall['empty_oracle']} with no oracle "
+            f"causal token. "
             f"Outcome probe of the scorers: {probe}. Intervals: t over responses.\n"
             f"\nOracle: intervention `{oracle.get('intervention')}`; it flips the answer at "
             f"{fmt_num(oracle.get('flip_rate'), 1, 100)}% of {oracle.get('positions', '?')} reasoning positions; "
