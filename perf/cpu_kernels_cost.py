@@ -70,7 +70,8 @@ def main() -> None:
     table_rows = []
     for (method, level), cpus in times.items():
         ratios = [c / n for c, n in zip(cpus, times.get((method, "none"), []))]
-        ratio = " / ".join(f"{r:.2f}" for r in ratios) + (f" (median {statistics.median(ratios):.2f})" if ratios else "")
+        ratio = " / ".join(f"{r:.2f}" for r in ratios) + (f" (median {statistics.median(ratios):.2f})"
+                                                          if ratios else "")
         table_rows.append([method, level, " / ".join(f"{c:.1f}" for c in cpus), ratio,
                       " / ".join(f"{w:.2f}" for w in walls[(method, level)])])
     print(markdown_table(["method", "level", "CPU s a run", "/ unpinned", "step s (wall)"], table_rows, "llrrr"))

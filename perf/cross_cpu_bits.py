@@ -17,7 +17,7 @@ equals the first CPU's.
     PYTHONPATH=$PWD .venv/bin/python perf/cross_cpu_bits.py \\
         --settings results/runs/chain_f1/grpo-seed0/settings.yaml --train-file results/data/chain_train.jsonl \\
         --model results/models/chain_f1 --cpus native Haswell EPYC-Rome --level avx2
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -117,7 +117,8 @@ def main() -> None:
     config = yaml.safe_load(args.config.read_text())
     model = config["models"][args.model_name]
     run = yaml.safe_load(args.settings.read_text())
-    run |= {"train_file": str(args.train_file.resolve()), "model": str(args.model.resolve()), "seed": run.get("seed", 0)}
+    run |= {"train_file": str(args.train_file.resolve()), "model": str(args.model.resolve()),
+            "seed": run.get("seed", 0)}
     run["trainer"] = {**run["trainer"], "max_steps": args.steps, "save_steps": 10**6,
                       "per_device_train_batch_size": args.completions}
     spec = {"pretrain": {**model["pretrain"], "batch_size": args.batch_size}, "seed": model.get("seed", 0),
@@ -141,10 +142,12 @@ def main() -> None:
         print(f"{cpu}: {result}", file=sys.stderr, flush=True)
 
         def mark(key: str) -> str:
-            return result[key][:16] + ("" if result is first else " (same)" if result[key] == first[key] else " (differs)")
+            return result[key][:16] + ("" if result is first
+                                       else " (same)" if result[key] == first[key] else " (differs)")
 
         rows.append([cpu, result["capability"], result["mkl_branch"] or "-",
-                     "runs" if result["stops"] is None else "stops: " + result["stops"].split(":", 1)[1].split("(")[0].strip(),
+                     "runs" if result["stops"] is None
+                     else "stops: " + result["stops"].split(":", 1)[1].split("(")[0].strip(),
                      mark("pretrained"), mark("grpo"), mark("metrics"), f"{result['wall_s']:.0f}"])
     print(f"\n`OAR_CPU_KERNELS={args.level}`; {args.updates} pretraining updates of {args.batch_size} problems; "
           f"{args.steps} GRPO steps from {args.model} "

@@ -7,7 +7,8 @@
 For each batch size the same ``--num-prompts`` prompts (the first problems of the benchmark, built with
 the evaluation prompt template) are decoded greedily ``--repeats`` times after one untimed warm-up
 batch (``--bs1-prompts`` decodes fewer prompts at batch size 1, where the rate does not depend on
-their number and the full set would take long on a CPU). Reported per batch size: generated tokens (each sequence up to and including its end-of-sequence
+their number and the full set would take long on a CPU). Reported per batch size: generated tokens (each
+sequence up to and including its end-of-sequence
 token; the padding steps of sequences that finished early are not counted), wall seconds, tokens/s
 (median over repeats, plus min and max) and the fraction of sequences that hit ``--max-new-tokens``.
 Greedy decoding makes every repeat generate the same tokens, so repeats differ only in time.
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> dict:
                   flush=True)
         rates = [tokens / w for w in walls]
         results.append({
-            "batch_size": bs, "prompts": len(batch_prompts), "tokens": tokens, "wall_s": walls, "tokens_per_s_median": statistics.median(rates),
+            "batch_size": bs, "prompts": len(batch_prompts), "tokens": tokens, "wall_s": walls,
+            "tokens_per_s_median": statistics.median(rates),
             "tokens_per_s_min": min(rates), "tokens_per_s_max": max(rates), "truncated_fraction": truncated,
         })
     report = {
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
     }
     print("\nbatch  tokens/s (median, min-max)")
     for r in results:
-        print(f"{r['batch_size']:>5}  {r['tokens_per_s_median']:.1f} ({r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f})")
+        print(f"{r['batch_size']:>5}  {r['tokens_per_s_median']:.1f} "
+              f"({r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f})")
     if args.out:
         atomic_write_json(args.out, report)
     return report

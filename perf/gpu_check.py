@@ -497,8 +497,8 @@ def run_shape(parser, args, planned: list[Row], said: list[str], started: float)
     problems = write_problems(args.work / "problems.jsonl",
                               max(args.batch * max(len(r.run_lengths) for r in planned), args.eval_batch))
     device = torch.cuda.get_device_name() if on_gpu else "CPU"
-    predicted = {name: predicted_peak_mib(args.flop_shape, args.batch, args.gradient_checkpointing, dtype, oar, r.method,
-                                          tokens, r.window)
+    predicted = {name: predicted_peak_mib(args.flop_shape, args.batch, args.gradient_checkpointing, dtype, oar,
+                                          r.method, tokens, r.window)
                  for r in planned for name, tokens in r.parts()}
     results: dict[str, dict] = {}
     evaluations: dict[str, dict | None] = {}
@@ -551,7 +551,8 @@ def run_shape(parser, args, planned: list[Row], said: list[str], started: float)
     print(text)
     print(f"outputs: {args.work / 'gpu_check.md'}" + (f", {out}" if out else "")
           + f"; calibration for python -m oar.planning.cost_plan --calibration: {args.work / 'calibration.json'}; "
-          f"each row's metrics, steps and profile under {args.work}/<row>/; {time.perf_counter() - shape_started:.0f} s")
+          f"each row's metrics, steps and profile under {args.work}/<row>/; "
+          f"{time.perf_counter() - shape_started:.0f} s")
     return finished()
 
 

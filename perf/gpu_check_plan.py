@@ -59,7 +59,8 @@ def config_settings(config_path: Path, shape: str, options: dict) -> tuple[dict,
     for section, keys in (("oar", OAR_KEYS), ("trainer", TRAINER_KEYS)):
         given = (config.get("training") or {}).get(section) or {}
         values = {k: v.get("default") for k, v in schema[section]["properties"].items()} | given
-        from_ = {k: f"training.{section}.{k}" if k in given else f"config/schema.yaml's default of training.{section}.{k}"
+        from_ = {k: f"training.{section}.{k}" if k in given
+                 else f"config/schema.yaml's default of training.{section}.{k}"
                  for k in values}
         for name, spec in (config.get("models") or {}).items():
             if spec.get("source") == shape or HUB_SHAPES.get(spec.get("source")) == shape:
@@ -303,7 +304,8 @@ def shape_args(args, shape: str, first: bool):
     options = {k: getattr(args, k) for k in OAR_KEYS}
     oar, trainer, where = config_settings(args.config, shape, options)
     sized = argparse.Namespace(**vars(args))
-    sized.shape, sized.first_shape, sized.oar, sized.where, sized.flop_shape = shape, first, oar, where, check_shape(shape)
+    sized.shape, sized.first_shape, sized.oar, sized.where, sized.flop_shape = (shape, first, oar, where,
+                                                                                check_shape(shape))
     sized.work = args.work if first else args.work / shape
     sized.num_generations = args.num_generations or trainer["num_generations"]
     sized.batch = args.batch or trainer["per_device_train_batch_size"]

@@ -93,7 +93,8 @@ def calibration_record(args, model: Path, device: str, dtype: str, oar: dict, re
                      "span_tokens": oar["span_tokens"], "probe": oar["probe"], "scorer_schedule": SCHEDULE,
                      "generation_backend": "transformers", "generation_attention": "no_cudnn",
                      "gradient_checkpointing": args.gradient_checkpointing,
-                     **phase_rates(r, args), "scoring_attention": r.get("scoring_attention") or oar["scoring_attention"],
+                     **phase_rates(r, args),
+                     "scoring_attention": r.get("scoring_attention") or oar["scoring_attention"],
                      "row": name})
     return {
         "complete": complete,
@@ -160,7 +161,8 @@ def report(args, device: str, dtype: str, oar: dict, where: dict, results: dict,
                          f"{r['update_s']:.3g} | {r['step_s']:.3g} | {r['first_step_s']:.3g} | {ratio:.2f} | "
                          f"{PAPER_RATIO[row.method]:.1f} | {r['frac_scored']:.2f} | {r['score_forwards']:.0f} | "
                          f"{r['peak_memory_mb']:.0f} | {predicted.get(name, float('nan')):.0f} | {row.planned_s:.0f} | "
-                         f"{r['process_s']:.0f} | {_tflops(rates['score_tflops'])} | {_tflops(rates['update_tflops'])} |")
+                         f"{r['process_s']:.0f} | {_tflops(rates['score_tflops'])} | "
+                         f"{_tflops(rates['update_tflops'])} |")
             if r["method"] != "grpo" and rates["score_tflops"] and rates["update_tflops"]:
                 goals.append(f"{label}: scoring at {rates['score_tflops'] / rates['update_tflops']:.2f} of the "
                              f"update's rate, {r['score_s'] / r['update_s']:.2f}x its time")

@@ -52,7 +52,8 @@ def add_threads(parser: argparse.ArgumentParser, default: int | None = 1) -> Non
                         help="torch CPU threads" + (" (default: torch's own choice)" if default is None else ""))
 
 
-def add_repeats(parser: argparse.ArgumentParser, default: int, help: str = "timing repeats (the median is reported)") -> None:
+def add_repeats(parser: argparse.ArgumentParser, default: int,
+                help: str = "timing repeats (the median is reported)") -> None:
     parser.add_argument("--repeats", type=int, default=default, help=help)
 
 

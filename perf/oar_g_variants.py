@@ -130,7 +130,8 @@ def variants(model, optimizer, probes, args, device):
 
 def phase_seconds(model, probes, args, device, grad_prompt: str) -> dict[str, float]:
     """Device (CPU) seconds of each named region of OAR-G's scoring, from torch.profiler over one warm call."""
-    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA]
+                                                          if device == "cuda" else [])
     config = ScorerConfig(probe="as_mean", noise_sigma=1e-3, chunk_tokens=args.chunk_tokens,
                           grad_chunk_tokens=args.grad_chunk_tokens, grad_prompt=grad_prompt)
     with torch.profiler.profile(activities=activities) as prof, _autocast(device):

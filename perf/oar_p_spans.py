@@ -22,7 +22,7 @@ token-forwards), and reports per variant:
 
     PYTHONPATH=$PWD .venv/bin/python perf/oar_p_spans.py --model results/models/chain_f1 \\
         --responses results/analysis/heldout/responses.jsonl --substitute .
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -171,7 +171,8 @@ def main() -> None:
     print(f"{len(probes)} responses, mean R {report['reasoning_tokens_mean']:.1f}, {args.threads} thread(s), "
           f"timing medians of {args.repeats}\n")
     print(markdown_table(
-        ["spans", "Spearman to exact, median", "mean", "share >= 0.9", "undefined", "ceiling (span-max of exact), median",
+        ["spans", "Spearman to exact, median", "mean", "share >= 0.9", "undefined",
+         "ceiling (span-max of exact), median",
          "recall@10% decisive", "spans / response", "tokens run / exact", "time / exact"],
         [[name, f"{v['spearman_median']:.3f}", f"{v['spearman_mean']:.3f}", f"{v['share_spearman_ge_0.9']:.2f}",
           v["spearman_undefined"], f"{v['ceiling_spearman_median']:.3f}", f"{v['recall_at_10']:.3f}",
@@ -181,7 +182,8 @@ def main() -> None:
           "the clean prefix comes from the KV cache):\n")
     columns = list(next(iter(report["token_forwards"].values())))
     print(markdown_table(["R", *columns], [[f"{int(r):,}", *(f"{c:,}" for c in counts.values())]
-                                           for r, counts in report["token_forwards"].items()], "r" * (len(columns) + 1)))
+                                           for r, counts in report["token_forwards"].items()],
+                         "r" * (len(columns) + 1)))
     if args.out:
         atomic_write_json(args.out, report)
 

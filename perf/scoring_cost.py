@@ -116,12 +116,14 @@ def main() -> None:
     needed = all_copies_in_one_batch(model, probe, kind, full_logits=False)
     results["max_abs_diff_vs_all_copies"] = float((needed - reference).abs().max())
     results["max_score"] = float(reference.max())
-    seconds = median_seconds(lambda: all_copies_in_one_batch(model, probe, kind, full_logits=False), args.baseline_repeats)
+    seconds = median_seconds(lambda: all_copies_in_one_batch(model, probe, kind, full_logits=False),
+                             args.baseline_repeats)
     results["oar_p_all_copies_needed_logits_s"] = seconds
     rows.append(("OAR-P, all copies one batch, needed logits", seconds))
     full_gb = r * probe_len * model.config.vocab_size * 4 / 1e9
     if full_gb <= args.max_batch_gb:
-        seconds = median_seconds(lambda: all_copies_in_one_batch(model, probe, kind, full_logits=True), args.baseline_repeats)
+        seconds = median_seconds(lambda: all_copies_in_one_batch(model, probe, kind, full_logits=True),
+                                 args.baseline_repeats)
         results["oar_p_all_copies_full_logits_s"] = seconds
         rows.append(("OAR-P, all copies one batch, full logits", seconds))
     else:

@@ -64,7 +64,8 @@ def main() -> None:
                                 "--threads", str(args.threads)], check=True, capture_output=True)
                 lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
                 medians[method].append({k: statistics.median(l.get(k) or 0.0 for l in lines) for k in PARTS})
-                print(f"{method} repeat {rep + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in medians[method][-1].items()),
+                print(f"{method} repeat {rep + 1}: "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in medians[method][-1].items()),
                       file=sys.stderr, flush=True)
     grpo = [r["step_time_s"] for r in medians.get("grpo", [])]
     print(f"\nmedian over steps 2..{args.steps}, {args.threads} thread(s); per repeat, then their mean\n")
@@ -74,7 +75,8 @@ def main() -> None:
         cells = [" / ".join(f"{r[k]:.2f}" for r in rows) for k in PARTS]
         ratio = " / ".join(f"{x:.2f}" for x in ratios) + (f" (mean {statistics.mean(ratios):.2f})" if ratios else "")
         table_rows.append([method, *cells, ratio])
-    print(markdown_table(["method", "step s", "generate s", "score s", "step / GRPO (same repeat)"], table_rows, "lrrrr"))
+    print(markdown_table(["method", "step s", "generate s", "score s", "step / GRPO (same repeat)"], table_rows,
+                         "lrrrr"))
 
 
 if __name__ == "__main__":

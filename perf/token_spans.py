@@ -41,7 +41,8 @@ def main() -> None:
         ids = tokenizer(TEXT * (length // 8 + args.responses), add_special_tokens=False)["input_ids"]
         # Each response starts at another offset, so a character is split at either end of some.
         responses = [ids[7 * r : 7 * r + length] for r in range(args.responses)]
-        split = sum("".join(tokenizer.batch_decode([[i] for i in r], **probes.AS_WRITTEN)) != probes._decode(tokenizer, r)
+        split = sum("".join(tokenizer.batch_decode([[i] for i in r], **probes.AS_WRITTEN))
+                    != probes._decode(tokenizer, r)
                     for r in responses)
         spans = [probes.token_char_spans(tokenizer, r)[2] for r in responses]
         every = [probes._ends_from_every_prefix(tokenizer, r) for r in responses]

@@ -254,7 +254,8 @@ def test_grid_table_and_figures(tmp_path, acc):
     curves = training_curves(runs, {r: write_metrics(tmp_path / r / "metrics.jsonl", 3) for r in runs})
     figures.training_curves(curves, [out / "curves.png", out / "curves.pdf"])
     figures.cost_bars(cost_summary(curves), [out / "cost.png"])
-    figures.recall_bars({"summary": {"oar_p": {"mean": 0.5, "sem": 0.1, "n": 3}, "random": {"mean": 0.1, "sem": None, "n": 3}},
+    figures.recall_bars({"summary": {"oar_p": {"mean": 0.5, "sem": 0.1, "n": 3},
+                                     "random": {"mean": 0.1, "sem": None, "n": 3}},
                          "chance": {"mean": 0.1}}, [out / "recall.png"])
     figures.token_heatmap(["a", "b", "\n"], {"oar_p": [0, 1, 2], "entropy": [1, 1, 1]}, [out / "tok.png"],
                           weights=[0.5, 1.0, 1.5])
@@ -286,7 +287,8 @@ def test_grid_table_adds_a_paired_matrix_when_grpo_ran(tmp_path, acc):
     grid_runs = {f"m/oar_g-{t}-{b}-seed{s}": {"model": "m", "method": "oar_g", "tau": t, "beta": b,
                                                 "probe": "as_mean", "seed": s}
                  for t in (0.2, 0.6) for b in (1.0, 2.0) for s in (0, 1)}
-    summaries = {(r, bench): write_summary(tmp_path / "g" / r / bench / "summary.json", 0.5 + 0.1 * meta["seed"] + meta["tau"] / 10)
+    summaries = {(r, bench): write_summary(tmp_path / "g" / r / bench / "summary.json",
+                                           0.5 + 0.1 * meta["seed"] + meta["tau"] / 10)
                  for r, meta in grid_runs.items() for bench in BENCH}
     grid = pd.concat([acc, accuracy_frame(grid_runs, summaries)])
     frame, md = grid_table(grid, BENCH)

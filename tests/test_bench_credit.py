@@ -136,7 +136,8 @@ def test_the_leaderboard_ranks_entries_by_average_precision(loaded, tmp_path):
     assert "chance (a random ranking, expected)" in lines[-1]
     assert (table.parent / "leaderboard.csv").is_file()
     page = tmp_path / "page.md"
-    page.write_text("before\n<!-- leaderboard:credit:tiny_chain -->\nold\n<!-- /leaderboard:credit:tiny_chain -->\nafter\n")
+    page.write_text("before\n<!-- leaderboard:credit:tiny_chain -->\nold\n"
+                    "<!-- /leaderboard:credit:tiny_chain -->\nafter\n")
     leaderboard.write_docs(page, "credit:tiny_chain", text)
     assert "old" not in page.read_text() and "`truth`" in page.read_text() and page.read_text().endswith("after\n")
     with pytest.raises(ValueError, match="no markers"):

@@ -37,7 +37,8 @@ def test_the_shipped_set_loads_verified_and_parses():
     entry = response_set.index()["chain_f1"]
     assert loaded.sha256 == entry["sha256"] and len(loaded.rows) == entry["responses"] == 1600
     assert response_set.summary(loaded.rows) == {k: entry[k] for k in
-                                                 ("responses", "problems", "correct", "mixed_groups", "with_decisive_tokens")}
+                                                 ("responses", "problems", "correct", "mixed_groups",
+                                                  "with_decisive_tokens")}
     from oar.models.frozen import policy_dir
     from transformers import AutoTokenizer
 

@@ -156,7 +156,8 @@ def test_make_run_unpins_only_where_the_pin_cannot_hold(tmp_path, capsys):
     """`make run` and its siblings add override()'s answer to Snakemake's --config: nothing where the
     configs' pin holds, cpu_kernels=none with the reason on stderr where it does not; the last config
     file that sets the key decides."""
-    assert override([str(ROOT / "config" / "config.yaml")]) == ("" if unhonoured("avx2") is None else "cpu_kernels=none")
+    assert override([str(ROOT / "config" / "config.yaml")]) == ("" if unhonoured("avx2") is None
+                                                                else "cpu_kernels=none")
     unpinned = tmp_path / "unpinned.yaml"
     unpinned.write_text("cpu_kernels: none\n")
     assert override([str(ROOT / "config" / "config.yaml"), str(unpinned)]) == ""

@@ -1,4 +1,5 @@
-"""oar.data (catalogue, sources, records, datasets) and workflow_scripts/prepare_data.py on small real files, for every source."""
+"""oar.data (catalogue, sources, records, datasets) and workflow_scripts/prepare_data.py on small real files, for
+every source."""
 
 from __future__ import annotations
 
@@ -185,8 +186,10 @@ def _hub_folder(tmp_path: Path) -> Path:
         "  - split: test\n    path: main/test-*\n---\n"
     )
     pd.DataFrame({"question": ["What is 1+1?", "Sam has 3 apples and buys 1,000 more. How many?"],
-                  "answer": ["1+1=2\n#### 2", "3+1000=1003\n#### 1,003"]}).to_parquet(root / "main" / "test-00000-of-00001.parquet")
-    pd.DataFrame({"question": ["What is 2+2?"], "answer": ["#### 4"]}).to_parquet(root / "main" / "train-00000-of-00001.parquet")
+                  "answer": ["1+1=2\n#### 2", "3+1000=1003\n#### 1,003"]}).to_parquet(
+        root / "main" / "test-00000-of-00001.parquet")
+    pd.DataFrame({"question": ["What is 2+2?"], "answer": ["#### 4"]}).to_parquet(
+        root / "main" / "train-00000-of-00001.parquet")
     return root
 
 
@@ -290,7 +293,8 @@ def test_prepare_script_error_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, str(PREPARE), "--dataset", "gsm8k_test", "--source", "local",
                         "--path", str(bad), "--out", str(out)], capture_output=True, text=True, cwd=REPO)
     assert r.returncode != 0
-    assert r.stderr.strip().splitlines() == [f"error: {bad}:2: invalid JSON (Expecting property name enclosed in double quotes at column 2)"]
+    assert r.stderr.strip().splitlines() == [f"error: {bad}:2: invalid JSON "
+                                             f"(Expecting property name enclosed in double quotes at column 2)"]
     assert not out.exists()
 
 

@@ -77,7 +77,8 @@ def test_the_change_with_the_level_is_welchs_interval_and_the_truth_gate_stands_
     ci = direct.confidence_interval(0.95)
     assert (graded["ci_low"], graded["ci_high"]) == pytest.approx((ci.low, ci.high))
     assert not bool(trends.loc["oar_g", "grows"])
-    frame, md = decisive.decisive_table(decisive.level_readings(paired_differences(out, primary=PRIMARY), LEVELS), trends.reset_index())
+    frame, md = decisive.decisive_table(decisive.level_readings(paired_differences(out, primary=PRIMARY), LEVELS),
+                                        trends.reset_index())
     assert "## The decisive reading" in md and "The graded truth gate is not run on low" in md
     trend_rows = [line for line in md.split("Change with the distractor level")[1].splitlines()
                   if line.startswith("| graded truth gate")]

@@ -75,7 +75,8 @@ def test_token_classes_follow_the_grammar(tokenizer):
                 for name in chains.TOKEN_CLASSES}
     assert by_class["relation"].replace(" ", "") == "".join(m[3] for m in chains._EQUATION.findall(text))
     assert by_class["result"] == "".join(m[4] for m in chains._EQUATION.findall(text))
-    assert by_class["distractor"].split() == [w for note in text.split("Note: ")[1:] for w in note.split(".")[0].split()]
+    assert by_class["distractor"].split() == [w for note in text.split("Note: ")[1:]
+                                              for w in note.split(".")[0].split()]
     assert by_class["template"].startswith(" Therefore") and by_class["template"].endswith("}.")
     assert len(by_class["remark"].split()) == 5  # the first word of each step's remark
     positions = chains.decisive_tokens(decoded, starts, ends)
@@ -153,7 +154,8 @@ def _ground_truth_scored(tokenizer, text: str, scorer: str, missing: str):
 
 def test_the_truth_gate_boosts_exactly_the_decisive_tokens(tokenizer):
     text = "3 + 1 ~ 5. Note: owl cat. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}."
-    probe, result, pieces = _ground_truth_scored(tokenizer, text, "truth", "scorer 'truth' needs the decisive positions")
+    probe, result, pieces = _ground_truth_scored(tokenizer, text, "truth",
+                                                 "scorer 'truth' needs the decisive positions")
     marked = "".join(piece for j, piece in enumerate(pieces) if result.scores[0, j] == 1)
     assert marked.replace(" ", "") == "~5=10"
     weights = gate(result.scores, result.reasoning_mask, tau=0.4, beta=2.0)[0, : probe.reasoning_len]
@@ -187,7 +189,8 @@ def test_the_graded_truth_gate_suppresses_the_choices_that_cannot_change_the_ans
     assert torch.allclose(binary_weights[irrelevant], binary_weights[forced].mean())
     assert weights.sum().item() == pytest.approx(probe.reasoning_len)
     # without such words (no notes, no remarks) the two gates weigh every token alike
-    plain, _ = _probe(tokenizer, "3 + 1 ~ 5. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}.", own_conclusion=True)
+    plain, _ = _probe(tokenizer, "3 + 1 ~ 5. 5 * 2 = 10. Therefore, the final answer is \\boxed{10}.",
+                      own_conclusion=True)
     plain = with_decisive_tokens(tokenizer, plain)
     same = [score(name, torch.nn.Linear(1, 1), [plain]) for name in ("truth", "truth_graded")]
     assert torch.equal(*(gate(r.scores, r.reasoning_mask, tau=0.4, beta=2.0) for r in same))

@@ -341,7 +341,8 @@ def test_oar_g_variants_bench_times_every_variant_beside_the_update_on_a_cpu(tmp
     out = tmp_path / "variants.json"
     done = subprocess.run([sys.executable, str(REPO / "perf" / "oar_g_variants.py"), "--shape", "tiny", "--device",
                            "cpu", "--response-tokens", "48", "--batch", "4", "--chunk-tokens", "128", "--repeats", "2",
-                           "--phases", "--out", str(out)], capture_output=True, text=True, env=ENV, timeout=600, cwd=REPO)
+                           "--phases", "--out", str(out)],
+                          capture_output=True, text=True, env=ENV, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert set(result["median_s"]) == {"update", "oar_g", "oar_g, evened micro-batches", "oar_g, one micro-batch",

@@ -49,7 +49,8 @@ def test_oar_p_equals_direct_substitution(model_and_tokenizer, kind, chunk_token
         # float32 rounding of log-softmax differences (~1e-7 * |log p|) is all that may differ.
         assert torch.allclose(got, expected, rtol=1e-3, atol=2e-6), (got, expected)
         assert (expected.abs() > 0).any()
-        assert torch.equal(result.scores[i, probe.reasoning_len :], torch.zeros(result.scores.shape[1] - probe.reasoning_len))
+        assert torch.equal(result.scores[i, probe.reasoning_len :],
+                           torch.zeros(result.scores.shape[1] - probe.reasoning_len))
 
 
 @pytest.mark.quick
@@ -132,8 +133,9 @@ def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_toke
     assert score("position", model, probes).scores[0, :5].tolist() == [0, 1, 2, 3, 4]
     assert first.lt_fallback.tolist() == [False, True]
     assert score("random", model, probes, ScorerConfig(probe="lt_logits")).lt_fallback.tolist() == [False, False]
-    assert set(BUILTIN_SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth", "truth_graded",
-                           "truth_final", "truth_early", "top_entropy", "ktae", "prime", "answer_attention"}
+    assert set(BUILTIN_SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth",
+                                    "truth_graded", "truth_final", "truth_early", "top_entropy", "ktae", "prime",
+                                    "answer_attention"}
     with pytest.raises(ValueError, match="probe"):
         ScorerConfig(probe="as_median")
     with pytest.raises(ValueError, match="scorer"):

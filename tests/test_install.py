@@ -1,8 +1,10 @@
 """The tested set installs: constraints.txt pins a version inside each of pyproject.toml's ranges and
 envs/oar.yaml repeats it; pip's resolver (``pip install --dry-run --ignore-installed``, under
-constraints.txt as ``make`` installs) on the base install, the ``workflow`` and ``test`` extras, the ``gpu`` extra (vLLM), the cluster's environment of
+constraints.txt as ``make`` installs) on the base install, the ``workflow`` and ``test`` extras, the ``gpu`` extra
+(vLLM), the cluster's environment of
 ``make setup-gpu`` (``.[gpu,workflow]``, here and, wheels only, for Linux x86_64 as on a GPU node: CUDA
-torch) and the pip section of ``envs/oar.yaml``. Nothing is installed. The resolver needs the package index: these tests carry the
+torch) and the pip section of ``envs/oar.yaml``. Nothing is installed. The resolver needs the package index: these
+tests carry the
 ``network`` marker (``pytest -m "not network"`` leaves them out offline). The GPU resolutions fetch
 vLLM's dependency metadata; the first run downloads several hundred MB of wheels into pip's cache."""
 

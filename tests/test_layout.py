@@ -176,7 +176,8 @@ def test_subpackage_init_holds_only_its_docstring(package):
 
 
 @pytest.mark.parametrize("module, source, expected", [
-    ("oar.method.gate", "def f():\n    from oar.experiment.runs import Registry\n", ["2: imports oar.experiment.runs.Registry"]),
+    ("oar.method.gate", "def f():\n    from oar.experiment.runs import Registry\n",
+     ["2: imports oar.experiment.runs.Registry"]),
     ("oar.data.datasets", "from oar import training\n", ["1: imports oar.training"]),
     ("oar.data.datasets", "import oar.models.tiny\n", ["1: imports oar.models.tiny"]),
     ("oar.method.gate", "from ..training import run\n", ["1: imports oar.training.run"]),

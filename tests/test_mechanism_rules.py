@@ -136,7 +136,8 @@ def test_the_mediator_table_reads_each_arms_logged_step_credit_from_its_curves()
                                "early_steps_weight_share": 0.2, "final_step_token_share": 0.1,
                                "early_steps_token_share": 0.2})
     outcomes = per_seed_outcomes(pd.DataFrame(acc), pd.DataFrame(curves), "chain_test", threshold=0.9)
-    assert outcomes.set_index("run").loc["chain_d8/truth_final-seed201", "final_step_weight_share"] == pytest.approx(0.31)
+    assert (outcomes.set_index("run").loc["chain_d8/truth_final-seed201", "final_step_weight_share"]
+            == pytest.approx(0.31))
     weights = mechanism.mediator(outcomes, design, seeds).set_index("method")
     assert weights.loc["truth_final", "final_step_weight_share"] == pytest.approx(0.31)
     assert weights.loc["grpo", "n_seeds"] == 3
@@ -185,7 +186,8 @@ def test_the_ratio_regression_recovers_a_known_slope_pooled_and_within_arms():
                          "final_step_weight_share": 0.02 * ratio, "early_steps_weight_share": 0.10,
                          "final_accuracy": 0.5 + offset - 0.04 * math.log2(ratio) + rng.normal(0, 0.002)})
     frame = pd.DataFrame(rows)
-    assert per_token_ratio(frame.iloc[:1]).iloc[0] == pytest.approx(2 ** math.log2(frame["final_step_weight_share"][0] / 0.02))
+    assert per_token_ratio(frame.iloc[:1]).iloc[0] == pytest.approx(
+        2 ** math.log2(frame["final_step_weight_share"][0] / 0.02))
     pooled, within = ratio_regression(frame, ["a", "b"])
     assert within["slope"] == pytest.approx(-0.04, abs=0.002) and within["ci_low"] < -0.04 < within["ci_high"]
     assert within["runs"] == 40 and within["p"] < 1e-6 and within["r2"] > 0.99

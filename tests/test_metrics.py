@@ -252,7 +252,8 @@ def _tie_orders(scores):
 ])
 def test_ties_count_as_the_mean_over_their_orders(scores, relevant, k):
     orders = list(_tie_orders(scores))
-    assert average_precision(scores, relevant) == pytest.approx(np.mean([average_precision(o, relevant) for o in orders]))
+    assert average_precision(scores, relevant) == pytest.approx(
+        np.mean([average_precision(o, relevant) for o in orders]))
     hits = [len(set(np.argsort(-np.asarray(o), kind="stable")[:k].tolist()) & relevant) for o in orders]
     assert topk_hits(scores, relevant, k) == pytest.approx(np.mean(hits))
 

@@ -30,7 +30,8 @@ def full_probe_embedding_gradients(model, probes, kinds, config, objective, need
         clean = None
         if needs_clean:
             with torch.no_grad():
-                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+                logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                               logits_to_keep=keep).logits
                 clean = _batched_outcomes(logits, g_probes, g_kinds)
         clean_embeds = embed(ids).detach()
         inputs = clean_embeds
@@ -43,7 +44,8 @@ def full_probe_embedding_gradients(model, probes, kinds, config, objective, need
             inputs = clean_embeds.float() + noise
         inputs = inputs.clone().requires_grad_(True)
         with torch.enable_grad():
-            logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
+            logits = model(inputs_embeds=inputs, attention_mask=attention, position_ids=positions,
+                           logits_to_keep=keep).logits
             (grad,) = torch.autograd.grad(objective(_batched_outcomes(logits, g_probes, g_kinds), clean), inputs)
         for r, (i, p, off) in enumerate(zip(group, g_probes, offsets)):
             a = off + p.reasoning_start

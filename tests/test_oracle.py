@@ -123,7 +123,8 @@ def test_interventions_build_the_right_prefixes_and_the_null_one_flips_nothing(t
     assert intervened([1], response, 5, 4, "delete", None) == ([10, 11, 12, 13], 5)  # nothing after the last
     assert tokenizer.decode([space_token_id(tokenizer)]) == " "
     probe = make_probe(tokenizer)
-    alternatives = alternative_tokens(model, tokenizer, probe.prompt_ids, probe.response_ids, range(probe.reasoning_len))
+    alternatives = alternative_tokens(model, tokenizer, probe.prompt_ids, probe.response_ids,
+                                      range(probe.reasoning_len))
     special = set(tokenizer.all_special_ids)
     assert all(a != probe.response_ids[j] and a not in special for j, a in enumerate(alternatives))
     # against the clean re-decode of the same prefix, the null intervention is the same decode: no flip

@@ -1,4 +1,5 @@
-"""Paired-seed statistics of the main comparison (oar.analysis.outcomes, oar.analysis.paired): per-seed outcomes from accuracy and
+"""Paired-seed statistics of the main comparison (oar.analysis.outcomes, oar.analysis.paired): per-seed outcomes
+from accuracy and
 training curves, each method minus the baseline with a 95% interval, and the table built from them."""
 
 from __future__ import annotations

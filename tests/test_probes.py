@@ -46,7 +46,8 @@ def test_probe_alignment_on_real_tokenizer_output(tokenizer_name, request, model
     no_answer = tokenizer("I am not sure.", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     (probe,) = build_probes(tokenizer, [prompt], [no_answer], fallback_last_number=True)
     assert not probe.has_answer and probe.reasoning_len == len(no_answer) - 1  # eos is not reasoning
-    (probe,) = build_probes(tokenizer, [prompt], [tokenizer("12 + 7 = 19", add_special_tokens=False)["input_ids"]], fallback_last_number=False)
+    (probe,) = build_probes(tokenizer, [prompt], [tokenizer("12 + 7 = 19", add_special_tokens=False)["input_ids"]],
+                            fallback_last_number=False)
     assert not probe.has_answer
 
 
@@ -69,7 +70,8 @@ def test_token_spans_end_where_each_prefix_decode_ends_when_characters_split_acr
     cases = [ids[:cut] for cut in range(1, len(ids) + 1)]
     cases += [ids[int(a):int(a) + int(n)] for a, n in zip(rng.integers(0, len(ids), 40), rng.integers(1, 12, 40))]
     flags = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
-    split = [c for c in cases if "".join(tokenizer.batch_decode([[i] for i in c], **flags)) != tokenizer.decode(c, **flags)]
+    split = [c for c in cases
+             if "".join(tokenizer.batch_decode([[i] for i in c], **flags)) != tokenizer.decode(c, **flags)]
     assert len(split) > 10  # the fast path does not hold for these: characters are split across tokens
 
     def quadratic(*args):
@@ -109,8 +111,10 @@ def test_token_spans_of_a_tokenizer_whose_decode_is_not_local_come_from_every_pr
 def test_probes_from_padded_tensors_strip_padding(model_and_tokenizer):
     _, tokenizer = model_and_tokenizer
     pad = tokenizer.pad_token_id
-    prompts = [tokenizer("Question: 1 + 1?", add_special_tokens=False)["input_ids"], tokenizer("Q: 2?", add_special_tokens=False)["input_ids"]]
-    responses = [tokenizer("1 + 1 = 2", add_special_tokens=False)["input_ids"], tokenizer("\\boxed{2}", add_special_tokens=False)["input_ids"]]
+    prompts = [tokenizer("Question: 1 + 1?", add_special_tokens=False)["input_ids"],
+               tokenizer("Q: 2?", add_special_tokens=False)["input_ids"]]
+    responses = [tokenizer("1 + 1 = 2", add_special_tokens=False)["input_ids"],
+                 tokenizer("\\boxed{2}", add_special_tokens=False)["input_ids"]]
     width_p, width_c = max(map(len, prompts)), max(map(len, responses))
     prompt_ids = torch.tensor([[pad] * (width_p - len(p)) + p for p in prompts])
     prompt_mask = torch.tensor([[0] * (width_p - len(p)) + [1] * len(p) for p in prompts])

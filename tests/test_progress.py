@@ -111,7 +111,8 @@ localrule main_table:""")
                 Job("evaluate", "chain_f1/grpo-seed0/chain_test"): 30.0}
     result = estimate(pending, finished, cores=1)
     # the two that do no work add nothing and are not guessed; the table (no job of its rule finished) is not counted
-    assert result.left_s == pytest.approx(200 + 60 + 30) and (result.guessed, result.unpriced, result.pending) == (0, 1, 6)
+    assert (result.left_s == pytest.approx(200 + 60 + 30)
+            and (result.guessed, result.unpriced, result.pending) == (0, 1, 6))
 
 
 def test_a_kind_is_priced_by_the_jobs_this_run_finished_where_it_has_any(tmp_path):
@@ -211,7 +212,8 @@ def test_the_dry_run_lists_a_running_job_as_left(tmp_path):
     pytest.importorskip("snakemake")
     (tmp_path / "Snakefile").write_text(
         'rule all:\n    input: "out.txt"\n\n'
-        'rule slow:\n    output: "out.txt"\n    shell: "echo partial > {output}; echo started > started.txt; sleep 60; echo done >> {output}"\n')
+        'rule slow:\n    output: "out.txt"\n'
+        '    shell: "echo partial > {output}; echo started > started.txt; sleep 60; echo done >> {output}"\n')
     run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "all"], cwd=tmp_path,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -97,7 +97,8 @@ def test_each_table_asks_for_its_runs():
     assert reg.metrics_files(reg.eval_runs("main")) == [f"results/runs/{r}/metrics.jsonl" for r in reg.groups["main"]]
     assert reg.tables == ["main_table", "ablation_gating", "ablation_grid", "ablation_probe", "controls", "cost",
                           "causal_recall", "fidelity"]
-    assert reg.table_files("ablation_probe") == ["results/tables/ablation_probe.csv", "results/tables/ablation_probe.md"]
+    assert reg.table_files("ablation_probe") == ["results/tables/ablation_probe.csv",
+                                                 "results/tables/ablation_probe.md"]
 
 
 def test_a_group_can_be_evaluated_on_fewer_benchmarks():
@@ -154,7 +155,8 @@ def test_model_overrides_and_seeds():
     assert reg.runs[GRPO]["trainer"]["num_generations"] == 4
     assert reg.jobs.eval_settings("other", "math500")["max_new_tokens"] == 7
     assert reg.jobs.eval_settings("smollm2", "math500")["max_new_tokens"] == 80
-    assert reg.resources.resource_set("train", "other")["threads"] == 3 and reg.resources.resource_set("train")["threads"] == 1
+    assert (reg.resources.resource_set("train", "other")["threads"] == 3
+            and reg.resources.resource_set("train")["threads"] == 1)
     assert reg.resources.threads_vary_by_model("train") and not reg.resources.threads_vary_by_model("evaluate")
     assert reg.eval_runs()[:2] == ["smollm2/base", "other/base"] and is_base("other/base")
 
@@ -306,7 +308,8 @@ def test_the_run_part_of_the_decisive_run_is_its_own_runs():
 
 def test_the_smollm2_experiment_keeps_its_config():
     reg = registry(load("smollm2.yaml"))
-    assert reg.config["models"]["smollm2"]["source"] == "packaged" and reg.config["training"]["dataset"] == "arith_train"
+    assert (reg.config["models"]["smollm2"]["source"] == "packaged"
+            and reg.config["training"]["dataset"] == "arith_train")
     full = registry(deep_merge(load("smollm2.yaml"), load("smollm2-ablations.yaml")))
     assert all(full.groups[g] for g in ("gating", "grid", "probes", "controls"))
 
@@ -533,7 +536,8 @@ def test_schema_rejects_a_bad_final_step_ratio_naming_the_key(value):
 
 
 @pytest.mark.parametrize("value, message", [(0.0, "must be a finite number above 0"),
-                                            (float("nan"), "must be a finite number above 0"), ("4", "must be a number")])
+                                            (float("nan"), "must be a finite number above 0"),
+                                            ("4", "must be a number")])
 def test_run_settings_reject_a_bad_final_step_ratio_naming_the_key(value, message):
     from oar.training.settings import SettingsError, resolve_settings
 

@@ -47,7 +47,8 @@ def test_causal_recall_caption_names_the_configured_intervention():
                  "causal_recall")
     assert "substitution by the pad token" in pad
     deleted = render("table.rst", resolved(ROOT / "config" / "config.yaml",
-                                           **{"analysis.oracle.intervention": "delete", "analysis.recall.fraction": 0.2}),
+                                           **{"analysis.oracle.intervention": "delete",
+                                              "analysis.recall.fraction": 0.2}),
                      "causal_recall")
     assert "whose deletion" in deleted and "ceil(20% of the reasoning tokens)" in deleted
 

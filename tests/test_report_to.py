@@ -17,7 +17,8 @@ from oar.training.settings import resolve_settings
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
 TRAINER_KEYS = tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"])
-HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None or importlib.util.find_spec("tensorboardX") is not None
+HAS_TENSORBOARD = (importlib.util.find_spec("tensorboard") is not None
+                   or importlib.util.find_spec("tensorboardX") is not None)
 
 
 def settings(tmp_path: Path, model: str = "unused", **trainer) -> dict:
@@ -31,7 +32,8 @@ def settings(tmp_path: Path, model: str = "unused", **trainer) -> dict:
 
 def test_no_tracker_by_default_and_the_configured_ones_otherwise(tmp_path):
     assert build_config(resolve_settings(settings(tmp_path)), tmp_path).report_to == []
-    assert build_config(resolve_settings(settings(tmp_path, report_to="tensorboard")), tmp_path).report_to == ["tensorboard"]
+    assert build_config(resolve_settings(settings(tmp_path, report_to="tensorboard")),
+                        tmp_path).report_to == ["tensorboard"]
     both = build_config(resolve_settings(settings(tmp_path, report_to=["tensorboard", "wandb"])), tmp_path)
     assert both.report_to == ["tensorboard", "wandb"]
 

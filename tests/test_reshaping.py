@@ -263,7 +263,8 @@ def test_the_dose_of_the_truth_gate_is_the_truth_gate_at_ratio_1_and_its_ratio_e
     assert torch.equal(set_to_ratio(weights, reasoning, final, earlier, 1.0), weights)
     out = set_to_ratio(weights, reasoning, final, earlier, ratio)
     for i in range(rows):
-        assert (out[i, final[i]] / out[i, earlier[i]].mean()).tolist() == pytest.approx([ratio] * len(final[i]), rel=1e-5)
+        assert (out[i, final[i]] / out[i, earlier[i]].mean()).tolist() == pytest.approx([ratio] * len(final[i]),
+                                                                                        rel=1e-5)
         assert out[i, reasoning[i]].sum().item() == pytest.approx(weights[i, reasoning[i]].sum().item(), rel=1e-5)
         assert torch.equal(out[i, ~reasoning[i]], weights[i, ~reasoning[i]])
         rest = [t for t in range(int(reasoning[i].sum())) if t not in final[i]]

@@ -98,12 +98,15 @@ def test_scorers_named_by_import_path():
 
 @pytest.mark.parametrize("output, message", [
     (lambda b: ones(b)[:-1], "returned 2 score rows for 3 probes"),
-    (lambda b: [torch.ones(p.reasoning_len + 1) for p in b.probes], r"row 0: scores of shape \(5,\), the reasoning has 4"),
-    (lambda b: [torch.ones(p.reasoning_len, dtype=torch.long) for p in b.probes], "row 0: a score row must be a floating"),
+    (lambda b: [torch.ones(p.reasoning_len + 1) for p in b.probes],
+     r"row 0: scores of shape \(5,\), the reasoning has 4"),
+    (lambda b: [torch.ones(p.reasoning_len, dtype=torch.long) for p in b.probes],
+     "row 0: a score row must be a floating"),
     (lambda b: torch.ones(3, 4), "returned Tensor, not a list"),
     (lambda b: [torch.ones(p.reasoning_len) for p in b.probes[:2]] + [torch.tensor([1.0, float("nan"), 0.0])],
      "row 2: score nan at reasoning token 1 is not finite"),
-    (lambda b: [torch.full((p.reasoning_len,), -0.5) for p in b.probes], "row 0: score -0.5 at reasoning token 0 is negative"),
+    (lambda b: [torch.full((p.reasoning_len,), -0.5) for p in b.probes],
+     "row 0: score -0.5 at reasoning token 0 is negative"),
 ])
 def test_an_output_that_breaks_the_contract_stops_naming_the_scorer(fresh_name, output, message):
     fresh_name("broken")
@@ -243,7 +246,8 @@ def test_every_scorer_setting_reaches_every_reader():
     for setting in dataclasses.fields(ScorerConfig):
         name = setting.name
         assert oar_schema[name]["default"] == setting.default, name
-        assert getattr(OARSettings(), name) == setting.default and config_fields[f"oar_{name}"].default == setting.default
+        assert (getattr(OARSettings(), name) == setting.default
+                and config_fields[f"oar_{name}"].default == setting.default)
         assert f"--{name.replace('_', '-')}" in help_text, name
     with pytest.raises(SettingsError, match="settings key 'oar.entropy_top_fraction' must be in \\(0, 1\\], got 0"):
         OARSettings.of({"entropy_top_fraction": 0})

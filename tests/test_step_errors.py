@@ -186,7 +186,8 @@ def test_the_declared_family_matches_scipy_and_holm():
             m = t["margin"]
             p = max(stats.ttest_1samp(d, -m, alternative="greater").pvalue,
                     stats.ttest_1samp(d, m, alternative="less").pvalue)
-            w = max(stats.wilcoxon(d + m, alternative="greater").pvalue, stats.wilcoxon(d - m, alternative="less").pvalue)
+            w = max(stats.wilcoxon(d + m, alternative="greater").pvalue,
+                    stats.wilcoxon(d - m, alternative="less").pvalue)
             ci90 = stats.ttest_1samp(d, 0).confidence_interval(0.90)
             assert (r["tost_low"], r["tost_high"]) == pytest.approx((ci90.low, ci90.high))
         else:

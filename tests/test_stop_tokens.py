@@ -55,7 +55,8 @@ def test_transformers_backend_stops_at_end_of_turn(model_dir):
     (prompt_ids,) = encode_prompts(tokenizer, [prompt])
     torch.manual_seed(5)
     with torch.no_grad():
-        reference = model.generate(torch.tensor([prompt_ids] * N), attention_mask=torch.ones(N, len(prompt_ids), dtype=torch.long),
+        reference = model.generate(torch.tensor([prompt_ids] * N),
+                                   attention_mask=torch.ones(N, len(prompt_ids), dtype=torch.long),
                                    max_new_tokens=MAX_NEW, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
                                    eos_token_id=[eos], pad_token_id=tokenizer.pad_token_id, repetition_penalty=1.0)
     ran_on = 0

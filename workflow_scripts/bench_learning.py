@@ -36,7 +36,8 @@ def parse_args(argv):
     p.add_argument("--seeds", type=int, nargs="+", help="the paired seeds (default: the policy config's)")
     p.add_argument("--out", default="results/bench", help="where the leaderboard files go (default: results/bench)")
     p.add_argument("--docs", help="also write the table into this page between its leaderboard markers")
-    p.add_argument("--snakemake", default=str(Path(sys.executable).with_name("snakemake")), help="snakemake to run (default: the one beside this Python)")
+    p.add_argument("--snakemake", default=str(Path(sys.executable).with_name("snakemake")),
+                   help="snakemake to run (default: the one beside this Python)")
     p.add_argument("--cores", default="2", help="Snakemake's --cores (default: 2)")
     p.add_argument("--dry-run", action="store_true", help="plan the runs (snakemake -n) and stop")
     return p.parse_args(argv)

@@ -59,7 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunk-size", type=int,
                    help="problems per generate call (default: batch-size // n for transformers, 256 for vllm)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5,
-                   help="vllm: share of GPU memory vLLM reserves (vLLM's own default, 0.9, fails beside another process)")
+                   help="vllm: share of GPU memory vLLM reserves "
+                        "(vLLM's own default, 0.9, fails beside another process)")
     p.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs (less memory, faster start)")
     p.add_argument("--max-model-len", type=int,
                    help="vllm: context window, prompt + max-new-tokens (default: the model's own)")
@@ -72,7 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-answer-statement", action="store_true",
                    help="a response without \\boxed{} does not answer by its last 'The answer is ...' statement")
     p.add_argument("--no-fallback-last-number", action="store_true",
-                   help="a response without \\boxed{} or statement has no answer (default: its last number is the answer)")
+                   help="a response without \\boxed{} or statement has no answer "
+                        "(default: its last number is the answer)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the 95%% interval")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--replace-stale", action="store_true",
@@ -95,7 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         else:
             args.temperature = defaults.temperature if defaults.temperature > 0 else MEAN_OF_16.temperature
     if args.top_p is None:
-        args.top_p = 1.0 if args.temperature == 0 else (defaults.top_p if defaults.temperature > 0 else MEAN_OF_16.top_p)
+        args.top_p = 1.0 if args.temperature == 0 else (defaults.top_p if defaults.temperature > 0
+                                                        else MEAN_OF_16.top_p)
     if args.chunk_size is None:
         args.chunk_size = max(1, args.batch_size // args.n) if args.backend == "transformers" else 256
     return args

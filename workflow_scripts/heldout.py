@@ -10,7 +10,7 @@ limit would make the oracle's re-decoding compare answers of unfinished texts), 
 least ``--min-reasoning-tokens`` reasoning tokens; at most ``--max-responses`` are kept. Each JSON line holds the token ids of the prompt and the
 response (what every scorer and the oracle read, never re-tokenised), the decoded reasoning tokens, the
 extracted answer, the reference and whether it is correct. Every method compared reads this file.
-"""
+"""  # noqa: E501
 
 import sys
 import time
@@ -26,7 +26,8 @@ from oar.models.loading import load_model  # noqa: E402
 FLAGS = (*MODEL_SCRIPT_FLAGS, "keep_unanswered", "keep_truncated")
 
 
-DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a base model.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+# __doc__ is None under Snakemake's script: (its preamble comes first)
+DESCRIPTION = 'Sample the fixed held-out responses of the analysis once from a base model.'
 
 
 def parse_args(argv):
@@ -122,7 +123,8 @@ def main(argv=None):
                          "or max_new_tokens (or set analysis.heldout.require_answer / require_complete: false)")
     write_jsonl(args.responses, rows)
     print(f"{len(rows)} held-out responses ({dropped} left out: no answer, cut at the token limit, too short "
-          f"or beyond --max-responses; {sum(r['correct'] for r in rows)} correct) in {time.perf_counter() - started:.1f} s -> {args.responses}")
+          f"or beyond --max-responses; {sum(r['correct'] for r in rows)} correct) "
+          f"in {time.perf_counter() - started:.1f} s -> {args.responses}")
 
 
 if __name__ == "__main__":

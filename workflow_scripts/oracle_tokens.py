@@ -25,7 +25,9 @@ from oar.models.loading import load_model  # noqa: E402
 INTERVENTIONS = ("pad", "space", "alternative", "delete", "none")
 
 
-DESCRIPTION = 'Oracle causal tokens of every held-out response (``oar.analysis.oracle``): an intervention + greedy re-decoding.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+# __doc__ is None under Snakemake's script: (its preamble comes first)
+DESCRIPTION = ('Oracle causal tokens of every held-out response (``oar.analysis.oracle``): '
+               'an intervention + greedy re-decoding.')
 
 
 def parse_args(argv):

@@ -13,7 +13,8 @@ from oar.files import read_jsonl  # noqa: E402
 
 # Under Snakemake this is the job's `snakemake` object; from the shell (--help included) it exits
 # here, before the heavy imports below.
-smk = snakemake_only(globals(), "plot.py", "the figures are drawn by oar.analysis.figures") if __name__ == "__main__" else None
+smk = (snakemake_only(globals(), "plot.py", "the figures are drawn by oar.analysis.figures")
+       if __name__ == "__main__" else None)
 
 import pandas as pd  # noqa: E402
 

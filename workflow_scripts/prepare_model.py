@@ -22,7 +22,8 @@ from _script_io import checksum, provenance, run_cli, script_parser  # noqa: E40
 from oar.files import atomic_write_json  # noqa: E402
 
 
-DESCRIPTION = 'Prepare one base model folder from its source (``packaged``, ``tiny``, a folder or a hub id).'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+# __doc__ is None under Snakemake's script: (its preamble comes first)
+DESCRIPTION = 'Prepare one base model folder from its source (``packaged``, ``tiny``, a folder or a hub id).'
 
 
 def parse_args(argv):
@@ -30,7 +31,8 @@ def parse_args(argv):
     p.add_argument("--source", required=True, help="'packaged', 'tiny', a model folder or a hub id")
     p.add_argument("--model", required=True, help="model folder to write")
     p.add_argument("--summary", required=True, help="summary JSON to write")
-    p.add_argument("--seed", type=int, default=0, help="initialisation (and pretraining) seed of sources 'tiny' and 'chain'")
+    p.add_argument("--seed", type=int, default=0,
+                   help="initialisation (and pretraining) seed of sources 'tiny' and 'chain'")
     p.add_argument("--pretrain", default=None,
                    help="source 'chain': pretraining settings as JSON (models.<name>.pretrain), e.g. '{\"filler\": 1}'")
     p.add_argument("--frozen", default=None,

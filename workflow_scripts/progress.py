@@ -10,7 +10,7 @@ The jobs still to run come from ``snakemake --dry-run --nolock --rerun-incomplet
 target and options (jobs running now, whose outputs Snakemake marks incomplete, count as left); the finished ones, with their wall times, from the timing files
 of the results folder. The estimate prices each job left at the median of the finished jobs of its kind
 (those that finished since the run in progress began, where there are any).
-"""
+"""  # noqa: E501
 
 import subprocess
 import sys

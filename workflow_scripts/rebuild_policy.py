@@ -25,7 +25,8 @@ model = Path(smk.output.model)
 key = f"models.{model.name}.pretrain"
 write_testbed_model(json.loads(smk.params.pretrain), model, seed=smk.params.seed, threads=smk.params.threads, key=key)
 rebuilt, shipped = sha256_file(model / WEIGHTS), weights_sha256(smk.params.policy)
-report = {"policy": smk.params.policy, "shipped_sha256": shipped, "rebuilt_sha256": rebuilt, "match": rebuilt == shipped,
+report = {"policy": smk.params.policy, "shipped_sha256": shipped, "rebuilt_sha256": rebuilt,
+          "match": rebuilt == shipped,
           "cpu_kernels": record["cpu_kernels"], "provenance": record}
 atomic_write_json(smk.output.report, report)
 print(f"{smk.params.policy}: rebuilt {'matches' if report['match'] else 'DIFFERS FROM'} the shipped weights "

@@ -25,7 +25,8 @@ from oar.models.loading import load_model  # noqa: E402
 from oar.method.scorer_config import ScorerConfig  # noqa: E402  (torch-free: --help stays fast)
 
 
-DESCRIPTION = 'Score every reasoning token of the held-out responses with one scorer and outcome probe.'  # __doc__ is None under Snakemake's script: (its preamble comes first)
+# __doc__ is None under Snakemake's script: (its preamble comes first)
+DESCRIPTION = 'Score every reasoning token of the held-out responses with one scorer and outcome probe.'
 
 
 def parse_args(argv):

@@ -43,9 +43,11 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configfile", nargs="+", required=True, help="the config files, as Snakemake takes them")
     p.add_argument("--results", required=True, help="the results folder")
-    p.add_argument("--snakemake", default=str(Path(sys.executable).with_name("snakemake")), help="snakemake to run (default: the one beside this Python)")
+    p.add_argument("--snakemake", default=str(Path(sys.executable).with_name("snakemake")),
+                   help="snakemake to run (default: the one beside this Python)")
     p.add_argument("--cores", default="2", help="Snakemake's --cores (default: 2)")
-    p.add_argument("--config", nargs="*", default=[], help="further --config KEY=VALUE for Snakemake, e.g. cpu_kernels=none (default: none)")
+    p.add_argument("--config", nargs="*", default=[],
+                   help="further --config KEY=VALUE for Snakemake, e.g. cpu_kernels=none (default: none)")
     return p.parse_args(argv)
 
 

@@ -232,7 +232,8 @@ def _undecided_suffix(count: Any) -> str:
 NOISE_NOTE = ("seed SD / eval SE: the two noise sources of the average accuracy, in points. Seed SD: the SD of the "
               "per-seed accuracies (training noise with evaluation noise in it). Eval SE: a run's binomial "
               "standard error from its problems x samples, sqrt(p (1 - p) / (problems x samples)), the "
-              "evaluation noise alone (for this fixed set of problems an upper bound, as problems differ in difficulty). "
+              "evaluation noise alone (for this fixed set of problems an upper bound, as problems differ in "
+              "difficulty). "
               "Where the seed SD is much larger, seeds, not evaluation problems, limit the comparison.\n")
 
 

@@ -79,7 +79,8 @@ def causal_recall(oracle: Sequence[Mapping[str, Any]], scores: Mapping[str, Sequ
             if s is None:
                 raise ValueError(f"scorer {scorer!r} has no scores for held-out response {row['index']}")
             if len(s) != r_len:
-                raise ValueError(f"scorer {scorer!r}: {len(s)} scores for {r_len} reasoning tokens (response {row['index']})")
+                raise ValueError(f"scorer {scorer!r}: {len(s)} scores for {r_len} reasoning tokens "
+                                 f"(response {row['index']})")
             entry[scorer] = recall_at_k(s, causal, k)
         for name, order in POSITION_BASELINES.items():
             entry[name] = recall_at_k(order(r_len), causal, k)
@@ -120,8 +121,9 @@ def recall_table(recall: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
                         [[label, fmt_interval(s), fmt_num(s.get("std"), 3), s.get("n")] for _, label, s in lines])
     probe = PROBE_NAMES.get(recall.get("probe"), recall.get("probe"))
     oracle = recall.get("oracle") or {}
-    note = (f"\n{recall['responses']} held-out responses ({oracle.get('responses_correct', '?')} with a correct answer, "
-            f"{oracle.get('responses_incorrect', '?')} incorrect), {recall['empty_oracle']} with no oracle causal token. "
+    note = (f"\n{recall['responses']} held-out responses ({oracle.get('responses_correct', '?')} with a correct "
+            f"answer, {oracle.get('responses_incorrect', '?')} incorrect), {recall['empty_oracle']} with no oracle "
+            f"causal token. "
             f"Outcome probe of the scorers: {probe}. Intervals: t over responses.\n"
             f"\nOracle: intervention `{oracle.get('intervention')}`; it flips the answer at "
             f"{fmt_num(oracle.get('flip_rate'), 1, 100)}% of {oracle.get('positions', '?')} reasoning positions; "

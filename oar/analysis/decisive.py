@@ -186,7 +186,8 @@ def decisive_table(readings: pd.DataFrame, trends: pd.DataFrame, baseline: str =
         parts.append("\nOne distractor level run: no change with the level to read.\n")
     parts.append(
         f"\nRules 1-3 of oar.analysis.decisive were fixed before the runs; the reading of a scorer decided below "
-        f"{base} where no truth gate beats it was added after the truth gates' results had been read. A truth gate scores the parsed decisive tokens through the paper's gate: "
+        f"{base} where no truth gate beats it was added after the truth gates' results had been read. "
+        f"A truth gate scores the parsed decisive tokens through the paper's gate: "
         f"the best a scorer could do through it. Where the better truth gate does not beat {base}, reshaping "
         f"through the gate does not help at that level by more than the MDE, and a scorer's difference there says "
         f"nothing about its scoring, unless it falls below {base}: then its scores cost accuracy that right scores "

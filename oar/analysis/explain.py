@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="packaged", help="'packaged' or a model folder / hub id")
     parser.add_argument("--problem-index", type=int, default=0, help="row of the packaged GSM8K test set")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--scorers", nargs="+", default=["oar_p", "oar_g", "entropy"], choices=registered(lambda spec: spec.heldout))
+    parser.add_argument("--scorers", nargs="+", default=["oar_p", "oar_g", "entropy"],
+                        choices=registered(lambda spec: spec.heldout))
     parser.add_argument("--probe", default="as_mean", choices=["lt_logits", "as_mean", "as_joint"])
     parser.add_argument("--tau", type=float, default=0.4)
     parser.add_argument("--beta", type=float, default=2.0)
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     first = args.scorers[0]
     weights = gate(columns[first][None], torch.ones(1, probe.reasoning_len, dtype=torch.bool), args.tau, args.beta)[0]
 
-    print(f"\n{'t':>4s}  {'token':16s}" + "".join(f"{n:>11s}" for n in columns) + f"  w({first}, tau={args.tau}, beta={args.beta})")
+    print(f"\n{'t':>4s}  {'token':16s}" + "".join(f"{n:>11s}" for n in columns)
+          + f"  w({first}, tau={args.tau}, beta={args.beta})")
     for t in range(probe.reasoning_len):
         token = repr(tokenizer.decode([probe.response_ids[t]]))[1:-1][:16]
         values = "".join(f"{columns[n][t].item():11.3g}" for n in columns)

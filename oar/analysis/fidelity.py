@@ -50,7 +50,8 @@ def fidelity_table(fidelity: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
     for probe, result in fidelity["probes"].items():
         for scorer, s in result["summary"].items():
             rows.append({"probe": probe, "scorer": scorer, "spearman_mean": s["spearman"]["mean"],
-                         "spearman_ci_low": s["spearman"].get("ci_low"), "spearman_ci_high": s["spearman"].get("ci_high"),
+                         "spearman_ci_low": s["spearman"].get("ci_low"),
+                         "spearman_ci_high": s["spearman"].get("ci_high"),
                          "spearman_std": s["spearman"]["std"], "topk_overlap_mean": s["topk_overlap"]["mean"],
                          "topk_overlap_ci_low": s["topk_overlap"].get("ci_low"),
                          "topk_overlap_ci_high": s["topk_overlap"].get("ci_high"),

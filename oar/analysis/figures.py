@@ -26,8 +26,9 @@ from oar.analysis.outcomes import censored_steps  # noqa: E402
 from oar.analysis.statistics import seed_interval  # noqa: E402
 from oar.files import atomic_open  # noqa: E402
 
-COLORS = {"grpo": "#555555", "truth": "#000000", "truth_graded": "#7f7f7f", "truth_final": "#e377c2", "truth_early": "#bcbd22", "oar_p": "#d62728", "oar_g": "#1f77b4", "grad_norm": "#9467bd", "entropy": "#2ca02c",
-          "position": "#ff7f0e", "random": "#8c564b"}
+COLORS = {"grpo": "#555555", "truth": "#000000", "truth_graded": "#7f7f7f", "truth_final": "#e377c2",
+          "truth_early": "#bcbd22", "oar_p": "#d62728", "oar_g": "#1f77b4", "grad_norm": "#9467bd",
+          "entropy": "#2ca02c", "position": "#ff7f0e", "random": "#8c564b"}
 
 
 def save(fig, paths: Sequence[str | os.PathLike]) -> None:
@@ -149,10 +150,12 @@ def recall_bars(recall: Mapping[str, Any], paths: Sequence[str | os.PathLike]) -
 def cost_bars(cost: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> None:
     """Median step time per method, stacked as generate / score / update, with the ratio to GRPO."""
     models = list(dict.fromkeys(cost["model"]))
-    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(1.0 * cost["method"].nunique() + 3, 3.8) if len(models) <= 1
+    fig, axes = plt.subplots(1, max(1, len(models)),
+                             figsize=(1.0 * cost["method"].nunique() + 3, 3.8) if len(models) <= 1
                              else (5 * len(models), 3.8), squeeze=False)
     for ax, model in zip(axes[0], models):
-        g = cost[cost["model"] == model].set_index("method").loc[in_method_order(cost[cost["model"] == model]["method"])]
+        g = cost[cost["model"] == model].set_index("method").loc[
+            in_method_order(cost[cost["model"] == model]["method"])]
         x = np.arange(len(g))
         bottom = np.zeros(len(g))
         for part, color in (("time_generate_s", "#9ecae1"), ("time_score_s", "#fc9272"), ("time_update_s", "#a1d99b")):
@@ -281,7 +284,8 @@ def length_sweep(outcomes: pd.DataFrame, paths: Sequence[str | os.PathLike], lab
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, key, title in ((axes[0], "final_accuracy", "held-out accuracy after training, %"),
                            (axes[1], "steps_to_threshold",
-                            "steps to the reward threshold, Kaplan-Meier median\n(gap: half the runs never reached it)")):
+                            "steps to the reward threshold, Kaplan-Meier median\n"
+                            "(gap: half the runs never reached it)")):
         methods = in_method_order(outcomes["method"].unique())
         for k, method in enumerate(methods):
             runs = [outcomes[(outcomes["model"] == m) & (outcomes["method"] == method)] for m in models]

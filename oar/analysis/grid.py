@@ -10,7 +10,14 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from oar.analysis.accuracy import PAIRED_NOTE, accuracy_wide, join_paired, p_mde_cell, paired_accuracy_differences, paired_cell
+from oar.analysis.accuracy import (
+    PAIRED_NOTE,
+    accuracy_wide,
+    join_paired,
+    p_mde_cell,
+    paired_accuracy_differences,
+    paired_cell,
+)
 from oar.analysis.formatting import fmt_cell, fmt_p, is_missing, markdown_table
 from oar.analysis.labels import METHOD_NAMES
 from oar.analysis.run_outputs import variant_seed_averages
@@ -79,7 +86,8 @@ def grid_table(acc: pd.DataFrame, benchmarks: Sequence[str]) -> tuple[pd.DataFra
             for b in betas:
                 cell = g[(g["tau"] == t) & (g["beta"] == b)]
                 row.append(fmt_cell(cell["average"].iloc[0], cell["average_ci_low"].iloc[0],
-                                    cell["average_ci_high"].iloc[0], scale=1.0) if len(cell) and "average" in cell else "–")
+                                    cell["average_ci_high"].iloc[0], scale=1.0)
+                           if len(cell) and "average" in cell else "–")
             rows.append(row)
         parts.append(f"\n### {model}, {METHOD_NAMES.get(method, method)}\n\n" + markdown_table(headers, rows))
         if paired:

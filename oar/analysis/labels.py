@@ -26,8 +26,8 @@ METHOD_NAMES = {
 }
 METHOD_ORDER = tuple(METHOD_NAMES)
 PROBE_NAMES = {"lt_logits": "LT-Logits", "as_mean": "AS-Mean", "as_joint": "AS-Joint"}
-BENCHMARK_NAMES = {"arith_test": "Arith (held-out)", "gsm8k_test": "GSM8K", "math500": "MATH500", "math_test": "MATH", "aime24": "AIME24",
-                   "aime25": "AIME25", "amc23": "AMC23", "average": "Avg."}
+BENCHMARK_NAMES = {"arith_test": "Arith (held-out)", "gsm8k_test": "GSM8K", "math500": "MATH500", "math_test": "MATH",
+                   "aime24": "AIME24", "aime25": "AIME25", "amc23": "AMC23", "average": "Avg."}
 # one-sided gates, by their tau: every token pushed up (0) or only down (1)
 GATE_NAMES = {0.0: "boost-only", 1.0: "suppress-only"}
 

@@ -36,7 +36,8 @@ def length_sweep_table(outcomes: pd.DataFrame, rule: str | None = None,
     headers = ["Method", *[f"{m}: accuracy, %" for m in models], *[f"{m}: steps to threshold" for m in models]]
     rows = []
     if lengths:
-        rows.append(["response tokens (base policy)", *[fmt_num(lengths.get(m), 0) for m in models], *[""] * len(models)])
+        rows.append(["response tokens (base policy)", *[fmt_num(lengths.get(m), 0) for m in models],
+                     *[""] * len(models)])
     if base:
         rows.append([METHOD_NAMES["base"], *[fmt_num(base.get(m), 1, 100.0) for m in models], *["–"] * len(models)])
     if "threshold" in outcomes:

@@ -46,7 +46,8 @@ def check_design(design: Mapping[str, Any], methods: Sequence[str], models: Sequ
         k = f"{KEY}.contrasts[{i}]"
         plus, minus = list(c.get("plus") or []), list(c.get("minus") or [])
         if not plus or len(plus) != len(minus):
-            problems.append((f"{k}.minus", f"{c.get('name')!r}: as many arms on each side (plus {plus}, minus {minus})"))
+            problems.append((f"{k}.minus",
+                             f"{c.get('name')!r}: as many arms on each side (plus {plus}, minus {minus})"))
         for m in plus + minus:
             if m not in methods:
                 problems.append((f"{k}.plus" if m in plus else f"{k}.minus",
@@ -61,7 +62,8 @@ def check_design(design: Mapping[str, Any], methods: Sequence[str], models: Sequ
         for key in ("contrast", "placebo_contrast"):
             if overturn.get(key) not in names:
                 problems.append((f"{KEY}.overturn.{key}", f"{overturn.get(key)!r} is not a declared contrast {names}"))
-        if not isinstance(overturn.get("upper_below"), (int, float)) or not 0 < overturn["upper_below"] < MARGIN_RANGE[1]:
+        if (not isinstance(overturn.get("upper_below"), (int, float))
+                or not 0 < overturn["upper_below"] < MARGIN_RANGE[1]):
             problems.append((f"{KEY}.overturn.upper_below", f"{overturn.get('upper_below')!r} is outside (0, "
                                                             f"{MARGIN_RANGE[1]}) on the 0-1 scale"))
     return problems
@@ -90,7 +92,8 @@ def test_problems(key: str, test, margin, scale: str) -> list[tuple[str, str]]:
     problems = []
     if test not in TESTS:
         problems.append((f"{key}.test", f"{test!r} is not one of {list(TESTS)}"))
-    if test == "equivalent" and (not isinstance(margin, (int, float)) or not MARGIN_RANGE[0] < margin < MARGIN_RANGE[1]):
+    if test == "equivalent" and (not isinstance(margin, (int, float))
+                                 or not MARGIN_RANGE[0] < margin < MARGIN_RANGE[1]):
         problems.append((f"{key}.margin", f"{margin!r}: an equivalence margin in ({MARGIN_RANGE[0]}, "
                                           f"{MARGIN_RANGE[1]}) on {scale}, fixed before the runs"))
     elif margin is not None and (not isinstance(margin, (int, float)) or abs(margin) >= MARGIN_RANGE[1]):
@@ -192,7 +195,8 @@ def arm_intervals(runs: pd.DataFrame, arms: Sequence[str], columns: Sequence[str
 
 
 def mechanism_table(contrasts: pd.DataFrame, design: Mapping[str, Any], declared: str = "",
-                    weights: pd.DataFrame | None = None, derailed: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
+                    weights: pd.DataFrame | None = None,
+                    derailed: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
     """The declared contrasts (:func:`read_contrasts`): each with its mean and 95%
     interval (points), the declared test, its p and Holm p over the family, the Wilcoxon sensitivity
     analysis, and what is decided. An equivalence is claimed only where its TOST decides it. With
@@ -249,7 +253,8 @@ def _mediator_section(weights: pd.DataFrame) -> str:
             + markdown_table(["arm", "seeds", "last step's decisive tokens: weight, % [95%]", "their tokens, %",
                               "earlier steps' decisive tokens: weight, % [95%]", "their tokens, %"], rows,
                              align="lrrrrr")
-            + "\nThe share of the reasoning's token weight (the gate's; GRPO's uniform 1s) on the decisive tokens of the "
+            + "\nThe share of the reasoning's token weight (the gate's; GRPO's uniform 1s) on the decisive tokens "
+              "of the "
               "last step (the restatement the answer is copied from) and of the earlier steps, on the training "
               "rollouts with a nonzero advantage, averaged over each run's steps, then over seeds. \"their tokens\" is "
               "those tokens' share of the reasoning, what uniform weights give.\n")

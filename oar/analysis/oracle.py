@@ -109,7 +109,8 @@ def space_token_id(tokenizer) -> int:
 
 
 @torch.no_grad()
-def alternative_tokens(model, tokenizer, prompt: Sequence[int], response: Sequence[int], positions: Sequence[int]) -> list[int]:
+def alternative_tokens(model, tokenizer, prompt: Sequence[int], response: Sequence[int],
+                       positions: Sequence[int]) -> list[int]:
     """For each position j, the model's most likely token at response position j other than
     ``response[j]`` and other than a special token (one forward pass of the clean sequence)."""
     device = next(model.parameters()).device
@@ -198,14 +199,16 @@ def causal_tokens(model, tokenizer, probe: Probe, reference: str = "response", s
         budgets = [budget(consumed) for _, consumed in kept]
         conts = greedy_continuations(model, [prompt + k for k, _ in kept], budgets, pad_id, eos_ids, batch_size)
         tokens = sum(len(c) for c in conts)
-        sub_answers = [_answer(tokenizer, k + c, fallback_last_number, answer_statement) for (k, _), c in zip(kept, conts)]
+        sub_answers = [_answer(tokenizer, k + c, fallback_last_number, answer_statement)
+                       for (k, _), c in zip(kept, conts)]
         clean_answers = None
         if reference == "clean":
             clean_budgets = [budget(j + 1) for j in todo]
             clean_prefixes = [prompt + response[: j + 1] for j in todo]
             clean = greedy_continuations(model, clean_prefixes, clean_budgets, pad_id, eos_ids, batch_size)
             tokens += sum(len(c) for c in clean)
-            clean_answers = [_answer(tokenizer, response[: j + 1] + c, fallback_last_number, answer_statement) for j, c in zip(todo, clean)]
+            clean_answers = [_answer(tokenizer, response[: j + 1] + c, fallback_last_number, answer_statement)
+                             for j, c in zip(todo, clean)]
     finally:
         model.train(was_training)
 

@@ -32,7 +32,8 @@ def check_rule(rule: Mapping[str, Any], models: Sequence[str], main: Mapping[str
     if not low < high:
         problems.append((f"{KEY}.untrained_accuracy", f"[{low}, {high}]: the low end must be below the high end"))
     if list(main.get("methods") or []) != [rule["baseline"]]:
-        problems.append((f"{KEY}.baseline", f"the pilot runs only the baseline; runs.main.methods is {main.get('methods')}"))
+        problems.append((f"{KEY}.baseline",
+                         f"the pilot runs only the baseline; runs.main.methods is {main.get('methods')}"))
     if sorted(main.get("seeds") or []) != sorted(rule["pilot_seeds"]):
         problems.append((f"{KEY}.pilot_seeds", f"{rule['pilot_seeds']} must be runs.main.seeds {main.get('seeds')}"))
     if sorted(main.get("models") or []) != sorted(rule["candidates"]):
@@ -94,7 +95,8 @@ def selection_table(readings: Sequence[Mapping[str, Any]], rule: Mapping[str, An
                 f"{100 * r['gain']:+.1f}"])
             + ["passes" if r["passes"] else "fails: " + "; ".join(r["reasons"])] for r in readings]
     low, high = rule["untrained_accuracy"]
-    text = (f"## Policy selection: {rule['baseline']} pilots on seeds {rule['pilot_seeds'][0]}-{rule['pilot_seeds'][-1]}\n\n"
+    text = (f"## Policy selection: {rule['baseline']} pilots on seeds "
+            f"{rule['pilot_seeds'][0]}-{rule['pilot_seeds'][-1]}\n\n"
             f"Rule, declared before any run: untrained accuracy in [{100 * low:g}, {100 * high:g}]%, at most "
             f"{rule['max_derailed']} pilot runs ending below it, a mean gain of at least "
             f"{100 * rule['min_mean_gain']:g} points; the first candidate in order that passes is chosen.\n\n"

@@ -51,7 +51,8 @@ def _share(count: int | None, total: int) -> float:
     return count / total if count is not None and total else math.nan
 
 
-def accuracy_frame(runs: Mapping[str, Mapping[str, Any]], summaries: Mapping[tuple[str, str], str | Path]) -> pd.DataFrame:
+def accuracy_frame(runs: Mapping[str, Mapping[str, Any]],
+                   summaries: Mapping[tuple[str, str], str | Path]) -> pd.DataFrame:
     """One row per (run, benchmark): pass@1 and its bootstrap interval over problems, with run metadata.
 
     ``summaries`` maps (run id, benchmark) to the evaluation's ``summary.json``.

@@ -242,7 +242,8 @@ def blocked_trend(strength: Sequence[float], values: Sequence[float], blocks: Se
 # ------------------------------------------------------------------ one-sided and equivalence tests
 
 
-def one_sided_t(differences: Sequence[float], margin: float, alternative: str, level: float = ALPHA) -> dict[str, float]:
+def one_sided_t(differences: Sequence[float], margin: float, alternative: str,
+                level: float = ALPHA) -> dict[str, float]:
     """One-sided paired t-test of the mean difference against ``margin``.
 
     ``alternative`` ``"less"``: H0 mean >= margin against H1 mean < margin (non-superiority: the gain is
@@ -348,7 +349,8 @@ def hodges_lehmann(differences: Sequence[float], confidence: float = 0.95, side:
     return out
 
 
-def wilcoxon_shift(differences: Sequence[float], margin: float = 0.0, alternative: str = "two-sided") -> dict[str, float]:
+def wilcoxon_shift(differences: Sequence[float], margin: float = 0.0,
+                   alternative: str = "two-sided") -> dict[str, float]:
     """Wilcoxon's signed-rank test of the paired differences shifted by ``margin`` (H0: their centre is
     ``margin``; ``alternative`` as scipy's: ``"less"`` tests a centre below the margin), exact where
     scipy computes it exactly. Returns ``n``, ``statistic`` and ``p`` (nan with fewer than 2 values)."""

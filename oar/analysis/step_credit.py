@@ -25,7 +25,8 @@ def step_credit_table(curves: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     missing = [k for k in STEP_CREDIT if k not in curves]
     if missing:
         raise ValueError(f"the training curves have no {missing}: the runs did not log oar.log_step_credit")
-    silent = sorted(curves.groupby("run")["final_step_weight_share"].apply(lambda s: s.isna().all()).loc[lambda x: x].index)
+    silent = sorted(curves.groupby("run")["final_step_weight_share"].apply(lambda s: s.isna().all())
+                    .loc[lambda x: x].index)
     if silent:
         raise ValueError(f"runs without a logged step credit: {silent[:5]}")
     runs = curves.groupby(["run", "model", "method", "seed"], as_index=False)[list(STEP_CREDIT)].mean()
@@ -85,7 +86,8 @@ def ratio_regression(outcomes: pd.DataFrame, arms: Sequence[str], metric: str = 
         half = stats.t.ppf(0.975, df) * se
         total = ((y - y.mean()) @ (y - y.mean())) or math.nan
         rows.append({"model": name, "runs": n, "slope": float(beta[0]), "ci_low": float(beta[0] - half),
-                     "ci_high": float(beta[0] + half), "p": float(2 * stats.t.sf(abs(beta[0] / se), df)) if se else math.nan,
+                     "ci_high": float(beta[0] + half),
+                     "p": float(2 * stats.t.sf(abs(beta[0] / se), df)) if se else math.nan,
                      "r2": 1 - float(residual @ residual) / total})
     return rows
 

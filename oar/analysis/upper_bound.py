@@ -76,7 +76,8 @@ def check_design(design: Mapping[str, Any], main: Mapping[str, Any]) -> list[tup
         problems.append((f"{k}.arm", f"{arm!r} is also the baseline"))
     methods = list(main.get("methods") or [])
     if sorted(methods) != sorted([arm, baseline]):
-        problems.append((f"{k}.arm", f"the test has two arms, {baseline!r} and {arm!r}; runs.main.methods is {methods}"))
+        problems.append((f"{k}.arm",
+                         f"the test has two arms, {baseline!r} and {arm!r}; runs.main.methods is {methods}"))
     if list(main.get("models") or []) != [design.get("model")]:
         problems.append((f"{k}.model", f"{design.get('model')!r}: runs.main.models must be exactly this policy, "
                                        f"got {main.get('models')}"))
@@ -279,7 +280,8 @@ def derailment_outcome(pairs: Sequence[Mapping[str, Any]], arm: str, baseline: s
     base_only = sum(1 for p in pairs if p["baseline_derailed"] and not p["arm_derailed"])
     discordant = arm_only + base_only
     p = float(stats.binomtest(arm_only, discordant, 0.5).pvalue) if discordant else math.nan
-    return {"n": n, arm: sum(p_["arm_derailed"] for p_ in pairs), baseline: sum(p_["baseline_derailed"] for p_ in pairs),
+    return {"n": n, arm: sum(p_["arm_derailed"] for p_ in pairs),
+            baseline: sum(p_["baseline_derailed"] for p_ in pairs),
             "arm_only": arm_only, "baseline_only": base_only, "p_mcnemar": p}
 
 
@@ -324,7 +326,8 @@ def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], pla
     frame_rows.append({"kind": "derailment", **{k: v for k, v in d.items()}})
     if d["n"]:
         parts.append(f"\nDerailment (an outcome, not an exclusion): a run whose final accuracy falls more than "
-                     f"{below:.1f} points below the untrained policy's ({fmt_num(reading['base_accuracy'], 1, 100.0)}%).\n\n"
+                     f"{below:.1f} points below the untrained policy's "
+                     f"({fmt_num(reading['base_accuracy'], 1, 100.0)}%).\n\n"
                      + markdown_table(["arm", "derailed runs", "rate"],
                                       [[arm, f"{d[design['arm']]}/{d['n']}", f"{100 * d[design['arm']] / d['n']:.0f}%"],
                                        [base, f"{d[design['baseline']]}/{d['n']}",
@@ -341,7 +344,8 @@ def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], pla
             planned_sd = " (planned: " + ", ".join(f"{s['power']:.2f} at SD {100 * s['sd']:.2f}"
                                                    for s in planned["scenarios"]) + ")"
         cond = {c["gain_from"]: c for c in ahead["conditional"]}
-        parts.append(f"\nAt the SD measured so far ({fmt_num(ahead['sd'], 2, 100.0)} points over {ahead['pairs']} pairs) "
+        parts.append(f"\nAt the SD measured so far ({fmt_num(ahead['sd'], 2, 100.0)} points over "
+                     f"{ahead['pairs']} pairs) "
                      f"the whole design has power {ahead['power_at_sd']:.2f} at a true gain of "
                      f"{100 * ahead['assumed_gain']:.1f} points{planned_sd}. Conditional power (normal approximation): "
                      f"given look {ahead['look']}, a later look stops the test with probability "
@@ -351,14 +355,16 @@ def upper_bound_table(reading: Mapping[str, Any], design: Mapping[str, Any], pla
     final = reading.get("final_power")
     if final:
         frame_rows.append({"kind": "final_power", **final})
-        parts.append(f"\nThe test ended undecided. At the SD measured at the final look ({fmt_num(final['sd'], 2, 100.0)} "
+        parts.append(f"\nThe test ended undecided. At the SD measured at the final look "
+                     f"({fmt_num(final['sd'], 2, 100.0)} "
                      f"points over {final['pairs']} pairs) the whole design decides the gain is below the margin "
                      f"with probability {final['power_at_assumed']:.2f} at a true gain of "
                      f"{100 * final['assumed_gain']:.1f} points and {final['target']:.2f} at a true gain of "
                      f"{100 * final['gain_at_target']:+.2f} points (normal approximation): a true gain up to about "
                      "that would likely have been decided below the margin.\n")
     if planned:
-        scen = "; ".join(f"SD {100 * s['sd']:.2f} points: power {s['power']:.2f}, expected {s['expected_pairs']:.0f} pairs"
+        scen = "; ".join(f"SD {100 * s['sd']:.2f} points: power {s['power']:.2f}, "
+                         f"expected {s['expected_pairs']:.0f} pairs"
                          for s in planned["scenarios"])
         hours = ", ".join(f"{h:.1f} h" for h in planned["hours_at_look"])
         parts.append(f"\nPlanned at a true gain of {100 * design['planning']['assumed_gain']:.1f} points: {scen}. "

@@ -46,7 +46,8 @@ def pin_kernels(level: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m oar.bench", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
     commands = p.add_subparsers(dest="command", required=True)
     credit = commands.add_parser("credit", help="score the response set of a frozen policy and rank the tokens")
     credit.add_argument("--scorer", action="append", default=[],
@@ -69,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
     responses.add_argument("--ship", action="store_true",
                            help="write the set into oar/bench/data and its index entry (a maintainer's step)")
     responses.add_argument("--trained", metavar="MODEL_DIR",
-                           help="with --ship: also ship this GRPO-trained model folder as PRIME's implicit reward model")
+                           help="with --ship: also ship this GRPO-trained model folder as PRIME's implicit reward "
+                                "model")
     responses.add_argument("--trained-from", help="with --trained: the run it is (recorded in the index)")
     responses.add_argument("--threads", type=int, default=1)
     responses.add_argument("--cpu-kernels", default="avx2")

@@ -164,7 +164,8 @@ def evaluate(scorer: str, scores: Sequence[np.ndarray], rows: Sequence[Mapping[s
 
 
 def run_entry(scorer: str, policy: str, model, tokenizer, response_set, *, seed: int = 0, reference_model=None,
-              config=None, groups_per_call: int = GROUPS_PER_CALL, log: Callable[[str], None] = print) -> dict[str, Any]:
+              config=None, groups_per_call: int = GROUPS_PER_CALL,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
     """Score ``response_set`` (a verified :class:`oar.bench.response_set.ResponseSet`) with ``scorer`` on the
     loaded ``model`` and return its leaderboard record: the numbers and what made them."""
     from oar.bench.leaderboard import commit

@@ -108,7 +108,8 @@ def targets(part: Mapping[str, Any], policy: str) -> list[str]:
     return list(dict.fromkeys(part["registry"].summaries(runs)))
 
 
-def read_outcomes(policy: str, entries: Sequence[str], seeds: Sequence[int] | None = None) -> tuple[pd.DataFrame, float]:
+def read_outcomes(policy: str, entries: Sequence[str],
+                  seeds: Sequence[int] | None = None) -> tuple[pd.DataFrame, float]:
     """Final accuracy per arm and seed (the mean over the config's benchmarks), and the untrained policy's;
     a missing evaluation stops naming its run and file."""
     from oar.analysis.run_outputs import read_summary
@@ -150,7 +151,8 @@ def analyse(outcomes: pd.DataFrame, entries: Sequence[str], untrained: float) ->
                 row.update({f"{prefix}_mean": t["mean"], f"{prefix}_low": t["ci_low"], f"{prefix}_high": t["ci_high"],
                             f"{prefix}_p": t["p"], f"{prefix}_sd": t["sd"], f"{prefix}_pairs": t["n"]})
                 if other == BASELINE:
-                    row.update(mde=t["mde"], wilcoxon_p=wilcoxon_shift(d, 0.0, "two-sided")["p"] if len(d) > 1 else math.nan)
+                    row.update(mde=t["mde"],
+                               wilcoxon_p=wilcoxon_shift(d, 0.0, "two-sided")["p"] if len(d) > 1 else math.nan)
         rows.append(row)
     frame = pd.DataFrame(rows)
     is_entry = frame["arm"].isin(entries)
@@ -159,7 +161,8 @@ def analyse(outcomes: pd.DataFrame, entries: Sequence[str], untrained: float) ->
         values = iter(holm(list(frame.loc[is_entry, column])))
         frame[adjusted] = [next(values) if e else math.nan for e in is_entry]
     frame["mde_holm"] = [mde(sd, n, alpha=holm_alpha(family)) if e else math.nan
-                         for sd, n, e in zip(frame.get("vs_grpo_sd", math.nan), frame.get("vs_grpo_pairs", 0), is_entry)]
+                         for sd, n, e in zip(frame.get("vs_grpo_sd", math.nan), frame.get("vs_grpo_pairs", 0),
+                                             is_entry)]
     frame["verdict"] = [("gain" if m > 0 else "harm") if e and p < ALPHA else ("not decided" if e else "")
                         for m, p, e in zip(frame.get("vs_grpo_mean", math.nan), frame["p_holm"], is_entry)]
     return frame
@@ -197,13 +200,15 @@ def learning_table(entries: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, 
     def accuracy(r: Mapping[str, Any]) -> str:
         return _interval({"mean": r["accuracy"], "ci_low": r["accuracy_low"], "ci_high": r["accuracy_high"]}, 100, 1)
 
-    rows = [[f"`{arm}`", accuracy(newest[arm]), "", "", "", "", "", "", f"{newest[arm]['derailed']} of {newest[arm]['seeds']}", "",
+    rows = [[f"`{arm}`", accuracy(newest[arm]), "", "", "", "", "", "",
+             f"{newest[arm]['derailed']} of {newest[arm]['seeds']}", "",
              ""] for arm in (BASELINE, CEILING)]
     records = []
     for e in sorted(entries, key=lambda e: -(e["result"].get("vs_grpo_mean") or -math.inf)):
         r = e["result"]
         rows.append([f"`{e['entry']}`", accuracy(r), _points(r, "vs_grpo"), f"{r['vs_grpo_p']:.3f}",
-                     f"{r['p_holm']:.3f} ({len(e['submitted_with'])})", f"{100 * r['mde']:.1f} / {100 * r['mde_holm']:.1f}",
+                     f"{r['p_holm']:.3f} ({len(e['submitted_with'])})",
+                     f"{100 * r['mde']:.1f} / {100 * r['mde_holm']:.1f}",
                      f"{r['wilcoxon_p_holm']:.3f}", _points(r, "vs_truth"), f"{r['derailed']} of {r['seeds']}",
                      r["verdict"], e["made_with"]["commit"][:10] + ("+" if e["made_with"].get("dirty") else "")])
         records.append({"entry": e["entry"], **{k: v for k, v in r.items() if k != "arm"},

@@ -360,7 +360,8 @@ def trained_card_text(policy: str, trained: dict[str, Any]) -> str:
     return (
         f"# GRPO-trained `{policy}` (PRIME's reward model)\n\n"
         "## What it is\n\n"
-        f"The frozen policy `{policy}` (`oar/models/frozen/{policy}`) after a GRPO run of the testbed. The token-credit "
+        f"The frozen policy `{policy}` (`oar/models/frozen/{policy}`) after a GRPO run of the testbed. "
+        "The token-credit "
         "benchmark's `prime` entry scores a token by `beta log(pi_phi(y_t) / pi_ref(y_t))` with pi_phi this policy "
         f"and pi_ref the frozen `{policy}`; nothing else uses it. The workflow and the benchmark's learning track "
         f"start RL from the frozen `{policy}`, not from this one.\n\n"

@@ -100,7 +100,8 @@ class DatasetSpec:
     parts: tuple[str, ...] = ()  # composite datasets (math12k)
     description: str = ""
     shipped: str | None = None  # file under oar/data/benchmarks (source "shipped")
-    # source 'generated': part of oar.data.synthetic.fact_split ("train" or "test"), or "chain:<split>:<count>[:<steps>]"
+    # source 'generated': part of oar.data.synthetic.fact_split ("train" or "test"),
+    # or "chain:<split>:<count>[:<steps>]"
     generated: str | None = None
 
 
@@ -142,7 +143,8 @@ DATASETS: dict[str, DatasetSpec] = {
                     description=f"testbed chain task (oar.data.chains), {CHAIN_STEPS} steps, {CHAIN_TRAIN:,} problems"),
         DatasetSpec("chain_test", "benchmark", None, None, None, None, _GENERATED, eval=CHAIN_SAMPLED,
                     generated=f"chain:test:{CHAIN_TEST}",
-                    description=f"held-out testbed chain problems (oar.data.chains), {CHAIN_STEPS} steps, {CHAIN_TEST}"),
+                    description=f"held-out testbed chain problems (oar.data.chains), {CHAIN_STEPS} steps, "
+                                f"{CHAIN_TEST}"),
         DatasetSpec("chain5_train", "train", None, None, None, None, _GENERATED,
                     generated=f"chain:train:{CHAIN_TRAIN}:{CHAIN_LONG_STEPS}",
                     description=f"testbed chain task, {CHAIN_LONG_STEPS} steps, {CHAIN_TRAIN:,} problems"),

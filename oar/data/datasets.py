@@ -177,6 +177,7 @@ def build_dataset(
         records = records[:limit]
     summary["limit"] = limit
     summary["rows"] = len(records)
-    summary["level_counts"] = {str(k): v for k, v in sorted(Counter(r["level"] for r in records).items(), key=lambda kv: (kv[0] is None, kv[0] or 0))}
+    summary["level_counts"] = {str(k): v for k, v in sorted(Counter(r["level"] for r in records).items(),
+                                                            key=lambda kv: (kv[0] is None, kv[0] or 0))}
     summary["source_counts"] = dict(Counter(r["source"] for r in records))
     return Prepared(records, summary)

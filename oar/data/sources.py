@@ -66,7 +66,8 @@ def shipped_path(name: str) -> Path:
     spec = get_spec(name)
     if spec.shipped is None:
         shipped = ", ".join(n for n, s in DATASETS.items() if s.shipped)
-        raise DataError(f"dataset {name!r} is not shipped with oar (only {shipped}); use source 'packaged', 'hub' or 'local'")
+        raise DataError(f"dataset {name!r} is not shipped with oar (only {shipped}); "
+                        f"use source 'packaged', 'hub' or 'local'")
     path = Path(__file__).resolve().parent / SHIPPED_DIR / spec.shipped
     if not path.is_file():
         raise DataError(f"{path}: missing from the oar package (reinstall it)")

@@ -4,7 +4,8 @@ Files in an evaluation folder:
 
 - ``samples.jsonl``: one line per sample (``problem_id``, ``sample_index``, ``response``,
   ``extracted_answer``, ``answer_kind``, ``reference``, ``correct``, ``undecided`` (the grader's symbolic
-  check timed out twice; ``correct`` is then false), ``num_tokens``, ``finish_reason``, ``wall_s``). The lines of one problem are appended together, once all its ``n`` samples are graded,
+  check timed out twice; ``correct`` is then false), ``num_tokens``, ``finish_reason``, ``wall_s``). The lines
+  of one problem are appended together, once all its ``n`` samples are graded,
   and flushed, so a kill loses at most the problems in flight.
 - ``eval_config.json``: the settings that determine the samples (model, benchmark checksum, n,
   temperature, top-p, max new tokens, seed, backend, chunking). A rerun with different settings in the
@@ -107,7 +108,8 @@ def read_samples(path: Path, n: int, repair: bool = True) -> dict[str, list[dict
             if lineno == len(lines):
                 dirty = True
                 break
-            raise ValueError(f"{path}:{lineno}: malformed sample line (not a partial last line; fix or delete the file)")
+            raise ValueError(f"{path}:{lineno}: malformed sample line "
+                             f"(not a partial last line; fix or delete the file)")
         if pid not in by_problem:
             by_problem[pid] = {}
             order.append(pid)

@@ -301,7 +301,8 @@ def make_generator(backend: str, model_dir: str | Path, batch_size: int = 8, dev
     raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
-def timed_generate(generator: Generator, prompts: Sequence[str], **kwargs: Any) -> tuple[list[list[GenerationOutput]], float]:
+def timed_generate(generator: Generator, prompts: Sequence[str],
+                   **kwargs: Any) -> tuple[list[list[GenerationOutput]], float]:
     """``generator.generate`` and its wall time in seconds."""
     start = time.perf_counter()
     out = generator.generate(prompts, **kwargs)

@@ -64,7 +64,7 @@ Complete configurations to start from: `config/config.yaml` (the embedded CPU de
 `config/paper.yaml` (the paper's scale) and `tests/data/workflow_tiny.yaml` (the tiny test DAG);
 `config/ablations.yaml` is an overlay. In the tables, `<name>` stands for a key you choose (a model's short name, a
 dataset or benchmark name, a kind of job); a key marked *required* has no default.
-"""
+"""  # noqa: E501
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:

@@ -69,7 +69,8 @@ class Estimate:
         if self.unpriced == self.pending:  # what has finished (data files, say) prices none of what is left
             return text + f"; no estimate yet: no job of the rules of the {self.pending} left has finished"
         bound = "at least" if self.unpriced else "about"
-        text += f"; {bound} {self.left_s / 60:.0f} min left on {cores} core{'s' if cores != 1 else ''}, from this run's finished jobs"
+        text += (f"; {bound} {self.left_s / 60:.0f} min left on {cores} core{'s' if cores != 1 else ''}, "
+                 f"from this run's finished jobs")
         if self.guessed:
             text += f" ({self.guessed} of the {self.pending} left are of kinds not finished yet)"
         if self.unpriced:

@@ -310,7 +310,8 @@ class Registry:
             ids: list[str] = []
             for s in settings:
                 if s["run_id"] in runs and runs[s["run_id"]] != s:
-                    raise RuntimeError(f"run id {s['run_id']} names two different settings (a bug in oar.experiment.runs)")
+                    raise RuntimeError(f"run id {s['run_id']} names two different settings "
+                                       f"(a bug in oar.experiment.runs)")
                 runs[s["run_id"]] = s
                 if s["run_id"] not in ids:
                     ids.append(s["run_id"])

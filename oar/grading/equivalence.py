@@ -160,8 +160,8 @@ def match_answers(predicted: str, reference: str, timeout_s: float = 5.0) -> boo
        time-out returns None (undecided). An error math-verify raises counts as wrong; a helper that
        dies (killed from outside, a crash in native code) is treated like a time-out.
 
-    An empty prediction, or one whose braces do not pair up, never matches. Raises ValueError for non-str inputs, an empty reference, or a
-    non-positive ``timeout_s``.
+    An empty prediction, or one whose braces do not pair up, never matches. Raises ValueError for non-str inputs,
+    an empty reference, or a non-positive ``timeout_s``.
     """
     if not isinstance(predicted, str) or not isinstance(reference, str):
         raise ValueError(

@@ -243,7 +243,8 @@ def _statement_answer(response: str) -> AnswerSpan | None:
     return AnswerSpan(text, start, end, reasoning_end=last.start(), kind="statement")
 
 
-def extract_answer(response: str, fallback_last_number: bool = True, answer_statement: bool = True) -> AnswerSpan | None:
+def extract_answer(response: str, fallback_last_number: bool = True,
+                   answer_statement: bool = True) -> AnswerSpan | None:
     """The final answer span of a model response, or None when there is none.
 
     A cascade; the first step that finds an answer gives it:

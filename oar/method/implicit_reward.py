@@ -54,7 +54,8 @@ def reasoning_logprobs(model, probes: Sequence, chunk_tokens: int) -> list[Tenso
     return out  # type: ignore[return-value]
 
 
-def implicit_reward_scores(model, trained_model, probes: Sequence, chunk_tokens: int, beta: float = BETA) -> list[Tensor]:
+def implicit_reward_scores(model, trained_model, probes: Sequence, chunk_tokens: int,
+                           beta: float = BETA) -> list[Tensor]:
     """``|beta log(pi_trained / pi_model)|`` of every reasoning token (see the module)."""
     rewards = implicit_rewards(reasoning_logprobs(trained_model, probes, chunk_tokens),
                                reasoning_logprobs(model, probes, chunk_tokens), beta)

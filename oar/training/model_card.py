@@ -134,7 +134,7 @@ GRPO ([DeepSeekMath](https://arxiv.org/abs/{GRPO_PAPER['arxiv']})) and TRL, whic
   year    = {{2020}}
 }}
 ```
-"""
+"""  # noqa: E501
     return ModelCard(body)
 
 

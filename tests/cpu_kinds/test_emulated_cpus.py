@@ -3,7 +3,8 @@
 torch, MKL and oneDNN pick their kernels, and each instruction is executed exactly.
 
 `make test-cpu-kinds` installs qemu-user (root, apt) and sets OAR_TEST_CPU_KINDS=1; without it these tests
-are skipped. About 18 minutes on 2 loaded cores: an emulated process runs tens to hundreds of times slower than a native one.
+are skipped. About 18 minutes on 2 loaded cores: an emulated process runs tens to hundreds of times slower than a
+native one.
 """
 
 from __future__ import annotations

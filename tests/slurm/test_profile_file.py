@@ -1,5 +1,6 @@
 """The SLURM profile as Snakemake reads it (no cluster needed): found by name from the repository root
-(and from anywhere after `make install-profile`), account and partition taken from $SBATCH_ACCOUNT / $SBATCH_PARTITION when set and left to the executor
+(and from anywhere after `make install-profile`), account and partition taken from $SBATCH_ACCOUNT /
+$SBATCH_PARTITION when set and left to the executor
 otherwise; `snakemake --profile slurm all` plans the paper (config/paper.yaml) and a --configfile on the
 command line replaces it."""
 

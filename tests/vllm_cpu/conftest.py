@@ -20,7 +20,8 @@ os.environ.setdefault("VLLM_CPU_CI_ENV", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 _PROBLEMS = [f"What is {a} + {b}? Tom has {a} apples and buys {b} more." for a, b in
-           [(3, 4), (12, 7), (25, 25), (8, 1), (30, 2), (5, 19), (41, 3), (16, 16), (9, 27), (2, 48), (14, 6), (33, 10)]]
+           [(3, 4), (12, 7), (25, 25), (8, 1), (30, 2), (5, 19), (41, 3), (16, 16), (9, 27), (2, 48), (14, 6),
+            (33, 10)]]
 
 
 @pytest.fixture(scope="session")
