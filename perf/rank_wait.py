@@ -121,7 +121,8 @@ def main() -> None:
          f"{slowest_rank_factor(groups, share, RANKS):.3f}"],
         [f"predicted for the time: the same with the run's fixed time a call ({intercept * 1e3:.0f} ms beside "
          f"{slope * 1e3:.1f} ms a row)", f"{slowest_rank_factor(groups, share, RANKS, fixed_groups):.3f}"],
-        ["rows: the most-scoring rank's rows over the mean rank's, summed over the steps", f"{rows_max / rows_mean:.3f}"],
+        ["rows: the most-scoring rank's rows over the mean rank's, summed over the steps",
+         f"{rows_max / rows_mean:.3f}"],
         ["logged: time_score_max_s / time_score_s, summed over the steps (metrics.jsonl)",
          f"{logged_ratio(logged):.3f}"],
         ["recorded: the slowest rank's scoring seconds over the mean rank's, summed (the wrapper's clock)",

@@ -90,11 +90,11 @@ def main() -> None:
             print(f"{method}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         lines = [json.loads(line) for line in metrics.read_text().splitlines()]
         steady = lines[1:] or lines
-        rows[method] = {part: statistics.median(l[part] or 0.0 for l in steady) for part in PARTS}
-        rows[method]["peak_memory_mb"] = max(l["peak_memory_mb"] for l in lines)
-        score_peaks = [l.get("score_peak_memory_mb") for l in lines]
+        rows[method] = {part: statistics.median(row[part] or 0.0 for row in steady) for part in PARTS}
+        rows[method]["peak_memory_mb"] = max(row["peak_memory_mb"] for row in lines)
+        score_peaks = [row.get("score_peak_memory_mb") for row in lines]
         rows[method]["score_peak_memory_mb"] = max((p for p in score_peaks if p is not None), default=float("nan"))
-        rows[method]["frac_scored"] = statistics.mean(l["frac_scored"] for l in lines)
+        rows[method]["frac_scored"] = statistics.mean(row["frac_scored"] for row in lines)
 
     base = rows.get("grpo")
     cells = []

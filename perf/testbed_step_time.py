@@ -63,7 +63,7 @@ def main() -> None:
                 subprocess.run([sys.executable, __file__, "--one-run", json.dumps(settings), str(out),
                                 "--threads", str(args.threads)], check=True, capture_output=True)
                 lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
-                medians[method].append({k: statistics.median(l.get(k) or 0.0 for l in lines) for k in PARTS})
+                medians[method].append({k: statistics.median(row.get(k) or 0.0 for row in lines) for k in PARTS})
                 print(f"{method} repeat {rep + 1}: "
                       + ", ".join(f"{k} {v:.3f}" for k, v in medians[method][-1].items()),
                       file=sys.stderr, flush=True)

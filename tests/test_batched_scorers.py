@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import reference_scorers
-from oar.method import importance
 from oar.method.importance import score
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scoring_batches import even_micro_batches, micro_batches

@@ -209,7 +209,8 @@ def test_bad_input_stops_with_one_line_naming_it(tiny_model_dir, tmp_path, capsy
     for flag, values, message in (("--scored-share", ["0.6", "0.5", "0.4"], "the low end 0.6 exceeds the high end 0.4"),
                                   ("--scored-share", ["1.5"], "a scored share of 1.5 is not in (0, 1]"),
                                   ("--scored-share", ["0"], "a scored share of 0 is not in (0, 1]"),
-                                  ("--completion-fill", ["0.9", "0.5", "0.6"], "the low end 0.9 exceeds the high end 0.6"),
+                                  ("--completion-fill", ["0.9", "0.5", "0.6"],
+                                   "the low end 0.9 exceeds the high end 0.6"),
                                   ("--scored-share", ["0.2", "0.5"], "give three figures")):
         assert cost_plan.main(["--config", "config/paper.yaml", flag, *values, "--no-swings"]) == 2
         err = capsys.readouterr().err

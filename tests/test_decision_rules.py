@@ -466,7 +466,7 @@ def test_each_run_is_checked_against_the_declaring_commit(tmp_path):
     made_after = [run_file("a1", after), run_file("a2", declaring), run_file("a3", after, dirty=True)]
     text = provenance.runs_text([d], made_after)
     assert f"Runs read: 3, made at commits {after[:12]} (2), {declaring[:12]} (1); 1 of them with uncommitted" in text
-    assert f"`analysis.primary`: declared before all 3 runs" in text and "not declared in advance" not in text
+    assert "`analysis.primary`: declared before all 3 runs" in text and "not declared in advance" not in text
     # a run made before the rule was committed: the rule was not declared in advance of it
     text = provenance.runs_text([d], [*made_after, run_file("b", before)])
     assert f"**not declared in advance of 1 of the 4 runs** (made at commits that do not descend from " \

@@ -5,7 +5,6 @@ workflow before any RL job."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess

@@ -16,7 +16,6 @@ import copy
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import yaml
 
