@@ -255,29 +255,29 @@ gpu-preflight:
 
 # `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
 define HELP_TEXT
-Usage: make <target>
+Usage: make <target>    (how long each target takes: docs/development.md)
 
 Try it
   run              set up .venv, then run the credit-assignment testbed, the embedded default (CPU, 2 cores)
   run-ablations    the testbed's length sweep and ablations (config/ablations.yaml); reuses the runs of `run`
-  rebuild-policies pretrain every shipped policy's recipe again and say whether this machine gives the shipped bits (a few minutes)
+  rebuild-policies pretrain every shipped policy's recipe again and say whether this machine gives the shipped bits
   bench-credit     the token-credit benchmark's ground-truth track: SCORER="name or package.module:function" on POLICY (default chain_f1); no SCORER: the standard rows (docs/benchmark.md)
-  bench-learning   its learning track: ENTRIES trained from POLICY beside GRPO and the truth gate on paired seeds, the declared paired analysis (about 10 min an entry at chain_f1's five seeds on 2 cores)
-  run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/ (~45 min)
+  bench-learning   its learning track: ENTRIES trained from POLICY beside GRPO and the truth gate on paired seeds, the declared paired analysis
+  run-smollm2      the SmolLM2-135M experiment (config/smollm2.yaml) into results-smollm2/
   progress         beside a running `make run`: jobs done and about how long is left, a line a minute
   explain          print the OAR-P, OAR-G and entropy scores of every reasoning token of one response
 
 Studies (oar/studies/; their configs in config/studies/, each run into its own results folder)
-  run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy, final-step truth gate (config/studies/decisive.yaml; about 7 h on 2 cores)
-  run-decisive-part  its part without OAR-P (config/studies/decisive-part.yaml; about 4 h on 2 cores)
-  run-upper-bound  the upper-bound test: GRPO and the graded truth gate on chain_d8, 60 fresh seeds read at 20, 40, 60 pairs (config/studies/upper-bound.yaml; LOOK=1 runs the first look's seeds, about 2.8 h on 2 cores; all three about 8.4 h)
+  run-decisive     the decisive overlay: distractor levels x GRPO, truth gates, OAR-P, OAR-G, entropy, final-step truth gate (config/studies/decisive.yaml)
+  run-decisive-part  its part without OAR-P (config/studies/decisive-part.yaml)
+  run-upper-bound  the upper-bound test: GRPO and the graded truth gate on chain_d8, 60 fresh seeds read at 20, 40, 60 pairs (config/studies/upper-bound.yaml; LOOK=1 runs the first look's seeds)
   upper-bound-plan  print the upper-bound test's boundaries, power and time from its declared design (no runs)
-  run-ceiling      the ceiling test on the shipped chain_d8: GRPO and the graded truth gate, 46 fresh seeds read at 23 and 46 pairs (config/studies/ceiling.yaml; LOOK=1 about 3.2 h on 2 cores, both about 6.4 h)
+  run-ceiling      the ceiling test on the shipped chain_d8: GRPO and the graded truth gate, 46 fresh seeds read at 23 and 46 pairs (config/studies/ceiling.yaml; LOOK=1 the first look)
   ceiling-plan     print the ceiling test's boundaries, power and time from its declared design (no runs)
-  run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/studies/rescue.yaml; about 6-9 h on 2 cores)
-  run-mechanism    why the scorers lose, on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, OAR-G and its rescue, ten fresh seeds, declared contrasts, the mediator, the dose-response over the last step's weight (config/studies/mechanism.yaml; about 6 h on 2 cores)
-  run-oar-p-credit where OAR-P puts its weight in training on the shipped chain_d8, three seeds, exploratory (config/studies/oar-p-credit.yaml; about 45 min on 2 cores)
-  select-policy    how the shipped chain_d8 was chosen: pretraining candidates piloted with GRPO in order until one passes the rule declared in config/studies/policy-selection.yaml (about 30 min a candidate on 2 cores)
+  run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/studies/rescue.yaml)
+  run-mechanism    why the scorers lose, on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, OAR-G and its rescue, ten fresh seeds, declared contrasts, the mediator, the dose-response over the last step's weight (config/studies/mechanism.yaml)
+  run-oar-p-credit where OAR-P puts its weight in training on the shipped chain_d8, three seeds, exploratory (config/studies/oar-p-credit.yaml)
+  select-policy    how the shipped chain_d8 was chosen: pretraining candidates piloted with GRPO in order until one passes the rule declared in config/studies/policy-selection.yaml
 
 Test
   test             the whole pytest suite (CPU, on two worker processes), its slowest tests listed at the end (every target's time: docs/development.md)
@@ -287,7 +287,7 @@ Test
   test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models)
-  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the paper settings, 1.5B then 7B exact OAR-P (about 15 min of an H200)
+  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the paper settings, 1.5B then 7B exact OAR-P
 
 Set up
   setup            create .venv with the pinned packages (the other targets do this first)
