@@ -41,11 +41,8 @@ rule table:
         # the decisive reading's levels: each main chain policy's remarks and note words per step
         levels=REG.distractor_levels(),
         baseline=REG.paired["baseline"],
-        # the upper-bound test's design (with every declared seed), and where each decision rule was declared
-        upper_bound=REG.upper_bound,
-        mechanism=REG.mechanism,
-        dose_response=REG.dose_response,
-        # every registered study's design by its name (oar.studies), for a study's table without a param here
+        # every registered study's design by its name (oar.studies; the upper-bound test's with every declared
+        # seed), read by the study's own tables
         designs=study_designs(),
         configfiles=[os.path.abspath(f) for f in workflow.configfiles],
         decision_rules=decision_rules(),

@@ -264,7 +264,7 @@ def test_the_table_job_reads_the_upper_bound_test_and_says_where_its_rules_were_
         wildcards=SimpleNamespace(name="upper_bound"),
         input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", accuracy=tmp_path / "accuracy.csv",
                               curves=tmp_path / "curves.csv"),
-        params=SimpleNamespace(upper_bound=reg.upper_bound, paired_benchmark="chain5_test",
+        params=SimpleNamespace(designs={"upper_bound": reg.upper_bound}, paired_benchmark="chain5_test",
                                configfiles=[str(root / "config" / "studies" / "decisive.yaml"),
                                             str(root / "config" / "studies" / "upper-bound.yaml")],
                                decision_rules={"analysis.primary": None, "analysis.upper_bound": design},
@@ -439,7 +439,8 @@ def test_the_table_job_writes_the_dose_response_into_the_mechanism_table(tmp_pat
         input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", dose_accuracy=tmp_path / "dose_accuracy.csv",
                               dose_curves=tmp_path / "dose_curves.csv"),
         # the step-error section reads evaluation samples this tree lacks (tests/test_step_errors.py has it)
-        params=SimpleNamespace(mechanism={**reg.mechanism, "step_errors": None}, dose_response=reg.dose_response,
+        params=SimpleNamespace(designs={"mechanism": {**reg.mechanism, "step_errors": None},
+                                         "dose_response": reg.dose_response},
                                paired_benchmark="chain5_test", baseline="grpo"))
     frame, md = job.build(smk)
     assert md.index("## Declared contrasts") < md.index("## Dose-response: the last step's weight on chain_d8")

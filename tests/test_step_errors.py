@@ -321,7 +321,7 @@ def test_the_mechanism_table_job_writes_the_step_error_section_from_a_results_tr
     smk = SimpleNamespace(
         wildcards=SimpleNamespace(name="mechanism"),
         input=SimpleNamespace(outcomes=tmp_path / "outcomes.csv", summaries=[str(s) for s in summaries]),
-        params=SimpleNamespace(mechanism=design, dose_response=None, paired_benchmark="chain5_test"))
+        params=SimpleNamespace(designs={"mechanism": design, "dose_response": None}, paired_benchmark="chain5_test"))
     frame, md = job.build(smk)
     assert "## Declared contrasts on chain_d8" in md and "## Where the arms write wrong arithmetic" in md
     errors = frame[frame["kind"] == "step error"].set_index("name")

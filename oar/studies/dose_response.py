@@ -72,7 +72,7 @@ def with_dose_response(smk, frame, md, outcomes):
     from oar.analysis import dose_response
 
     p = smk.params
-    design = p.dose_response
+    design = p.designs["dose_response"]
     reading = dose_response.read_dose_response(pd.read_csv(smk.input.dose_accuracy), design, p.paired_benchmark,
                                                pd.read_csv(smk.input.dose_curves))
     reference = dose_response.reference_arm(outcomes, design, p.baseline)

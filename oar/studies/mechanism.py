@@ -93,7 +93,7 @@ def build_table(smk):
     from oar.studies.dose_response import with_dose_response
 
     p = smk.params
-    design = p.mechanism
+    design = p.designs["mechanism"]
     outcomes = pd.read_csv(smk.input.outcomes)
     derailed = None
     if design.get("derailment"):
@@ -111,7 +111,7 @@ def build_table(smk):
         md += ratio_regression_text(ratio_regression(of_model, list(weights["method"])))
     if design.get("step_errors"):
         frame, md = _with_step_errors(frame, md, outcomes, design, smk)
-    return with_dose_response(smk, frame, md, outcomes) if p.dose_response else (frame, md)
+    return with_dose_response(smk, frame, md, outcomes) if p.designs.get("dose_response") else (frame, md)
 
 
 STUDY = Study(

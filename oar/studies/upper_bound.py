@@ -73,7 +73,7 @@ def build_table(smk):
     p = smk.params
     acc = pd.read_csv(smk.input.accuracy)
     base = base_accuracy(acc, p.paired_benchmark)
-    design = p.upper_bound
+    design = p.designs["upper_bound"]
     if design["model"] not in base:
         raise ValueError(f"no {p.paired_benchmark} accuracy of the untrained {design['model']} (the derailment "
                          "outcome's reference)")
