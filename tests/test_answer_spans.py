@@ -128,11 +128,14 @@ def test_the_fallback_warning_is_said_at_the_first_tenth_and_hundredth_batch_whe
         said = [n for n in range(1, 151) if warning.observe(fallen_back=5, scored=8) is not None]
     assert said == [1, 10, 100] and len(caplog.records) == 3
     first = caplog.records[0].getMessage()
-    assert first.startswith("OAR found no answer span in 5 of 8 scored responses (the maths rules")
+    assert first.startswith("OAR found no answer span in 5 of 8 scored responses (looked for by the maths rules")
     assert "set oar_answer_pattern" in first and "oar_conclusion" in first and "the 1st such" in first
     assert "the 100th such" in caplog.records[2].getMessage()
     pattern = FallbackWarning(OARSettings(answer_pattern=r"Label:(\w+)")).message(8, 8)
-    assert "oar_answer_pattern='Label:(\\\\w+)'" in pattern and "check oar_answer_pattern" in pattern
+    assert "oar_answer_pattern='Label:(\\\\w+)'" in pattern and "Check oar_answer_pattern" in pattern
+    assert "oar_conclusion is still the maths one" in pattern
+    fitted = FallbackWarning(OARSettings(answer_pattern=r"L:(\w+)", conclusion="L:")).message(8, 8)
+    assert "Check oar_answer_pattern" in fitted and "still the maths" not in fitted
 
 
 def test_runs_made_before_the_outcome_settings_keep_their_settings_file_and_fingerprint():

@@ -108,17 +108,24 @@ def test_a_label_task_falls_back_at_the_maths_defaults_and_is_scored_with_its_ow
     print(f"\nfallback rate over {len(maths_log)} steps of OAR-G: maths defaults {before:.3f}, "
           f"Label: pattern {after:.3f}")
 
+    tokenizer = labeller[1]
+
+    def labelled(probe) -> bool:  # the response writes a label
+        return LABEL.search(tokenizer.decode(probe.response_ids, skip_special_tokens=True)) is not None
+
     assert all(row["oar/frac_scored"] > 0 for row in maths_log + label_log)  # mixed groups, scored rows
-    assert before > 0.9 and not any(p.has_answer for step in maths_probes for p in step)
+    maths_rows = [p for step in maths_probes for p in step]
+    assert before > 0.9 and not any(p.has_answer for p in maths_rows)
+    assert sum(map(labelled, maths_rows)) > 0.75 * len(maths_rows)  # the responses do answer: the rules miss it
     # warned at the first step where most rows fell back, naming the settings to change, and not again
     assert len(warnings) == 1 and "oar_answer_pattern" in warnings[0] and "oar_conclusion" in warnings[0]
     assert not [r for r in caplog.records if r.name == "oar.training.fallback_warning"]
 
-    assert after < 0.1
-    tokenizer = labeller[1]
-    labelled = [p for step in label_probes for p in step if p.has_answer]
-    assert len(labelled) > 0.9 * sum(len(step) for step in label_probes)
-    for probe in labelled:  # the answer is the label, the reasoning stops before "Label:", the probe leads into it
+    # with the pattern, exactly the responses that write no label (cut at the length limit, or none) fall back
+    label_rows = [p for step in label_probes for p in step]
+    assert [p.has_answer for p in label_rows] == [labelled(p) for p in label_rows]
+    assert after <= 0.25
+    for probe in filter(labelled, label_rows):  # the answer is the label, the reasoning stops before "Label:"
         assert probe.answer_kind == "pattern" and tokenizer.decode(probe.answer_ids).strip() in ("positive", "negative")
         assert not tokenizer.decode(probe.response_ids[: probe.reasoning_len]).rstrip().endswith("Label:")
         assert tokenizer.decode(probe.conclude_ids) == "Label:"

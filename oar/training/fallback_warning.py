@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from oar.method.answer_spans import MATHS_CONCLUSION
 from oar.training.settings import OARSettings
 
 logger = logging.getLogger(__name__)
@@ -49,18 +50,22 @@ class FallbackWarning:
     def message(self, fallen_back: int, scored: int) -> str:
         settings = self.settings
         if settings.answer_pattern:
-            rule, change = (f"the answer pattern oar_answer_pattern={settings.answer_pattern!r}",
-                            "check oar_answer_pattern against your responses (its one group is the answer)")
+            rule = f"the answer pattern oar_answer_pattern={settings.answer_pattern!r}"
+            change = "Check oar_answer_pattern against your responses: its one group is the answer"
         elif settings.answer_finder:
-            rule, change = (f"the answer finder oar_answer_finder={settings.answer_finder!r}",
-                            "check what oar_answer_finder returns for your responses")
+            rule = f"the answer finder oar_answer_finder={settings.answer_finder!r}"
+            change = "Check what oar_answer_finder returns for your responses"
         else:
-            rule = "the maths rules (the last \\boxed{}, an 'answer is' statement, the last number)"
-            change = ("if your task's answers are not maths results, set oar_answer_pattern (a regular expression "
+            rule = "the maths rules: the last \\boxed{}, an 'answer is' statement, the last number"
+            change = ("If your task's answers are not maths results, set oar_answer_pattern (a regular expression "
                       "whose one group is the answer) or oar_answer_finder (package.module:function), and "
-                      "oar_conclusion to the text your responses put before the answer")
-        return (f"OAR found no answer span in {fallen_back} of {scored} scored responses ({rule}): their outcome "
-                f"fell back to LT-Logits, the model's next token after the conclusion {settings.conclusion!r}, so "
-                f"their token credit follows that token rather than their answer. To fix it, {change}; in the "
-                f"workflow, training.oar.answer_pattern and the like (docs/library.md, 'When OAR applies'). This "
-                f"is the {ordinal(self.batches)} such generation batch; said again at the 10th, 100th, ...")
+                      "oar_conclusion to the text your responses write before the answer")
+        own_span = settings.answer_pattern or settings.answer_finder
+        if own_span and settings.conclusion == MATHS_CONCLUSION:
+            change += ("; oar_conclusion is still the maths one: set it to the text your responses write before "
+                       "their answer")
+        return (f"OAR found no answer span in {fallen_back} of {scored} scored responses (looked for by {rule}), "
+                f"so their outcome fell back to LT-Logits, the model's next token after the conclusion "
+                f"{settings.conclusion!r}: their token credit follows that token, not their answer. {change} "
+                f"(in the workflow: training.oar.*; docs/library.md, 'When OAR applies'). This is the "
+                f"{ordinal(self.batches)} such generation batch; said again at the 10th, 100th, ...")
