@@ -6,7 +6,7 @@ OAR's outcome is the model's distribution over the final answer, read after the 
 (``prompt | reasoning | conclusion | answer``, ``oar.method.probes``). The answer span decides where the
 reasoning stops and which tokens the answer-span outcomes teacher-force; the conclusion is the text that
 leads into the answer. For a task whose answer is not a maths result the two are set together, e.g. the
-conclusion ``"\\nLabel:"`` with the pattern ``r"Label:(\\s*\\w+)"``.
+conclusion ``"Label:"`` with the pattern ``r"Label:(\\s*\\w+)"``.
 
 The settings' checks (:func:`pattern_problem`, :func:`finder_problem`) say what is wrong with a value
 before any response is read; :class:`AnswerRule` finds the span of one response.
