@@ -76,7 +76,9 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fmt(value: Any) -> str:
-    return "`" + json.dumps(value, ensure_ascii=False) + "`" if not isinstance(value, str) else f"`{value}`"
+    # a string as written, unless it is empty or holds line breaks or edge spaces: then quoted as in YAML
+    plain = isinstance(value, str) and value and value.strip() == value and "\n" not in value
+    return f"`{value}`" if plain else "`" + json.dumps(value, ensure_ascii=False) + "`"
 
 
 def _type(node: dict[str, Any], defs: dict[str, Any]) -> str:

@@ -1,8 +1,10 @@
 """Outcome probes: what a response's final answer looks like to the model (method.md sections 2-3).
 
 ``build_probes``: from a prompt's and a response's **token ids** (never re-tokenised text), locate the
-answer span (last ``\\boxed{}``, or the last number when the fallback is on) and build the probe
-``prompt | reasoning | conclude | answer``. An *outcome* then reads the answer distribution off the
+answer span (``oar.method.answer_spans``: by default the maths rules, the last ``\\boxed{}``, an "answer
+is" statement or the last number; or a pattern or a function of the user's) and build the probe
+``prompt | reasoning | conclude | answer``, where ``conclude`` is the conclusion text (by default
+``CONCLUDE_TEXT``). An *outcome* then reads the answer distribution off the
 probe's last logits: ``lt_logits`` (first answer token), ``as_mean`` (softmax of the mean answer-span
 logits) or ``as_joint`` (mean answer log-likelihood). A response without an answer span falls back to
 ``lt_logits``. The scorers (``oar.method.importance``) perturb the reasoning and compare outcomes.
@@ -19,10 +21,10 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from oar.grading.extraction import extract_answer
+from oar.method.answer_spans import MATHS_CONCLUSION, AnswerRule
 from oar.method.names import PROBES
 
-CONCLUDE_TEXT = "\n\nTherefore, the final answer is \\boxed{"
+CONCLUDE_TEXT = MATHS_CONCLUSION
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class Probe:
     reasoning_len: int
     conclude_ids: tuple[int, ...]
     answer_ids: tuple[int, ...]  # the model's own answer-span tokens; empty when there is no answer
-    answer_kind: str | None = None  # "boxed", "statement", "last_number" or None
+    answer_kind: str | None = None  # "boxed", "statement", "last_number", "pattern", "finder" or None
     pad_id: int = field(kw_only=True)  # what OAR-P and the oracle substitute (substitute_token_id)
     # Reasoning positions that decide the answer, where a task's grammar tells (the truth scorer); else None.
     decisive: tuple[int, ...] | None = field(default=None, kw_only=True)
@@ -173,13 +175,16 @@ def build_probe(
     own_conclusion: bool = False,
     substitute_id: int | None = None,
     answer_statement: bool = True,
+    answer_rule: AnswerRule | None = None,
 ) -> Probe:
     """Locate reasoning and answer tokens in one response's own ids.
 
     Trailing special tokens (eos, pad) are neither reasoning nor answer. The answer span comes from
-    ``oar.grading.extraction.extract_answer`` on the decoded response, mapped back to token positions
-    through each token's character span: reasoning = tokens that end before the answer marker
-    (``\\boxed{`` or the number), answer = tokens that overlap the answer text.
+    ``answer_rule`` (``oar.method.answer_spans.AnswerRule``; default: the maths rules of
+    ``oar.grading.extraction.extract_answer`` under ``fallback_last_number`` and ``answer_statement``) on
+    the decoded response, mapped back to token positions through each token's character span: reasoning
+    = tokens that end before the answer marker (``\\boxed{``, the statement, the number, the pattern's
+    match), answer = tokens that overlap the answer text.
 
     ``own_conclusion``: when a boxed answer follows a concluding statement of the response's own
     (:func:`conclusion_start`), the reasoning ends before that statement and the probe continues with
@@ -192,7 +197,9 @@ def build_probe(
     while content_len > 0 and response_ids[content_len - 1] in special:
         content_len -= 1
     text, starts, ends = token_char_spans(tokenizer, response_ids[:content_len])
-    span = extract_answer(text, fallback_last_number=fallback_last_number, answer_statement=answer_statement)
+    if answer_rule is None:
+        answer_rule = AnswerRule(fallback_last_number=fallback_last_number, answer_statement=answer_statement)
+    span = answer_rule.find(text)
     if span is None:
         reasoning_len, answer = content_len, ()
     else:
@@ -245,18 +252,27 @@ def build_probes(
     prompt_ids: Sequence[Sequence[int]],
     response_ids: Sequence[Sequence[int]],
     fallback_last_number: bool = True,
-    conclude_text: str = CONCLUDE_TEXT,
+    conclusion: str = CONCLUDE_TEXT,
     own_conclusion: bool = False,
     substitute: str = "pad",
     answer_statement: bool = True,
+    answer_pattern: str = "",
+    answer_finder: str = "",
 ) -> list[Probe]:
-    """Probes for unpadded prompts and responses (one list of ids each); see :func:`build_probe`."""
+    """Probes for unpadded prompts and responses (one list of ids each); see :func:`build_probe`.
+
+    ``conclusion`` is the text appended after the reasoning, leading into the answer; ``answer_pattern``
+    (a regular expression whose one group is the answer) or ``answer_finder`` (an import path
+    ``package.module:function``) replace the maths rules of finding the answer span
+    (``oar.method.answer_spans.AnswerRule``)."""
     if len(prompt_ids) != len(response_ids):
         raise ValueError(f"{len(prompt_ids)} prompts for {len(response_ids)} responses")
-    conclude = tokenizer(conclude_text, add_special_tokens=False)["input_ids"]
+    conclude = tokenizer(conclusion, add_special_tokens=False)["input_ids"]
     substitute_id = substitute_token_id(tokenizer, substitute)
+    rule = AnswerRule(pattern=answer_pattern, finder=answer_finder, conclusion=conclusion,
+                      fallback_last_number=fallback_last_number, answer_statement=answer_statement)
     return [build_probe(tokenizer, p, r, conclude, fallback_last_number, own_conclusion, substitute_id,
-                        answer_statement=answer_statement)
+                        answer_statement=answer_statement, answer_rule=rule)
             for p, r in zip(prompt_ids, response_ids)]
 
 
@@ -267,10 +283,12 @@ def probes_from_padded(
     completion_ids: Tensor,
     completion_mask: Tensor,
     fallback_last_number: bool = True,
-    conclude_text: str = CONCLUDE_TEXT,
+    conclusion: str = CONCLUDE_TEXT,
     own_conclusion: bool = False,
     substitute: str = "pad",
     answer_statement: bool = True,
+    answer_pattern: str = "",
+    answer_finder: str = "",
 ) -> list[Probe]:
     """Probes from TRL-style tensors: prompts left-padded, completions right-padded, with masks.
 
@@ -283,8 +301,8 @@ def probes_from_padded(
         t.cpu() for t in (prompt_ids, prompt_mask, completion_ids, completion_mask))
     prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask)]
     responses = [row[mask.bool()].tolist() for row, mask in zip(completion_ids, completion_mask)]
-    return build_probes(tokenizer, prompts, responses, fallback_last_number, conclude_text, own_conclusion, substitute,
-                        answer_statement=answer_statement)
+    return build_probes(tokenizer, prompts, responses, fallback_last_number, conclusion, own_conclusion, substitute,
+                        answer_statement=answer_statement, answer_pattern=answer_pattern, answer_finder=answer_finder)
 
 
 @dataclass(frozen=True)
@@ -297,11 +315,15 @@ class ProbeOptions:
     own_conclusion: bool = False
     substitute: str = "pad"
     answer_statement: bool = True
+    conclusion: str = CONCLUDE_TEXT
+    answer_pattern: str = ""
+    answer_finder: str = ""
 
     @classmethod
     def of(cls, settings: Any) -> ProbeOptions:
-        """The probe options among ``settings``' attributes (an ``OARSettings``, a response set's spec)."""
-        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+        """The probe options among ``settings``' attributes (an ``OARSettings``, a response set's spec);
+        one it does not have keeps its default (a response set's spec reads maths answers)."""
+        return cls(**{f.name: getattr(settings, f.name, f.default) for f in fields(cls)})
 
     def build(self, tokenizer, prompt_ids: Sequence[Sequence[int]],
               response_ids: Sequence[Sequence[int]]) -> list[Probe]:

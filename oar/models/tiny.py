@@ -61,10 +61,12 @@ def build_tiny_tokenizer(vocab_size: int = 384, corpus: list[str] | None = None)
 
 
 def build_tiny_model(
-    seed: int = 0, hidden_size: int = 64, num_layers: int = 2, head_dim: int = 16
+    seed: int = 0, hidden_size: int = 64, num_layers: int = 2, head_dim: int = 16,
+    tokenizer: PreTrainedTokenizerFast | None = None,
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
-    """4 query and 2 key/value heads of ``head_dim`` (vLLM's CPU attention needs ``head_dim >= 32``)."""
-    tokenizer = build_tiny_tokenizer()
+    """4 query and 2 key/value heads of ``head_dim`` (vLLM's CPU attention needs ``head_dim >= 32``), over
+    ``tokenizer`` (default: :func:`build_tiny_tokenizer`'s, of math words)."""
+    tokenizer = build_tiny_tokenizer() if tokenizer is None else tokenizer
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,

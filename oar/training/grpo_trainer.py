@@ -35,6 +35,7 @@ from oar.method.scorer_registry import ScorerSpec, scorer_spec
 from oar.method.weight_transforms import WeightTransform, transform_spec
 from oar.sdpa_kernels import without_cudnn_attention
 from oar.training.collective import gathered_for_scoring
+from oar.training.fallback_warning import FallbackWarning
 from oar.training.memory import PeakMemory
 from oar.training.model_card import write_model_card
 from oar.training.rank_metrics import over_ranks, ratio
@@ -219,6 +220,7 @@ class OARTrainer(GRPOTrainer):
         self._setup = MethodSetup.of(self.args.oar_method, self.args.oar_settings())
         self._reference_model = reference_model
         self._rewards = None  # this generation batch's rewards, every process's rows (_calculate_rewards)
+        self._fallback_warning = FallbackWarning(self._setup.settings)  # most rows without an answer span
         if self._setup.gated:
             self._check_scorer_inputs()
 
@@ -344,6 +346,8 @@ class OARTrainer(GRPOTrainer):
         metrics["peak_memory_max_mb"].append(maxima["peak_mb"])
         metrics["memory/score_peak_mb"].append(sums["score_peak_mb"] / ranks)
         metrics["memory/score_peak_max_mb"].append(maxima["score_peak_mb"])
+        if self.accelerator.is_main_process:  # the sums are every rank's: said once
+            self._fallback_warning.observe(sums["no_answer"], sums["scored"])
 
     def _gathered_reference(self):
         """The reference model whole on every process during scoring (``oar.training.collective``)."""

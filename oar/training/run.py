@@ -34,7 +34,7 @@ from oar.evaluation.generation import eos_token_ids
 from oar.method.metrics import STEP_CREDIT
 from oar.prompting import build_prompt, has_chat_template, prompt_messages
 from oar.training.grpo_trainer import OARConfig, OARTrainer, correctness_reward
-from oar.training.settings import OARSettings, RunSettings, SettingsError
+from oar.training.settings import OARSettings, RunSettings, SettingsError, fingerprinted
 
 # TRL log keys -> metrics.jsonl keys (the contract the analysis rules read). Under several processes the
 # OAR statistics are over every rank's rows; times and memory are means over ranks, and the *_max keys
@@ -216,8 +216,9 @@ class MetricsFile(TrainerCallback):
 
 
 def settings_fingerprint(settings: Mapping[str, Any]) -> str:
-    """The resolved settings' SHA-256: what a checkpoint was trained under."""
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+    """The resolved settings' SHA-256 (a setting added since at its default left out:
+    ``oar.training.settings.fingerprinted``): what a checkpoint was trained under."""
+    return hashlib.sha256(json.dumps(fingerprinted(settings), sort_keys=True, default=str).encode()).hexdigest()
 
 
 class SettingsFingerprint(TrainerCallback, ExportableState):

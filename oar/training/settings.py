@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
+from oar.method.answer_spans import MATHS_CONCLUSION, finder_problem, pattern_problem
 from oar.method.names import BASELINE, check_method as _check_method
 from oar.method.scorer_config import (ScorerConfig, SettingError, check_fields, flag, integer, number, setting,
                                       text)
@@ -32,6 +33,15 @@ def _check_number(key: str, default: Any, value: Any) -> None:
     if numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise SettingsError(f"settings key {key!r} must be a number, got {value!r}"
                             + (" (YAML reads 2e-5 as text: write 2.0e-5)" if isinstance(value, str) else ""))
+
+
+def added_setting(default: Any, meaning: str, check) -> Any:
+    """A setting added after checkpoints carried the fingerprint of their run's resolved settings
+    (``oar.training.run``): written to a run's settings file only where it is set (``when_set``), and left
+    out of the fingerprint at its default (:func:`fingerprinted`), so that the runs made before it keep
+    their settings, their checkpoints and so their numbers."""
+    declared = setting(default, meaning, check)
+    return field(default=default, metadata={**declared.metadata, "fingerprint": "when_set"})
 
 
 def _check_known(block: str, given: Mapping[str, Any], known) -> None:
@@ -86,12 +96,24 @@ class OARSettings:
     final_step_ratio: float = setting(1.0, "the dose methods (oar.method.names.DOSES): the last step's decisive "
                                            "tokens' weight over the earlier steps' decisive tokens' mean weight, "
                                            "mass kept", number(above=0))
+    # What the outcome is (oar.method.answer_spans): the maths defaults, or a task's own answer format.
+    conclusion: str = added_setting(MATHS_CONCLUSION, "the text the probes append after the reasoning, leading "
+                                                      "into the answer (the maths default ends in \\boxed{)", text)
+    answer_pattern: str = added_setting("", "a regular expression whose one group is the answer, e.g. "
+                                            "'Label:(\\s*\\w+)' ('': the maths rules: the last \\boxed{}, an "
+                                            "'answer is' statement, the last number)", pattern_problem)
+    answer_finder: str = added_setting("", "import path package.module:function of a function taking a response's "
+                                           "text and returning its answer's character span (start, end) or None "
+                                           "('': the maths rules)", finder_problem)
 
     def __post_init__(self):
         try:
             check_fields(self, prefix="oar.")
         except SettingError as error:
             raise SettingsError(f"settings key {error.key!r} {error.problem}") from None
+        if self.answer_pattern and self.answer_finder:
+            raise SettingsError("settings keys 'oar.answer_pattern' and 'oar.answer_finder' are both set: the answer "
+                                "span is found by one of them")
 
     @classmethod
     def of(cls, block: Mapping[str, Any]) -> OARSettings:
@@ -107,6 +129,15 @@ class OARSettings:
     def scorer_config(self) -> ScorerConfig:
         """The scorers' settings among these (built once per run)."""
         return ScorerConfig.of(self)
+
+
+def fingerprinted(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved settings (:func:`resolve_settings`) a run's checkpoints are fingerprinted by: all of
+    them, except the ``oar`` settings declared by :func:`added_setting` while at their defaults."""
+    defaults = {f.name: f.default for f in fields(OARSettings) if f.metadata.get("fingerprint") == "when_set"}
+    oar = {name: value for name, value in resolved["oar"].items()
+           if name not in defaults or value != defaults[name]}
+    return {**resolved, "oar": oar}
 
 
 def written_at_default(name: str) -> bool:
