@@ -228,6 +228,9 @@ def test_the_check_meets_each_need_it_can_and_leaves_the_random_generators(tiny_
     assert torch.equal(torch.get_rng_state(), state)
     assert seen == [([config.probe] * 2, [0, 0], list(CHECK_REWARDS))]  # both rows have their answer span
     assert not check_on_made_up_batch(scorer_spec("oar_g"), model, tokenizer, options, config)  # built in
+    with torch.device("meta"):  # a process that holds no weights yet (FSDP's low-memory loading)
+        empty = type(model)(model.config)
+    assert not check_on_made_up_batch(scorer_spec("draws"), empty, tokenizer, options, config) and len(seen) == 1
     registered("reads_steps")
     register_scorer("reads_steps", lambda b: seen.append("called") or reasoning_ones(b), needs=("parsed_steps",))
     assert not check_on_made_up_batch(scorer_spec("reads_steps"), model, tokenizer, options, config)

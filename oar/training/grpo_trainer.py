@@ -265,8 +265,12 @@ class OARTrainer(GRPOTrainer):
         if self._setup.gated:
             self._check_scorer_inputs()
             # a user's scorer tried now rather than after the first generation (oar.training.scorer_checks)
-            check_on_made_up_batch(self._setup.scorer, self.model, self.processing_class, self._setup.probe_options,
-                                   self._setup.scorer_config, reference_model=self._reference_model)
+            if self.is_deepspeed_enabled:
+                logger.debug("scorer %r not checked at construction under DeepSpeed", self._setup.scorer.name)
+            else:
+                check_on_made_up_batch(self._setup.scorer, self.model, self.processing_class,
+                                       self._setup.probe_options, self._setup.scorer_config,
+                                       reference_model=self._reference_model)
         logger.info("OARTrainer trains %s", method_line(self._setup))
 
     def _check_scorer_inputs(self) -> None:

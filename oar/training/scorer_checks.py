@@ -8,7 +8,9 @@ once, on two short fixed maths responses to one prompt, through ``score`` and so
 training call gets (its needs met, its output's shape and values, the models' weights left as they
 were); an error names the scorer and says it came from this check. The built-in scorers are not
 checked (the test suite runs each). A scorer that reads the chain task's parsed positions
-(``parsed_steps``) is skipped, with a debug line: no made-up response has them. The check leaves
+(``parsed_steps``) is skipped, with a debug line: no made-up response has them; so is any scorer where
+the process holds no weights yet (parameters on the meta device, as FSDP's low-memory loading leaves
+all but one process) or under DeepSpeed, whose ZeRO-3 partitions the weights before training. The check leaves
 torch's random generators as it found them, so a run trains the same with it as it would without.
 """
 
@@ -53,6 +55,10 @@ def check_on_made_up_batch(spec: ScorerSpec, model: Any, tokenizer: Any, options
     if spec.reads("parsed_steps"):
         logger.debug("scorer %r not checked at construction: it reads the chain task's parsed positions, which "
                      "no made-up response has", spec.name)
+        return False
+    if isinstance(model, torch.nn.Module) and any(p.device.type == "meta" for p in model.parameters()):
+        logger.debug("scorer %r not checked at construction: this process holds no weights yet (meta device: "
+                     "FSDP's low-memory loading)", spec.name)
         return False
     probes = made_up_probes(tokenizer, options)
     groups = {"groups": [0] * len(probes), "rewards": list(CHECK_REWARDS)} if spec.reads("groups") else {}
