@@ -239,6 +239,7 @@ class OARTrainer(GRPOTrainer):
     level, one line naming the method that trains."""
 
     args: OARConfig
+    _warned_all_zero = False  # all-zero scores are warned of once a run (set on the trainer when warned)
 
     def __init__(self, *args, reference_model=None, **kwargs):
         # The config is checked before GRPOTrainer reads it (it reads oar_telemetry while it builds itself).
@@ -261,7 +262,6 @@ class OARTrainer(GRPOTrainer):
         self._setup = MethodSetup.of(self.args.oar_method, self.args.oar_settings())
         self._reference_model = reference_model
         self._rewards = None  # this generation batch's rewards, every process's rows (_calculate_rewards)
-        self._warned_all_zero = False  # all-zero scores are warned of once a run
         if self._setup.gated:
             self._check_scorer_inputs()
             # a user's scorer tried now rather than after the first generation (oar.training.scorer_checks)
