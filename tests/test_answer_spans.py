@@ -65,8 +65,11 @@ def test_a_bad_outcome_setting_stops_at_once_naming_the_field(setting, value, pr
         OARSettings.of({setting: value})
     with pytest.raises(SettingsError, match=f"{FIELD}{setting}' {problem}"):
         OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{f"oar_{setting}": value})
-    with pytest.raises(SettingsError, match=f"{FIELD}answer_pattern' and '{FIELD}answer_finder' are both set"):
-        OARSettings.of({"answer_pattern": r"Label:(\w+)", "answer_finder": "test_answer_spans:label_span"})
+    both = {"answer_pattern": r"Label:(\w+)", "answer_finder": "test_answer_spans:label_span"}
+    with pytest.raises(SettingsError, match="'oar.answer_pattern' is set beside answer_finder"):
+        OARSettings.of(both)
+    with pytest.raises(SettingsError, match="field 'oar_answer_pattern' is set beside answer_finder"):
+        OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{f"oar_{k}": v for k, v in both.items()})
 
 
 def test_the_maths_defaults_are_todays_probe():

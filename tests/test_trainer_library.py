@@ -53,8 +53,10 @@ def test_a_group_scorer_gets_each_prompts_responses_and_rewards(tiny_model_dir, 
                 for p, r in zip(batch.probes, batch.rewards)]
 
     trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="reward_echo")
+    # first called at construction, on the made-up batch: one group of two rows (oar.training.scorer_checks)
+    assert calls == [([0, 0], [1.0, 0.0])]
     trainer.train()
-    (groups, rewards), = calls
+    _, (groups, rewards) = calls
     # num_generations 4: whole groups of four consecutive rows, each group's rewards as TRL computed them
     assert len(groups) % 4 == 0 and all(groups[i] == groups[i - i % 4] for i in range(len(groups)))
     assert set(rewards) <= {0.0, 1.0} and len(rewards) == len(groups)
@@ -88,7 +90,8 @@ def test_a_reference_model_scorer_reads_the_model_it_is_given(tiny_model_dir, tm
     reference = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     trainer = make_trainer(tiny_model_dir, tmp_path / "given", oar_method="log_ratio", reference_model=reference)
     trainer.train()
-    assert seen == [reference] and not any(p.requires_grad for p in reference.parameters())
+    # called at construction (the made-up batch's check), then in the step
+    assert seen == [reference, reference] and not any(p.requires_grad for p in reference.parameters())
 
 
 def test_top_entropy_quantile_reaches_trl(tiny_model_dir, tmp_path, monkeypatch):

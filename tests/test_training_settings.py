@@ -46,8 +46,13 @@ def test_the_trainer_config_has_the_oar_settings_defaults_and_checks(tmp_path):
     from oar.training.settings import OARSettings
 
     assert OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False).oar_settings() == OARSettings()
-    with pytest.raises(SettingsError, match=r"'oar\.tau' must be in \[0, 1\], got 1\.5"):
+    # named as the user typed it: OARConfig's field, not the settings file's key 'oar.tau'
+    with pytest.raises(SettingsError, match=r"^OARConfig field 'oar_tau' must be in \[0, 1\], got 1\.5$"):
         OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, oar_tau=1.5)
+    with pytest.raises(SettingsError, match=r"^OARConfig field 'oar_method': unknown method 'oar_x'"):
+        OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, oar_method="oar_x")
+    with pytest.raises(SettingsError, match=r"^settings key 'oar\.tau' must be in \[0, 1\], got 1\.5$"):
+        resolve_settings({"run_id": "r", "model": "m", "train_file": "f", "oar": {"tau": 1.5}})
 
 
 @pytest.mark.parametrize("limit", [None, 1])

@@ -29,7 +29,8 @@ from oar.method.attention_kernels import scoring_attention
 from oar.method.probes import Probe, resolve_probe_kind
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scorer_contract import ScoringBatch, check_inputs, checked_scores, eager_attention
-from oar.method.scorer_registry import ScorerSpec, scorer_spec
+from oar.method.scorer_registry import ScorerError, ScorerSpec, scorer_spec
+from oar.method.weight_fingerprint import first_change, fingerprints
 
 
 @dataclass
@@ -73,7 +74,8 @@ def score(
     ``seed`` seeds the call's noise and random draws; ``probe`` overrides ``config.probe`` for this call
     (the trainer's warm-up steps); ``groups``, ``rewards`` and ``reference_model`` are handed to a scorer
     that declares it reads them. The model is put in eval mode for scoring and restored after. A scorer
-    whose output breaks the contract stops with a ``ScorerError`` naming it.
+    whose output breaks the contract, or that changes the model's (or the reference model's) weights or
+    gradients (``oar.method.weight_fingerprint``), stops with a ``ScorerError`` naming it.
     """
     spec = method if isinstance(method, ScorerSpec) else scorer_spec(method)
     n = len(probes)
@@ -113,8 +115,16 @@ def score(
             attention = eager_attention(model, batch.reference_model) if spec.reads("attentions") \
                 else contextlib.nullcontext()
             # no per-shape kernel builds (oar.method.attention_kernels)
+            # the contract's "leaves the models as it found them", checked on every call (oar.method.weight_fingerprint)
+            models = {"the policy (batch.model)": model, "the reference model": batch.reference_model}
+            before = fingerprints(models)
             with scoring_attention(config.scoring_attention), attention:
-                row_scores = checked_scores(spec, batch, spec.function(batch))
+                output = spec.function(batch)
+            change = first_change(before, models)
+            if change is not None:
+                raise ScorerError(f"scorer {spec.name!r} {change}: a scorer leaves the models as it found them "
+                                  "(oar.method.scorer_contract)")
+            row_scores = checked_scores(spec, batch, output)
         finally:
             if model is not None:
                 model.train(was_training)

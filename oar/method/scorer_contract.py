@@ -5,7 +5,8 @@ the check of every call's output (``checked_scores``).
 the responses to score (in training, those with a non-zero advantage, and for a scorer that reads groups
 every response of each such group), each with at least one reasoning token. ``batch.model`` is the policy
 in eval mode, the precision of the training forward; a scorer leaves it as it found it (no parameter
-change, no ``.grad`` left behind: take gradients with ``torch.autograd.grad`` with respect to inputs).
+change, no ``.grad`` left behind: take gradients with ``torch.autograd.grad`` with respect to inputs),
+which ``oar.method.importance.score`` checks around every call (``oar.method.weight_fingerprint``).
 
 **Output.** One 1-D floating tensor per probe, in the probes' order, of the probe's ``reasoning_len``:
 score t belongs to reasoning token ``probe.response_ids[t]``. Positions outside the reasoning get no score

@@ -16,19 +16,22 @@ Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO).
 from __future__ import annotations
 
 import contextlib
+import inspect
+import logging
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import get_config_model_id
 
 from oar.data import chains
 from oar.grading.grader import grade
 from oar.method.gate import gate, token_advantages
 from oar.method.importance import Scores, score
 from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
-from oar.method.names import BASELINE, reads_parsed_steps, scorer_of
+from oar.method.names import reads_parsed_steps, scorer_of
 from oar.method.probes import Probe, ProbeOptions, token_char_spans
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scorer_registry import ScorerSpec, scorer_spec
@@ -39,11 +42,17 @@ from oar.training.fallback_warning import FallbackWarning
 from oar.training.memory import PeakMemory
 from oar.training.model_card import write_model_card
 from oar.training.rank_metrics import over_ranks, ratio
-from oar.training.settings import OARSettings, check_method
+from oar.training.scorer_checks import all_zero, check_on_made_up_batch
+from oar.training.settings import OARSettings, SettingsError, check_method
 from oar.training.vllm_cpu import install_cpu_weight_sync
 
 
+logger = logging.getLogger(__name__)
+
 _OAR_SETTINGS = {setting.name: setting for setting in fields(OARSettings)}
+# What OARConfig trains when oar_method is not given: the paper's OAR-G (method.md section 5). GRPO is
+# oar_method="grpo"; the workflow names every run's method, so its runs never read this default.
+DEFAULT_METHOD = "oar_g"
 
 
 def _oar_fields(cls: type) -> type:
@@ -64,19 +73,28 @@ class OARConfig(GRPOConfig):
     (``oar_tau``, ``oar_beta``, ``oar_probe``, ``oar_chunk_tokens``, ...; plain values, so the config
     serialises as TRL's does), one per ``oar.training.settings.OARSettings`` field with its default and
     check. ``oar_method`` is ``grpo``, a registered scorer's name, an import path ``package.module:function``
-    of a scorer, or an intervention (``oar.method.names``)."""
+    of a scorer, or an intervention (``oar.method.names``); left out, it is the paper's OAR-G (``oar_g``).
+    A bad value stops the construction with a ``SettingsError`` naming the field (``oar_tau``)."""
 
-    oar_method: str = field(default=BASELINE, metadata={"help": "grpo, a registered scorer (oar_p, oar_g, ...), "
-                                                                "an import path package.module:function, or an "
-                                                                "intervention"})
+    oar_method: str = field(default=DEFAULT_METHOD, metadata={"help": "oar_g (the default, the paper's OAR-G), grpo "
+                                                                      "(stock GRPO), another registered scorer (oar_p, "
+                                                                      "...), an import path package.module:function, "
+                                                                      "or an intervention"})
     oar_top_fraction: float = field(default=0.1, metadata={"help": "fraction of tokens for the top-mass metric"})
     oar_telemetry: bool = field(default=False, metadata={
         "help": "let TRL send its usage telemetry (huggingface_hub's send_telemetry); off unless set"})
 
     def __post_init__(self):
         super().__post_init__()
-        check_method(self.oar_method)
-        self.oar_settings()  # the oar block's checks
+        check_method(self.oar_method, named="OARConfig field 'oar_method'")
+        try:
+            self.oar_settings()  # the oar block's checks
+        except SettingsError as error:
+            if error.setting is None:
+                raise
+            # named as the user typed it here (the settings file's "oar.tau" is this class's "oar_tau")
+            raise SettingsError(f"OARConfig field 'oar_{error.setting}' {error.problem}", setting=error.setting,
+                                problem=error.problem) from None
 
     def oar_settings(self) -> OARSettings:
         """The ``oar_*`` fields as the run's ``oar`` block."""
@@ -160,6 +178,17 @@ class MethodSetup:
         return self.gated or self.settings.log_step_credit
 
 
+def method_line(setup: MethodSetup) -> str:
+    """What a run trains, in words: the trainer's line at construction."""
+    if not setup.gated:
+        return f"{setup.method!r}: GRPO's advantages, unchanged (stock GRPOTrainer)"
+    settings, spec = setup.settings, setup.scorer
+    scorer = f"scorer {spec.name!r}" + (f" ({spec.description})" if spec.description else "")
+    changed = f", then intervention {setup.method!r}" if setup.transform is not None else ""
+    return (f"{setup.method!r}: token advantages from {scorer} through the gate (tau {settings.tau}, beta "
+            f"{settings.beta}, floor {settings.floor}){changed}")
+
+
 def gated_weights(scores: Scores, probes: list[Probe], setup: MethodSetup) -> torch.Tensor:
     """The bi-level gate's weights [B, T] of one call's scores, changed by the method's intervention where it
     has one (``oar.method.weight_transforms``): the trainer's path from scores to weights."""
@@ -204,15 +233,29 @@ def credit_counts(weights: torch.Tensor, advantages: torch.Tensor, completion_ma
 class OARTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages are reshaped per token by an importance scorer.
 
-    Built as ``GRPOTrainer`` is, with an :class:`OARConfig`; ``reference_model`` is the frozen model handed
-    to a scorer that declares it reads one (default: TRL's reference model, present when ``beta > 0``)."""
+    Built as ``GRPOTrainer`` is, with an :class:`OARConfig` (a ``GRPOConfig`` is refused: it has no
+    ``oar_*`` settings); with none, it makes one as ``GRPOTrainer`` does, ``OARConfig("<model name>-OAR")``,
+    which trains the paper's OAR-G. ``reference_model`` is the frozen model handed to a scorer that
+    declares it reads one (default: TRL's reference model, present when ``beta > 0``). It logs, at info
+    level, one line naming the method that trains."""
 
     args: OARConfig
+    _warned_all_zero = False  # all-zero scores are warned of once a run (set on the trainer when warned)
 
     def __init__(self, *args, reference_model=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not isinstance(self.args, OARConfig):
-            raise TypeError("OARTrainer needs an OARConfig")
+        # The config is checked before GRPOTrainer reads it (it reads oar_telemetry while it builds itself).
+        given = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
+        config = given.get("args")
+        if config is None:  # what GRPOTrainer does with none, with OARConfig and OAR's name
+            model = given.get("model")
+            name = model if isinstance(model, str) else get_config_model_id(model.config)
+            config = OARConfig(f"{name.split('/')[-1]}-OAR")
+        elif not isinstance(config, OARConfig):
+            raise TypeError(f"OARTrainer takes an OARConfig (GRPOConfig plus the oar_* settings), got "
+                            f"{type(config).__name__}: build OARConfig(...) with the same arguments")
+        given["args"] = config
+        given.pop("self")
+        super().__init__(**given)
         self._memory = PeakMemory()
         # vLLM's CPU backend cannot take TRL's per-tensor weight sync; see oar.training.vllm_cpu for why and the fix.
         install_cpu_weight_sync(self)
@@ -223,6 +266,14 @@ class OARTrainer(GRPOTrainer):
         self._fallback_warning = FallbackWarning(self._setup.settings)  # most rows without an answer span
         if self._setup.gated:
             self._check_scorer_inputs()
+            # a user's scorer tried now rather than after the first generation (oar.training.scorer_checks)
+            if self.is_deepspeed_enabled:
+                logger.debug("scorer %r not checked at construction under DeepSpeed", self._setup.scorer.name)
+            else:
+                check_on_made_up_batch(self._setup.scorer, self.model, self.processing_class,
+                                       self._setup.probe_options, self._setup.scorer_config,
+                                       reference_model=self._reference_model)
+        logger.info("OARTrainer trains %s", method_line(self._setup))
 
     def _check_scorer_inputs(self) -> None:
         """Stop before training where the scorer reads what this trainer cannot give it."""
@@ -378,6 +429,7 @@ class OARTrainer(GRPOTrainer):
         probes = self._probes(output, completion_mask) if setup.needs_probes else None
         if setup.gated:
             scores = self._scores(probes, active, completion_mask.shape[1])
+            self._warn_if_all_zero(scores)
             weights = gated_weights(scores, probes, setup).to(advantages.device) * completion_mask  # padding 0
             counts |= scoring_counts(scores)
         else:
@@ -386,6 +438,15 @@ class OARTrainer(GRPOTrainer):
         counts |= credit_counts(weights, advantages, completion_mask, probes, self.args.oar_top_fraction,
                                 setup.settings.log_step_credit)
         return (weights if setup.gated else None), counts
+
+    def _warn_if_all_zero(self, scores: Scores) -> None:
+        """Warn, once a run, of a call whose scores are all 0: it trains GRPO, which the run did not ask for."""
+        if self._warned_all_zero or not all_zero(scores):
+            return
+        self._warned_all_zero = True
+        logger.warning("scorer %r gave 0 to every reasoning token of every row it scored at step %d: the gate then "
+                       "gives every token weight 1, GRPO's uniform advantages (warned once a run)",
+                       self._setup.scorer.name, self.state.global_step)
 
     def _probes(self, output, completion_mask: torch.Tensor) -> list[Probe]:
         """This generation batch's probes, with the parsed positions where the method or the logs read them."""

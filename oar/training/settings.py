@@ -24,7 +24,14 @@ from oar.method.scorer_config import (ScorerConfig, SettingError, check_fields, 
 
 
 class SettingsError(ValueError):
-    """A run's settings are invalid; the message names the key."""
+    """A run's settings are invalid; the message names the key. Where one ``oar`` setting's value fails its
+    check, ``setting`` is its bare name (``tau``) and ``problem`` what the value must be, so that a caller
+    that spells the setting otherwise (``OARConfig``'s ``oar_tau``) names it as its user typed it."""
+
+    def __init__(self, message: str, setting: str | None = None, problem: str | None = None):
+        super().__init__(message)
+        self.setting = setting
+        self.problem = problem
 
 
 def _check_number(key: str, default: Any, value: Any) -> None:
@@ -108,12 +115,14 @@ class OARSettings:
 
     def __post_init__(self):
         try:
-            check_fields(self, prefix="oar.")
-        except SettingError as error:
-            raise SettingsError(f"settings key {error.key!r} {error.problem}") from None
+            check_fields(self)
+        except SettingError as error:  # named as the settings file spells it, in its oar block
+            raise SettingsError(f"settings key 'oar.{error.key}' {error.problem}", setting=error.key,
+                                problem=error.problem) from None
         if self.answer_pattern and self.answer_finder:
-            raise SettingsError("settings keys 'oar.answer_pattern' and 'oar.answer_finder' are both set: the answer "
-                                "span is found by one of them")
+            problem = "is set beside answer_finder: the answer span is found by one of them"
+            raise SettingsError(f"settings key 'oar.answer_pattern' {problem}", setting="answer_pattern",
+                                problem=problem)
 
     @classmethod
     def of(cls, block: Mapping[str, Any]) -> OARSettings:
@@ -196,12 +205,13 @@ def grad_budget(oar: Mapping[str, Any]) -> int:
     return oar.get("grad_chunk_tokens") or oar["chunk_tokens"]
 
 
-def check_method(method: Any) -> None:
-    """A run's ``method`` must be GRPO, an intervention or a scorer (registered or by import path)."""
+def check_method(method: Any, named: str = "settings key 'method'") -> None:
+    """A run's ``method`` must be GRPO, an intervention or a scorer (registered or by import path); the
+    error calls it ``named``, as the caller's user spells it (``OARConfig``: its field ``oar_method``)."""
     try:
         _check_method(method)
     except ValueError as error:
-        raise SettingsError(f"settings key 'method': {error}") from None
+        raise SettingsError(f"{named}: {error}") from None
 
 
 @dataclass(frozen=True)

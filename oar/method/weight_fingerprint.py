@@ -1,0 +1,166 @@
+"""A cheap fingerprint of a model's weights, taken before and after every scoring call, so that a scorer
+that changes them stops, named (the scorer contract: a scorer leaves ``batch.model`` as it found it).
+
+Per parameter the fingerprint keeps four marks, each cheap to take:
+
+- the parameter object itself: a scorer that swaps a module's ``nn.Parameter`` for another is caught;
+- torch's version counter (``Tensor._version``), which every in-place operation on the parameter or a
+  view of it bumps (``p.add_(...)`` under ``no_grad``, ``p.detach().copy_(...)``, ``optimizer.step()``),
+  exact whatever it writes; it is not bumped through ``p.data``, which has a counter of its own;
+- whether it holds a ``.grad`` (a scorer that calls ``backward()`` leaves one, one that calls
+  ``zero_grad()`` takes away the trainer's);
+- ``SAMPLES`` of its values at evenly strided positions, compared bit for bit: a write through ``.data``
+  (``p.data.mul_(0.9)``, ``p.data.copy_(...)``, ``p.data = ...``, a dtype cast) changes them. A write
+  through ``.data`` to a few positions between the sampled ones (one embedding row) is not seen: the
+  price of not reading the whole model twice per call.
+
+Cost, measured by ``python -m oar.method.weight_fingerprint --shape <shape>`` (two fingerprints and
+their comparison, what one scoring call pays), on 2 shared CPU cores: 1.1-2.3 ms on the testbed's
+shipped policy ``chain_f1`` (38 parameter tensors), against 2.4 s for one OAR-G scoring call of 8 rows
+on it (0.1%); 9.5-26 ms at Qwen2.5-1.5B's shapes (338 tensors, 1.54 B weights), where OAR-G's scoring
+adds about 9 s to a step on an H200 (docs/cost.md: 35 s against GRPO's 26 s), so under 0.3%. The cost
+grows with the number of parameter tensors, not with their size (it reads ``SAMPLES`` values of each);
+on a GPU it is the same Python loop plus one device-to-host wait per comparison (not measured: no GPU
+was at hand).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+SAMPLES = 16  # values read per parameter (fewer where it has fewer)
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # same-width integer: NaN == NaN
+
+
+def _local(tensor: Tensor) -> Tensor:
+    """This process's values of a (possibly distributed) tensor."""
+    to_local = getattr(tensor, "to_local", None)  # a DTensor (FSDP2 outside its gathered scoring)
+    return to_local() if callable(to_local) else tensor
+
+
+def _sample(parameter: Tensor) -> Tensor:
+    flat = _local(parameter.detach()).reshape(-1)
+    step = max(1, flat.numel() // SAMPLES)
+    return flat[::step][:SAMPLES]
+
+
+@dataclass(frozen=True)
+class WeightFingerprint:
+    """The marks of one model's parameters at one moment (see the module's docstring)."""
+
+    names: tuple[str, ...]
+    parameters: tuple[int, ...]  # id() of each parameter object
+    versions: tuple[int, ...]
+    has_grad: tuple[bool, ...]
+    # the sampled values of the parameters of one (device, dtype), concatenated as integers of their width,
+    # and the parameters they were sampled from, in order, with where each one's samples end
+    samples: tuple[tuple[Tensor, tuple[int, ...], tuple[int, ...]], ...]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> WeightFingerprint:
+        named = [(name, p) for name, p in model.named_parameters() if p.device.type != "meta"]
+        groups: dict[tuple[Any, Any], tuple[list[Tensor], list[int]]] = {}
+        for index, (_, p) in enumerate(named):
+            views, owners = groups.setdefault((p.device, p.dtype), ([], []))
+            views.append(_sample(p))
+            owners.append(index)
+        samples = []
+        for (_, dtype), (views, owners) in groups.items():
+            values = torch.cat(views)  # a copy: later writes to the parameters do not reach it
+            bits = _BITS.get(values.element_size()) if dtype != torch.bool else None
+            ends, total = [], 0
+            for view in views:
+                total += view.numel()
+                ends.append(total)
+            samples.append((values.view(bits) if bits is not None else values, tuple(owners), tuple(ends)))
+        return cls(names=tuple(name for name, _ in named), parameters=tuple(id(p) for _, p in named),
+                   versions=tuple(p._version for _, p in named), has_grad=tuple(p.grad is not None for _, p in named),
+                   samples=tuple(samples))
+
+    def change_since(self, before: WeightFingerprint) -> str | None:
+        """What changed from ``before`` to this fingerprint, in words naming the first parameter; None if
+        nothing did."""
+        if self.names != before.names or self.parameters != before.parameters:
+            gone = [n for n, i in zip(before.names, before.parameters) if (n, i) not in set(zip(self.names,
+                                                                                               self.parameters))]
+            return f"replaced or removed parameter {(gone or list(self.names))[0]!r}"
+        for name, now, then in zip(self.names, self.versions, before.versions):
+            if now != then:
+                return f"wrote parameter {name!r} in place"
+        for name, now, then in zip(self.names, self.has_grad, before.has_grad):
+            if now != then:
+                return (f"left a gradient on parameter {name!r}" if now else
+                        f"cleared the gradient of parameter {name!r}")
+        for (now, owners, ends), (then, _, _) in zip(self.samples, before.samples):
+            if now.dtype != then.dtype or now.shape != then.shape:
+                return f"changed the dtype or shape of parameter {self.names[owners[0]]!r}"
+            if not torch.equal(now, then):
+                first = int((now != then).nonzero()[0, 0])
+                owner = owners[next(k for k, end in enumerate(ends) if first < end)]
+                return f"changed the values of parameter {self.names[owner]!r} (through .data)"
+        return None
+
+
+def fingerprints(models: dict[str, Any]) -> dict[str, WeightFingerprint]:
+    """The fingerprint of each model that is a torch module, by the name the error will use for it."""
+    return {role: WeightFingerprint.of(m) for role, m in models.items() if isinstance(m, torch.nn.Module)}
+
+
+def first_change(before: dict[str, WeightFingerprint], models: dict[str, Any]) -> str | None:
+    """What changed in any of ``models`` since ``before`` (``fingerprints`` of the same models), naming the
+    model and the parameter; None if nothing did."""
+    for role, then in before.items():
+        change = WeightFingerprint.of(models[role]).change_since(then)
+        if change is not None:
+            return f"{change} of {role}"
+    return None
+
+
+def _measure() -> None:  # pragma: no cover - the cost figures of the module's docstring
+    import argparse
+    import time
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    parser = argparse.ArgumentParser(description="time a weight fingerprint (taken and compared) at a model's shape")
+    parser.add_argument("--shape", default="chain_f1",
+                        help="a shipped testbed policy (chain_f1, chain_d8), or 1.5b or 7b (Qwen2.5's shapes)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    if args.shape not in ("1.5b", "7b"):
+        from oar.models.frozen import policy_dir
+
+        model = AutoModelForCausalLM.from_pretrained(policy_dir(args.shape)).to(args.device)
+    else:
+        dims = {"1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                             num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+                "7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                           num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False)}[args.shape]
+        config = AutoConfig.for_model("qwen2", **dims)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model = model.to_empty(device=args.device)  # the values do not matter to the cost: no init
+        model.tie_weights()
+    count = sum(1 for _ in model.parameters())
+    weights = sum(p.numel() for p in model.parameters())
+    before = fingerprints({"the policy": model})
+    first_change(before, {"the policy": model})  # warm-up
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    for _ in range(args.repeats):
+        before = fingerprints({"the policy": model})
+        assert first_change(before, {"the policy": model}) is None
+    sync()
+    each = (time.perf_counter() - started) / args.repeats
+    print(f"{args.shape} on {args.device}: {count} parameters, {weights / 1e6:.1f} M weights: "
+          f"{each * 1e3:.2f} ms per scoring call (two fingerprints and a comparison)")
+
+
+if __name__ == "__main__":
+    _measure()
