@@ -296,7 +296,7 @@ Set up
   install-profile  install the SLURM profile so that `snakemake --profile slurm` works from any directory
 
 Documentation
-  docs             regenerate docs/configuration.md from config/schema.yaml and docs/development.md's module list from the docstrings
+  docs             regenerate docs/configuration.md from config/schema.yaml, docs/development.md's module list from the docstrings, and OARConfig's oar_* fields and docs/library.md's settings table from OARSettings
   help             this list
 endef
 export HELP_TEXT
@@ -305,11 +305,13 @@ export HELP_TEXT
 help:
 	@echo "$$HELP_TEXT"
 
-# The configuration page is generated from the schema, the layout's module list from the module docstrings;
-# tests/test_config_docs.py and tests/test_layout_docs.py fail when either is stale.
+# The configuration page is generated from the schema, the layout's module list from the module docstrings,
+# OARConfig's oar_* fields and docs/library.md's settings table from OARSettings (oar.training.config_fields);
+# tests/test_config_docs.py, tests/test_layout_docs.py and tests/test_config_fields.py fail when one is stale.
 docs: setup
 	$(BIN)/python -m oar.experiment.config_docs
 	$(BIN)/python -m oar.experiment.layout_docs
+	$(BIN)/python -m oar.training.config_fields
 
 # `snakemake --profile slurm` finds slurm/ from the repository root; this makes it found from anywhere.
 PROFILE_DIR := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm
