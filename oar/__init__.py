@@ -65,6 +65,7 @@ _EXPORTS = {
     "NEEDS": "oar.method.scorer_registry",
     "ScoringBatch": "oar.method.scorer_contract",
     "Probe": "oar.method.probes",
+    "make_probes": "oar.training.probing",
     "score": "oar.method.importance",
     "Scores": "oar.method.importance",
     "gate": "oar.method.gate",
@@ -80,6 +81,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see
     from oar.method.scorer_registry import (NEEDS, ScorerError, ScorerSpec, register_scorer, registered_names,
                                             scorer_spec, unregister_scorer)
     from oar.training.grpo_trainer import OARConfig, OARTrainer, correctness_reward
+    from oar.training.probing import make_probes
     from oar.training.settings import OARSettings
 
 
