@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -36,7 +37,7 @@ from oar.method.weight_transforms import WeightTransform, transform_spec
 from oar.sdpa_kernels import without_cudnn_attention
 from oar.training.collective import gathered_for_scoring
 from oar.training.memory import PeakMemory
-from oar.training.model_card import write_model_card
+from oar.training.model_card import existing_cards, write_model_card
 from oar.training.rank_metrics import over_ranks, ratio
 from oar.training.settings import OARSettings, check_method
 from oar.training.vllm_cpu import install_cpu_weight_sync
@@ -286,16 +287,26 @@ class OARTrainer(GRPOTrainer):
 
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
                           tags: str | list[str] | None = None):
-        """The model card TRL writes beside every checkpoint (``output_dir/README.md``): OAR's, naming the
-        method and its settings, the base model and the paper (``oar.training.model_card``)."""
+        """The model card TRL writes beside every checkpoint (``output_dir/README.md``): TRL's metadata with
+        OAR's card, naming the method and its settings, the base model and the paper
+        (``oar.training.model_card``)."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if self.is_world_process_zero():
             write_model_card(self, self.args.output_dir, model_name=model_name, dataset_name=dataset_name, tags=tags)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """The model, and its card beside it: every checkpoint folder and the final model have one."""
+        """The model, and its card beside it: every checkpoint folder and the final model have one, with the
+        metadata PEFT writes there for an adapter."""
+        if self.is_world_process_zero() and not (Path(self.args.output_dir) / "README.md").is_file():
+            # TRL's card of the run, whose metadata every card keeps (TRL writes it at each checkpoint)
+            hub_id = self.args.hub_model_id
+            self.create_model_card(model_name=hub_id.split("/")[-1] if hub_id else Path(self.args.output_dir).name)
+        folder = output_dir or self.args.output_dir
+        # read before saving: PEFT's save_pretrained rewrites the folder's card with its own tags
+        earlier = tuple(existing_cards(self.args.output_dir, folder)) if self.is_world_process_zero() else ()
         super().save_model(output_dir, _internal_call)
         if self.is_world_process_zero():
-            write_model_card(self, output_dir or self.args.output_dir)
+            write_model_card(self, folder, earlier=earlier)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
