@@ -246,7 +246,34 @@ class OARTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages are reshaped per token by an importance scorer.
 
     Built as ``GRPOTrainer`` is, with an :class:`OARConfig`; ``reference_model`` is the frozen model handed
-    to a scorer that declares it reads one (default: TRL's reference model, present when ``beta > 0``)."""
+    to a scorer that declares it reads one (default: TRL's reference model, present when ``beta > 0``).
+
+    Example:
+
+    ```python
+    from datasets import Dataset
+
+    from oar import OARConfig, OARTrainer
+
+    dataset = Dataset.from_list([{"prompt": f"What is {a} + {a}? End with \\\\boxed{{answer}}.", "answer": str(2 * a)}
+                                 for a in range(16)])
+
+
+    def boxed_answer(completions, answer, **kwargs):
+        return [float(f"\\\\boxed{{{expected}}}" in text) for text, expected in zip(completions, answer)]
+
+
+    trainer = OARTrainer(
+        model="Qwen/Qwen2.5-0.5B-Instruct",
+        reward_funcs=boxed_answer,
+        args=OARConfig(output_dir="Qwen2.5-0.5B-OAR", oar_method="oar_g"),
+        train_dataset=dataset,
+    )
+    trainer.train()
+    ```
+
+    (tests/test_examples.py runs it on a tiny model.)
+    """
 
     args: OARConfig
 
