@@ -33,8 +33,8 @@ def test_oarconfig_has_every_setting_with_its_type_default_and_help_after_its_ow
     assert [f.name for f in declared] == ["oar_method", "oar_top_fraction", "oar_telemetry",
                                           *(f"oar_{s.name}" for s in settings)]
     for f, s in zip(declared[3:], settings, strict=True):
-        assert (config_fields.type_name(f.type), f.default, f.metadata["help"]) == (s.type, s.default,
-                                                                                    s.metadata["help"]), f.name
+        assert (config_fields.declared_type(OARConfig, f.name), f.default, f.metadata["help"]) == (
+            s.type, s.default, s.metadata["help"]), f.name
     assert config_fields.stale_declarations(OARConfig) == []
     # every oar_ field is a row of the docs table
     assert all(f"| `{f.name}` |" in config_fields.table() for f in declared)
@@ -71,7 +71,8 @@ def test_a_generated_declaration_is_the_setting_it_came_from_within_the_line_len
 
 
 def test_a_setting_missing_from_the_declarations_is_named():
-    kept = [(f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata))
+    kept = [(f.name, config_fields.declared_type(OARConfig, f.name), dataclasses.field(default=f.default,
+                                                                                        metadata=f.metadata))
             for f in dataclasses.fields(OARConfig) if f.name.startswith("oar_") and f.name != "oar_beta"]
     partial = dataclasses.make_dataclass("Partial", kept)
     assert config_fields.stale_declarations(partial) == ["oar_beta is not declared"]

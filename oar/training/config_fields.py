@@ -98,8 +98,9 @@ def table() -> str:
 
     rows = [f for f in fields(OARConfig) if f.name.startswith("oar_")]
     lines = [TABLE_BEGIN, "", "| `OARConfig` field | type | default | what it sets |", "| --- | --- | --- | --- |"]
-    lines += [f"| `{f.name}` | `{type_name(f.type)}` | `{_literal(f.default)}` | {_cell(f.metadata['help'])} |"
-              for f in rows]
+    for f in rows:
+        kind, default = _cell(declared_type(OARConfig, f.name)), _cell(_literal(f.default))
+        lines.append(f"| `{f.name}` | `{kind}` | `{default}` | {_cell(f.metadata['help'])} |")
     return "\n".join([*lines, "", TABLE_END])
 
 
@@ -120,12 +121,14 @@ def _rewrite(path: Path, text: str, check: bool) -> bool:
     return True
 
 
-def type_name(annotation: Any) -> str:
-    """A field's type as written: dataclasses keep the annotation's text (``from __future__ import
-    annotations``), but transformers' argument parser replaces it with the type it names."""
-    if isinstance(annotation, str):
-        return annotation
-    return annotation.__name__ if isinstance(annotation, type) else str(annotation)
+def declared_type(cls: type, name: str) -> str:
+    """The type of field ``name`` as the class body writes it. Not ``Field.type``: transformers' argument
+    parser replaces that with the type it parses (``str`` for ``str | None``)."""
+    for klass in cls.__mro__:
+        if name in vars(klass).get("__annotations__", {}):
+            annotation = vars(klass)["__annotations__"][name]
+            return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    raise AttributeError(f"{cls.__name__} declares no field {name!r}")
 
 
 def stale_declarations(config_class: type) -> list[str]:
@@ -138,9 +141,9 @@ def stale_declarations(config_class: type) -> list[str]:
         problems.append(f"the fields are in another order than OARSettings': {list(declared)}")
     for name, f in declared.items():
         s = wanted[name]
-        if (type_name(f.type), f.default, f.metadata.get("help")) != (type_name(s.type), s.default,
-                                                                      s.metadata["help"]):
-            problems.append(f"{name} is declared {f.type} = {f.default!r}, OARSettings has {s.type} = "
+        kind = declared_type(config_class, name)
+        if (kind, f.default, f.metadata.get("help")) != (s.type, s.default, s.metadata["help"]):
+            problems.append(f"{name} is declared {kind} = {f.default!r}, OARSettings has {s.type} = "
                             f"{s.default!r} (or another help)")
     return problems
 
