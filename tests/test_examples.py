@@ -68,3 +68,23 @@ def test_the_examples_are_a_few_dozen_lines():
     for script in ("train_with_trl.py", "own_scorer.py", "train_from_shipped_policy.py"):
         lines = (ROOT / "examples" / script).read_text().splitlines()
         assert len(lines) <= 80, (script, len(lines))
+
+
+def test_oartrainers_docstring_example_trains(tiny_model_dir, tmp_path, monkeypatch):
+    """The `Example:` of OARTrainer's docstring, as written, on the tiny model for one short step."""
+    import inspect
+    import re
+
+    from oar.training.grpo_trainer import OARTrainer
+
+    example = re.search(r"Example:\n\n```python\n(.*?)```", inspect.getdoc(OARTrainer), re.S).group(1)
+    shown = 'args=OARConfig(output_dir="Qwen2.5-0.5B-OAR", '
+    assert '"Qwen/Qwen2.5-0.5B-Instruct"' in example and shown in example
+    small = (f'args=OARConfig(output_dir="{tmp_path / "out"}", max_steps=1, per_device_train_batch_size=4, '
+             'num_generations=4, max_completion_length=8, use_cpu=True, report_to="none", ')
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    namespace: dict = {}
+    exec(example.replace('"Qwen/Qwen2.5-0.5B-Instruct"', repr(str(tiny_model_dir))).replace(shown, small), namespace)
+    trainer = namespace["trainer"]
+    assert trainer.state.global_step == 1 and trainer.args.oar_method == "oar_g"
+    assert trainer.state.log_history[0]["oar/frac_scored"] is not None

@@ -128,7 +128,8 @@ def test_env_file_repeats_the_project_pins():
         if m:
             env[canonical(m.group(1))] = m.group(2)
     # the test tools and the optional TensorBoard logger are not part of the cluster's environment
-    tools = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "snakefmt", "ruff", "tensorboard")
+    tools = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "snakefmt", "ruff", "mypy", "peft",
+             "tensorboard")
     wanted = {k: v for k, v in pins.items() if k not in tools}
     assert env == wanted
 

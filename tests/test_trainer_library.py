@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from trl.trainer import base_trainer
 
 from pathlib import Path
@@ -17,14 +18,15 @@ from test_trainer import COMMON, dataset, parity_reward
 REPO = Path(__file__).resolve().parents[1]
 
 
-def make_trainer(model_dir, tmp_path, reference_model=None, **overrides):
+def make_trainer(model_dir, tmp_path, reference_model=None, peft_config=None, **overrides):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = OARConfig(output_dir=str(tmp_path / "out"), **(COMMON | overrides))
     return OARTrainer(model=model, reward_funcs=parity_reward, args=config, train_dataset=dataset(),
-                      processing_class=AutoTokenizer.from_pretrained(model_dir), reference_model=reference_model)
+                      processing_class=AutoTokenizer.from_pretrained(model_dir), reference_model=reference_model,
+                      peft_config=peft_config)
 
 
 @pytest.fixture
@@ -125,8 +127,35 @@ def test_every_checkpoint_has_oars_model_card(tiny_model_dir, tmp_path):
         assert "fine-tuned with **OAR**" in text and "eprint  = {arXiv:2601.07408}" in text, card
         assert "**Method: `oar_g`**" in text and "| `tau` | `0.3` |" in text and "| `probe` | `'as_mean'` |" in text
         assert f"the local model folder `{tiny_model_dir}`" in text and "[None]" not in text
-        assert "Outcome-Grounded Advantage Reshaping" in text and "tags:\n- grpo\n- oar" in text
-        assert "a method introduced in [DeepSeekMath" not in text  # TRL's own card says it is a GRPO model
+        assert "Outcome-Grounded Advantage Reshaping" in text and "a method introduced in [DeepSeekMath" not in text
+        assert "This folder holds the full fine-tuned model" in text and "PEFT" not in text
+        data = ModelCard.load(card).data
+        # TRL's metadata kept (its tag, the model's name), OAR's added; a local base is named in the text only
+        assert data.library_name == "transformers" and data.model_name == "out" and data.base_model is None
+        assert {"generated_from_trainer", "trl", "grpo", "oar", "token-level-credit"} <= set(data.tags), card
+
+
+def test_a_lora_runs_cards_say_the_folder_holds_an_adapter_with_peft_and_trls_metadata(tiny_model_dir, tmp_path):
+    peft = pytest.importorskip("peft")
+    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="oar_g", save_strategy="steps", save_steps=1,
+                           peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                       task_type="CAUSAL_LM"))
+    trainer.train()
+    out = tmp_path / "out"
+    trainer.save_model(str(out))
+    for folder in (out, out / "checkpoint-1"):
+        assert (folder / "adapter_config.json").is_file() and not (folder / "model.safetensors").exists()
+        card = folder / "README.md"
+        text, data = card.read_text(), ModelCard.load(card).data
+        assert "This folder holds a **PEFT adapter** (LORA)" in text and f"- PEFT: {peft.__version__}" in text
+        assert "**Method: `oar_g`**" in text and "eprint  = {arXiv:2601.07408}" in text
+        # PEFT's metadata (library, base model, pipeline, its adapter tags) and TRL's tag beside OAR's
+        assert data.library_name == "peft" and data.base_model == str(tiny_model_dir), card
+        assert data.pipeline_tag == "text-generation" and "lora" in data.tags and "generated_from_trainer" in data.tags
+        assert {"oar", "grpo", "trl"} <= set(data.tags)
+    # the adapter loads over its base, as the card says
+    reloaded = peft.AutoPeftModelForCausalLM.from_pretrained(str(out))
+    assert reloaded.active_peft_config.r == 4
 
 
 def test_the_cards_citation_is_citation_cff():
