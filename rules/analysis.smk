@@ -10,6 +10,12 @@ HELDOUT_GRADING = dict(
     no_answer_statement=not config["grading"]["answer_statement"],
     appended_conclusion=not config["training"]["oar"]["own_conclusion"],
     substitute=config["training"]["oar"]["substitute"],
+    # the outcome settings where the config sets them (at their maths defaults the scripts' own defaults hold)
+    **{
+        key: config["training"]["oar"][key]
+        for key in ("conclusion", "answer_pattern", "answer_finder")
+        if config["training"]["oar"].get(key, getattr(OARSettings, key)) != getattr(OARSettings, key)
+    },
 )
 
 

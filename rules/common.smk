@@ -24,6 +24,7 @@ from oar.experiment.runs import (
 from oar.experiment.tables import table as declared_table_of
 from oar.method.names import PROBES
 from oar.studies.catalogue import STUDIES
+from oar.training.settings import OARSettings
 
 HELDOUT_SCORERS = allowed_names("heldout_scorers")[0]  # the scorer wildcard's values
 

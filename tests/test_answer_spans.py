@@ -161,3 +161,22 @@ def test_runs_made_before_the_outcome_settings_keep_their_settings_file_and_fing
     cfg["training"]["oar"] |= {"conclusion": "Label:", "answer_pattern": r"Label:(\s*\w+)"}
     oar = validated_registry(cfg).run_settings("smollm2", "oar_g", 0)["oar"]
     assert (oar["conclusion"], oar["answer_pattern"]) == ("Label:", r"Label:(\s*\w+)") and "answer_finder" not in oar
+
+
+def test_the_held_out_scripts_read_the_outcome_settings():
+    """The workflow's held-out scripts (heldout.py, oracle_tokens.py, score_heldout.py) build their probes
+    with the training's outcome settings: their shared options carry them into the probe options."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "workflow_scripts"))
+    try:
+        from _script_io import model_script_parser, probe_options
+    finally:
+        sys.path.remove(str(ROOT / "workflow_scripts"))
+    parser = model_script_parser(None, "a held-out script")
+    assert probe_options(parser.parse_args(["--model", "m"])).conclusion == CONCLUDE_TEXT
+    given = parser.parse_args(["--model", "m", "--conclusion", "Label:", "--answer-pattern", r"Label:(\s*\w+)"])
+    options = probe_options(given)
+    assert (options.conclusion, options.answer_pattern, options.answer_finder) == ("Label:", r"Label:(\s*\w+)", "")
+    smk = (ROOT / "rules" / "analysis.smk").read_text()
+    assert all(f'"{key}"' in smk for key in ("conclusion", "answer_pattern", "answer_finder"))

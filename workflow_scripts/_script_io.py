@@ -156,6 +156,12 @@ def model_script_parser(description: str | None, fallback: str) -> argparse.Argu
                         "its own (the authors' probe; by default the probe continues the response's own words)")
     p.add_argument("--substitute", default=OARSettings.substitute,
                    help="what OAR-P and the oracle substitute for a reasoning token: 'pad' or a one-token text")
+    p.add_argument("--conclusion", default=OARSettings.conclusion,
+                   help="the text the probes append after the reasoning, leading into the answer")
+    p.add_argument("--answer-pattern", default=OARSettings.answer_pattern,
+                   help="a regular expression whose one group is the answer span (empty: the maths rules)")
+    p.add_argument("--answer-finder", default=OARSettings.answer_finder,
+                   help="package.module:function returning a response's answer span (empty: the maths rules)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     return p
 
@@ -166,7 +172,8 @@ def probe_options(args: argparse.Namespace) -> Any:
 
     return ProbeOptions(fallback_last_number=not args.no_fallback_last_number,
                         own_conclusion=not args.appended_conclusion, substitute=args.substitute,
-                        answer_statement=not args.no_answer_statement)
+                        answer_statement=not args.no_answer_statement, conclusion=args.conclusion,
+                        answer_pattern=args.answer_pattern, answer_finder=args.answer_finder)
 
 
 def run_cli(main: Any, namespace: Mapping[str, Any], flags: Sequence[str] = (),
