@@ -259,3 +259,16 @@ def test_the_table_job_builds_the_rehearsal_table_with_every_claim_undecided(tmp
     assert "| GRPO GSM8K = 90.5 | qwen2.5-7b | 90.5 | 0.0 [0.0, 0.0] (problems; n 1) | -90.5 |" in md
     note = _tables_job().declared(smk)
     assert "`analysis.reproduction` in `paper.yaml`" in note
+
+
+def test_the_landing_page_and_the_caption_say_how_the_verdicts_are_decided():
+    captions = pytest.importorskip("test_report_captions")
+    paper = captions.resolved(ROOT / "config" / "paper.yaml")
+    landing = captions.render("workflow.rst", paper)
+    assert "Did the paper reproduce?" in landing and "config/paper_claims.yaml" in landing
+    assert landing.index("Did the paper reproduce?") < landing.index("How to read this report")
+    assert "95% interval over seeds" in landing and "resolution 1.0 points" in landing
+    caption = captions.render("table.rst", paper, "reproduction")
+    assert caption.startswith("Did the paper reproduce?") and "interval, resolution 1.0 points" in caption
+    testbed = captions.render("workflow.rst", captions.resolved(ROOT / "config" / "config.yaml"))
+    assert "Did the paper reproduce?" not in testbed
