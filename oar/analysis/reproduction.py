@@ -1,5 +1,5 @@
-"""Did the paper reproduce? Each claim of the paper (config/paper_claims.yaml) beside this run's number, with
-a verdict by the rule the config declared before the run (``analysis.reproduction``).
+"""Whether the paper reproduced: each claim of the paper (config/paper_claims.yaml) beside this run's number,
+with a verdict by the rule the config declared before the run (``analysis.reproduction``).
 
 Three kinds of claim, one rule (``interval`` at ``level``; ``resolution`` the smallest difference, in points, a
 verdict must be able to tell):

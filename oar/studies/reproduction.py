@@ -1,4 +1,4 @@
-"""Did the paper reproduce? (``analysis.reproduction``; config/paper.yaml): the paper's claims
+"""Whether the paper reproduced (``analysis.reproduction``; config/paper.yaml): the paper's claims
 (config/paper_claims.yaml) read against this run by the verdict rule the config declares before the run, in
 the reproduction table (oar.analysis.reproduction), the report's first. The claims file is checked when the
 config loads: a claim naming a model, benchmark, metric, method or group the config does not know stops the
@@ -43,11 +43,11 @@ def check(reg) -> None:
     if not design:
         return
     from oar.analysis.reproduction import check_claims
-    from oar.experiment.config_checks import GROUPS
     from oar.method.names import METHODS
 
+    groups = [g for g, spec in reg.config["runs"].items() if isinstance(spec, dict)]  # the registry's groups
     problems = check_claims(_claims(reg), list(reg.config["models"]), list(reg.config["evaluation"]["benchmarks"]),
-                            list(METHODS), list(GROUPS))
+                            list(METHODS), groups)
     if problems:
         where, message = problems[0]
         raise ConfigError(f"{design['claims']} {where}", message)
