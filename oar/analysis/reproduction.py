@@ -313,7 +313,7 @@ def _cell(r: Mapping[str, Any]) -> str:
     cell = fmt_num(r["run"], digits) + unit
     if not is_missing(r["ci_low"]):
         cell += f" [{fmt_num(r['ci_low'], digits)}, {fmt_num(r['ci_high'], digits)}]"
-    return cell + f" ({r['interval']}; n {r['n']})"
+    return cell + f" ({r['interval']}; n {int(r['n'])})"
 
 
 def reproduction_table(frame: pd.DataFrame, rule: Mapping[str, Any], claims_file: str) -> tuple[pd.DataFrame, str]:
@@ -335,7 +335,8 @@ def reproduction_table(frame: pd.DataFrame, rule: Mapping[str, Any], claims_file
         f"{len(frame)} claims of the paper ({claims_file}): {tally}.\n\n"
         + markdown_table(["Claim", "Model", "Paper", f"This run [{level:.0%} interval]", "Difference", "MDE",
                           "Verdict", "Why", "Source"], rows)
-        + f"\nRule (`analysis.reproduction`: {rule['rule']}, level {level:g}, resolution {resolution:g} points), "
+        + f"\nRule (`analysis.reproduction`: {rule['rule']}, level {level:g}, resolution {resolution:g} point"
+        + ("" if resolution == 1 else "s") + "), "
         "declared before the run. Accuracies are pass@1 in %. A figure: this run's mean over seeds with its "
         "t-interval; the paper's figure outside it is `higher` or `lower` (this run against the paper), inside it "
         "`reproduced` when the MDE (80% power, two-sided at 1 - level) is at most the resolution, else `undecided`; "
