@@ -248,18 +248,19 @@ rehearse: setup
 
 # `make gpu-preflight`: on one CUDA GPU with torch, transformers, accelerate and TRL installed (no .venv
 # needed: the project runs from PYTHONPATH; no network): where every second of a GRPO, OAR-G and OAR-P step
-# goes at the paper config's settings (scorer settings, micro-batch, gradient checkpointing), the 1.5B
-# shape's rows, exact OAR-P at 1,024 tokens included, then the 7B shape's exact OAR-P: planned at 14.5
-# minutes of one H200, within a 15-minute budget; at a smaller GPU_PREFLIGHT_BUDGET the rows are sized to
-# fit or skipped, and the last row's dropped step is tried in whatever time is left (perf/gpu_check.py;
-# docs/cost.md). GPU_PREFLIGHT_ARGS adds options, e.g. --shape qwen2.5-7b.
+# goes at the paper config's settings (scorer settings, micro-batch, gradient checkpointing), what the paper's
+# cost plan extrapolates most first: the 7B shape's rows, exact OAR-P first, then the 1.5B shape's, each row
+# written as it finishes; planned at about 9 minutes of one H200 within a 10-minute budget (so that 15 minutes
+# of a lent GPU, start-up included, hold it); at a smaller GPU_PREFLIGHT_BUDGET the rows are sized to fit or
+# skipped, and the last row's dropped step is tried in whatever time is left (perf/gpu_check.py;
+# docs/cost.md). GPU_PREFLIGHT_ARGS adds options, e.g. --shape qwen2.5-1.5b.
 GPU_PREFLIGHT_WORK ?= results/perf/gpu_check
-GPU_PREFLIGHT_BUDGET ?= 900
+GPU_PREFLIGHT_BUDGET ?= 600
 .PHONY: gpu-preflight
 gpu-preflight:
 	@echo "gpu-preflight: table $(GPU_PREFLIGHT_WORK)/gpu_check.md, calibration $(GPU_PREFLIGHT_WORK)/calibration.json, each row's metrics, step times and scorer profile in $(GPU_PREFLIGHT_WORK)/<row>/"
 	PYTHONPATH=$(CURDIR) $(PYTHON) perf/gpu_check.py --budget-s $(GPU_PREFLIGHT_BUDGET) --try-beyond-plan --work $(GPU_PREFLIGHT_WORK) $(GPU_PREFLIGHT_ARGS)
-	@echo "gpu-preflight: done; the cost plan calibrated by it: PYTHONPATH=. $(PYTHON) -m oar.planning.cost_plan --config config/paper.yaml --hardware h200 --calibration $(GPU_PREFLIGHT_WORK)/calibration.json $(GPU_PREFLIGHT_WORK)/qwen2.5-7b/calibration.json (the second where the 7B rows ran)"
+	@echo "gpu-preflight: done; the cost plan calibrated by it: PYTHONPATH=. $(PYTHON) -m oar.planning.cost_plan --config config/paper.yaml --hardware h200 --calibration $(GPU_PREFLIGHT_WORK)/calibration.json $(GPU_PREFLIGHT_WORK)/qwen2.5-1.5b/calibration.json (the first holds the 7B rows, the second the 1.5B rows where they ran)"
 
 # `make help`: every target in one line each (tests/test_makefile.py checks that none is missing).
 define HELP_TEXT
@@ -296,7 +297,7 @@ Test
   test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models)
-  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the paper settings, 1.5B then 7B exact OAR-P
+  gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the paper settings, 7B exact OAR-P first
 
 Set up
   setup            create .venv with the pinned packages (the other targets do this first)

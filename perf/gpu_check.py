@@ -7,7 +7,7 @@ placeholder tokens up to the shape's vocabulary, and responses are forced to the
 so groups have non-zero advantages, and every response is scored (``score_all``): the timings are those
 of a full step, whatever the model says. Each row trains in its own process, so its peak memory is its own.
 
-    python perf/gpu_check.py --budget-s 900     # the 1.5B rows, then the 7B rows in what the budget leaves
+    python perf/gpu_check.py --budget-s 600     # the 7B rows, exact OAR-P first, then the 1.5B rows in what is left
     python perf/gpu_check.py --plan-only        # print the plan and stop
     python perf/gpu_check.py --shape qwen2.5-7b --methods oar_p   # one shape's rows
     python perf/gpu_check.py --shape tiny --response-tokens 16 --batch 4 --num-generations 2   # CPU smoke run
@@ -57,8 +57,8 @@ from pathlib import Path
 
 import torch
 
-from gpu_check_plan import (BUILD_S, CALIBRATION, METHODS, MIN_STEPS, REPO, ROW_OVERHEAD_S, SHAPES, CheckError,
-                            Row, default_rows, fitting_batch, plan_rows, predicted_peak_mib, shape_args)
+from gpu_check_plan import (BUILD_S, CALIBRATION, METHODS, MIN_STEPS, REPO, ROW_OVERHEAD_S, SHAPE_ORDER, SHAPES,
+                            CheckError, Row, default_rows, fitting_batch, plan_rows, predicted_peak_mib, shape_args)
 from gpu_check_report import calibration_record, profile_summary, report
 from harness import add_out, add_threads
 from oar.files import atomic_write_text
@@ -345,9 +345,9 @@ def time_evaluation(backend: str, model: Path, args, dtype: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), nargs="+", default=["qwen2.5-1.5b", "qwen2.5-7b"],
+    parser.add_argument("--shape", choices=sorted(SHAPES), nargs="+", default=list(SHAPE_ORDER),
                         help="model shapes, in order: each shape's rows in the time the budget leaves after the "
-                             "shapes before it (default: the 1.5B rows, then the 7B rows)")
+                             "shapes before it (default: the 7B rows, exact OAR-P first, then the 1.5B rows)")
     parser.add_argument("--config", type=Path, default=REPO / "config" / "paper.yaml",
                         help="workflow config whose settings the check runs (its model of each shape)")
     parser.add_argument("--response-tokens", type=int, default=1024)

@@ -4,9 +4,9 @@ the rows fit a time budget.
 
 It measures the paper config's settings where they fit one GPU: the scorer settings of the shape's model,
 gradient checkpointing as the config sets it, and the model's per-device micro-batch (the largest that
-the memory plan fits on the GPU where it does not, said so). Rows run shape by shape: the 1.5B rows first,
-then, in the time the budget leaves, the 7B rows, exact OAR-P first (no row has measured it, and it is most
-of the paper run's GPU-hours).
+the memory plan fits on the GPU where it does not, said so). Rows run shape by shape, what the paper plan
+extrapolates most first: the 7B rows, exact OAR-P first (no row has measured it, and it is most of the
+paper run's GPU-hours), then, in the time the budget leaves, the 1.5B rows.
 """
 
 from __future__ import annotations
@@ -148,6 +148,13 @@ CALIBRATION = tuple(REPO / "perf" / "calibration" / name / "calibration.json"
                     for name in ("h200-2026-11-no-cudnn", "h200-2026-11-generate-no-cudnn", "h200-2026-11-inline-even",
                                  "h200-2026-11-generate-no-cudnn/qwen2.5-7b", "h200-2026-11-8192/qwen2.5-7b"))
 MIN_STEPS, MIN_TOKENS = 2, 256
+# The check's order, most of the paper plan's extrapolated GPU-hours first: the 7B shape's rows before the
+# 1.5B shape's (gpu_check.py's default --shape), and at 7B exact OAR-P's row first. Exact OAR-P's 7B scoring
+# is most of the central plan's GPU-hours and no row has measured it; none of the rows has run at the paper
+# config's micro-batches and gradient checkpointing. Each row's results are written as soon as it finishes, so
+# a check cut short keeps the rows that matter most.
+SHAPE_ORDER = ("qwen2.5-7b", "qwen2.5-1.5b")
+OAR_P_FIRST = ("qwen2.5-7b",)
 
 
 def check_shape(shape: str):
@@ -236,10 +243,11 @@ def default_rows(args) -> list[Row]:
     """One row per method at ``--response-tokens``. With an exact OAR-P row asked at another length, exact
     OAR-P runs both in one process: its first steps at the shorter length (step 1 the warm-up), then one
     step at the longer, whose scoring, update and peak are steady and whose generation is marked as the
-    first at that length (GRPO's and OAR-G's rows time that generation). A shape after the first runs
-    exact OAR-P first."""
+    first at that length (GRPO's and OAR-G's rows time that generation). The 7B shape runs exact OAR-P first
+    (``OAR_P_FIRST``); the others GRPO first, so that a check ending on the 1.5B shape ends on exact OAR-P,
+    whose dropped length ``--try-beyond-plan`` gives back."""
     rows = []
-    methods = args.methods if args.first_shape else sorted(args.methods, key=lambda m: m != "oar_p")
+    methods = sorted(args.methods, key=lambda m: m != "oar_p") if args.shape in OAR_P_FIRST else args.methods
     for method in methods:
         window = args.oar["window_tokens"] if method == "oar_p" else 0
         lengths = [args.response_tokens] * args.steps

@@ -11,7 +11,8 @@ rule table:
         csv=report(
             f"{R}/tables/{{name}}.csv",
             caption="captions/table.rst",
-            category="Tables",
+            # "Tables", or the reproduction table's own category, listed first
+            category=lambda wc: declared_table_of(wc.name).category,
             labels={"table": "{name}"},
         ),
         md=f"{R}/tables/{{name}}.md",

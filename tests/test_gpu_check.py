@@ -31,7 +31,7 @@ def _run(args, timeout=300):
 def test_gpu_check_refuses_to_run_real_shapes_without_cuda(tmp_path):
     done = _run(["--work", str(tmp_path / "work"), "--batch", "8"])
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "--device cuda (the default for --shape qwen2.5-1.5b): no CUDA device is visible" in done.stderr
+    assert "--device cuda (the default for --shape qwen2.5-7b): no CUDA device is visible" in done.stderr
     assert not (tmp_path / "work").exists()  # stopped before building anything
 
 
@@ -73,21 +73,46 @@ def test_the_h200_rows_settings_are_planned_as_the_h200_ran_them_and_it_says_wha
     assert "sized from steps of [256, 256, 1024] tokens to [256, 256] to fit the budget" in smaller.stderr
 
 
-def test_the_default_check_runs_the_paper_settings_and_the_7b_rows_next():
-    """By default the check measures the paper config's settings: the 1.5B model's micro-batch of 32 with
-    gradient checkpointing, then in the time the budget leaves the 7B rows at its micro-batch of 16, exact
-    OAR-P first (no row has measured it); where the memory plan does not fit a micro-batch on the GPU, the
-    largest that does, said so."""
+def _make_budget() -> float:
+    """GPU_PREFLIGHT_BUDGET, the budget `make gpu-preflight` passes (the Makefile's default)."""
+    return float(re.search(r"^GPU_PREFLIGHT_BUDGET \?= (\d+)$", (REPO / "Makefile").read_text(), re.M).group(1))
+
+
+def test_the_default_check_runs_the_paper_settings_the_7b_exact_oar_p_row_first():
+    """By default the check measures the paper config's settings, what the paper's cost plan extrapolates most
+    first: the 7B rows at its micro-batch of 16 with gradient checkpointing, exact OAR-P first (most of the
+    plan's GPU-hours, and no row has measured it), then in the time the budget leaves the 1.5B rows at its
+    micro-batch of 32; where the memory plan does not fit a micro-batch on the GPU, the largest that does,
+    said so."""
     done = _run(["--plan-only", "--budget-s", "900", "--gpu-memory-gib", "64"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert ("qwen2.5-1.5b: completions a step 32 (models.qwen2.5-math-1.5b.trainer.per_device_train_batch_size); "
             "gradient checkpointing True (training.trainer.gradient_checkpointing); G 8") in done.stderr
     assert ("8 completions a step, not the config's per-device micro-batch of 16 "
             "(models.qwen2.5-7b.trainer.per_device_train_batch_size): the memory plan puts 16 at") in done.stderr
+    shapes = re.findall(r"^  (qwen[\w.-]+): completions a step", done.stderr, re.M)
+    assert shapes == ["qwen2.5-7b", "qwen2.5-1.5b"], done.stderr
     planned = re.findall(r"^  (\w+): steps of", done.stderr, re.M)
-    assert planned[:3] == ["grpo", "oar_g", "oar_p"] and planned[3] == "oar_p", done.stderr  # 7B: exact OAR-P first
+    assert planned[:3] == ["oar_p", "grpo", "oar_g"] and planned[3] == "grpo", done.stderr  # 1.5B: GRPO first
     total = float(re.search(r"^  total ([\d,]+) s", done.stderr, re.M).group(1).replace(",", ""))
     assert total <= 900
+
+
+def test_make_gpu_preflight_fits_about_ten_minutes_of_an_h200_with_the_7b_exact_oar_p_row_first():
+    """`make gpu-preflight`'s budget holds the check in about 10 minutes of an H200 at the paper config's
+    settings (15 minutes of a lent GPU, start-up included, hold it), and the first row it runs is the 7B
+    shape's exact OAR-P: a check cut short still brings back the row the cost plan extrapolates most."""
+    budget = _make_budget()
+    assert budget <= 600
+    done = _run(["--plan-only", "--budget-s", f"{budget:g}", "--try-beyond-plan", "--gpu-memory-gib", "139"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    total = float(re.search(r"^  total ([\d,]+) s", done.stderr, re.M).group(1).replace(",", ""))
+    assert 0.75 * budget <= total <= budget, done.stderr  # uses the budget, within it
+    lines = done.stderr.splitlines()
+    first_shape = next(i for i, line in enumerate(lines) if ": completions a step" in line)
+    assert lines[first_shape].startswith("  qwen2.5-7b: completions a step 16 ")
+    assert re.match(r"^  oar_p: steps of \[256, 256", lines[first_shape + 1]), done.stderr
+    assert "gradient checkpointing True (training.trainer.gradient_checkpointing)" in lines[first_shape]
 
 
 def test_budget_sizes_and_skips_rows_and_says_so():
@@ -109,9 +134,12 @@ def test_budget_too_small_for_one_step_names_the_option():
 
 
 def test_an_option_contradicting_the_config_names_the_key():
-    """The check measures the paper config's scorer settings: the 1.5B model's chunk_tokens is 8,192."""
+    """The check measures the paper config's scorer settings: chunk_tokens is 8,192 (the 7B model's, the first
+    shape's, from training.oar; the 1.5B model's its own)."""
     done = _run(["--plan-only", "--chunk-tokens", "512"])
     assert done.returncode == 2
+    assert "--chunk-tokens 512 contradicts training.oar.chunk_tokens = 8192" in done.stderr
+    done = _run(["--plan-only", "--chunk-tokens", "512", "--shape", "qwen2.5-1.5b"])
     assert "--chunk-tokens 512 contradicts models.qwen2.5-math-1.5b.oar.chunk_tokens = 8192" in done.stderr
     done = _run(["--plan-only", "--probe", "lt_logits"])
     assert done.returncode == 2 and "contradicts training.oar.probe = as_mean" in done.stderr

@@ -100,6 +100,8 @@ def test_same_models_groups_benchmarks_tables_figures_and_scorers(plans):
         paired = {("paired_differences",), ("main_comparison",)}  # two seeds or more (see above)
         assert wildcard_set(rehearsal, rule, *keys) == wildcard_set(paper, rule, *keys) - paired, rule
     assert wildcard_set(rehearsal, "evaluate", "run", "bench") <= wildcard_set(paper, "evaluate", "run", "bench")
+    # the paper's claims against the run (config/paper_claims.yaml): planned in both, read by the table job
+    assert ("reproduction",) in wildcard_set(rehearsal, "table", "name")
 
 
 def test_what_it_swaps_in_runs_on_a_cpu_without_the_hubs():

@@ -36,7 +36,8 @@ class Table:
     outputs of the analysis rules). ``build(job)``: (frame, markdown) from the job (Snakemake's ``snakemake``
     object of workflow_scripts/tables.py: ``job.input``, ``job.params``). ``group``: the registry group whose
     runs it compares, whose benchmarks it shows (None: every benchmark). ``decided``: it applies declared
-    decision rules, so where each rule was declared is written beneath it.
+    decision rules, so where each rule was declared is written beneath it. ``category``: the report's
+    category it is listed under (categories are listed by name).
     """
 
     name: str
@@ -45,6 +46,7 @@ class Table:
     build: Callable[[Any], tuple]
     group: str | None = None
     decided: bool = False
+    category: str = "Tables"
 
 
 @dataclass(frozen=True)
