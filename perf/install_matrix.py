@@ -177,7 +177,10 @@ def run_cell(python: Path, end: str, wheel: Path, model: Path, work: Path, keep:
     folder.mkdir()
     empty = folder / "no-constraints.txt"
     empty.write_text("")
-    pip_env = {**os.environ, "PIP_CONSTRAINT": str(empty), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # Not this tree's PYTHONPATH (`make test-install-matrix` sets it): pip would find the source tree's
+    # oar_trl.egg-info there, take the wheel as installed already and skip it.
+    pip_env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    pip_env.update(PIP_CONSTRAINT=str(empty), PIP_DISABLE_PIP_VERSION_CHECK="1")
     # the user's shell: no PYTHONPATH (the installed package, not this tree), offline hub, two threads
     user_env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "2",
                 "TOKENIZERS_PARALLELISM": "false"}
@@ -241,6 +244,15 @@ def parse_markdown(text: str) -> list[dict[str, str]]:
     return [dict(zip(COLUMNS, (c.strip() for c in line.strip("|").split("|")))) for line in rows[2:]]
 
 
+def earlier_cells(out: Path) -> list[Cell]:
+    """The cells of the table already in ``out`` (``--add``)."""
+    path = out / "matrix.json"
+    if not path.exists():
+        return []
+    names = set(Cell.__dataclass_fields__)
+    return [Cell(**{k: v for k, v in record.items() if k in names}) for record in json.loads(path.read_text())]
+
+
 def write(cells: list[Cell], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "matrix.md").write_text(markdown(cells))
@@ -256,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for matrix.md and matrix.json (rewritten after every cell)")
     parser.add_argument("--work", type=Path, help="folder for the environments (default: a new temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep each cell's environment")
+    parser.add_argument("--add", action="store_true",
+                        help="keep the rows already in --out of the cells this run does not repeat")
     args = parser.parse_args(argv)
 
     pythons = args.python or pythons_here()
@@ -264,11 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pythons: {[str(p) for p in pythons]}; torch ends: {args.torch}; work: {work}", flush=True)
     wheel = build_wheel(Path(tempfile.mkdtemp(dir=work, prefix="wheel-")))
     model = tiny_model(work / "tiny")
+    earlier = earlier_cells(args.out) if args.add else []
     cells: list[Cell] = []
     for end in args.torch:  # one end on every Python first: the order given is the order of priority
         for python in pythons:
             cells.append(run_cell(python, end, wheel, model, work, args.keep))
-            write(cells, args.out)
+            ran = {(c.python, c.torch_end) for c in cells}
+            write([c for c in earlier if (c.python, c.torch_end) not in ran] + cells, args.out)
     print(markdown(cells))
     if not args.work and not args.keep:
         shutil.rmtree(work, ignore_errors=True)

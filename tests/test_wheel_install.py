@@ -1,7 +1,9 @@
 """The package as a user installs it: the wheel built from this tree (not an editable install), installed
-into a fresh environment beside torch 2.13.0 with the newest releases its ranges admit (the high end of
-every range; the low end, constraints.txt, is what the rest of the suite runs on), then the example of
-docs/library.md trains with it from outside the source tree.
+into a fresh environment on the Python that runs the suite (3.11 in CI) beside torch 2.13.0 with the newest
+releases its ranges admit (the high end of every range but torch's; the low end, constraints.txt, is what
+the rest of the suite runs on), then the example of docs/library.md trains with it from outside the source
+tree. The other Pythons of the range and its newest torch are `make test-install-matrix`'s
+(perf/install_matrix.py): their wheels are downloads of several GB.
 
 Needs the package index (``network``); about 4 minutes on 2 cores with pip's cache warm, most of it
 installing and the example's two training steps."""
