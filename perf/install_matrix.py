@@ -237,11 +237,21 @@ def markdown(cells: list[Cell]) -> str:
 
 
 def parse_markdown(text: str) -> list[dict[str, str]]:
-    """The rows of a table that :func:`markdown` wrote (docs/library.md quotes one), as column -> cell."""
-    rows = [line for line in text.splitlines() if line.startswith("|")]
-    if not rows or [c.strip() for c in rows[0].strip("|").split("|")] != list(COLUMNS):
+    """The rows of the table that :func:`markdown` wrote, found in ``text`` by its header (docs/library.md
+    quotes one among other tables), as column -> cell; [] where there is none."""
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
+    lines = text.splitlines()
+    header = next((i for i, line in enumerate(lines) if line.startswith("|") and cells(line) == list(COLUMNS)), None)
+    if header is None:
         return []
-    return [dict(zip(COLUMNS, (c.strip() for c in line.strip("|").split("|")))) for line in rows[2:]]
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(COLUMNS, cells(line))))
+    return rows
 
 
 def earlier_cells(out: Path) -> list[Cell]:
