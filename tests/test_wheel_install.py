@@ -11,6 +11,7 @@ installing and the example's two training steps."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pip(python: Path, *args: str, timeout: int = 1200) -> str:
-    proc = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=timeout)
+    # Without the suite's PYTHONPATH: pip would find this tree's oar_trl.egg-info on it (left by a build of
+    # the tree's metadata, as tests/test_install.py's resolutions make) and take the wheel as installed.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    proc = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout
 
