@@ -174,7 +174,8 @@ def run_cell(python: Path, end: str, wheel: Path, model: Path, work: Path, keep:
                              capture_output=True, text=True, check=True).stdout.strip()
     cell = Cell(python=version, torch_end=end)
     folder = work / f"py{version}-torch-{end}"
-    folder.mkdir()
+    shutil.rmtree(folder, ignore_errors=True)  # a fresh environment, also where --work is reused
+    folder.mkdir(parents=True)
     empty = folder / "no-constraints.txt"
     empty.write_text("")
     # Not this tree's PYTHONPATH (`make test-install-matrix` sets it): pip would find the source tree's
