@@ -201,6 +201,14 @@ $(VLLM_STAMP): pyproject.toml constraints.txt
 test-vllm: setup-vllm
 	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/vllm_cpu
 
+# `make test-install-matrix`: the built wheel on every Python 3.10-3.13 that pyenv (or PATH) has, with each
+# end of the torch range and the newest transformers/TRL/accelerate inside the ranges, each in a fresh venv
+# under a temporary folder, trains the example with grpo, oar_g and oar_p (perf/install_matrix.py). Not part
+# of `make test` or CI: on Linux x86_64 PyPI's torch wheels are CUDA builds, GBs to download for each cell.
+.PHONY: test-install-matrix
+test-install-matrix: setup
+	PYTHONPATH=$(CURDIR) nice $(BIN)/python perf/install_matrix.py --out results/install_matrix
+
 # `make setup-gpu`: the cluster's environment (docs/environment.md), on a Linux x86_64 login node with the
 # package index: .venv with the project, its gpu extra (vLLM) and workflow extra. PyPI's torch 2.13.0 and
 # vLLM 0.31.0 wheels are CUDA 13.0 builds (NVIDIA driver >= 580 on the GPU nodes). SLURM jobs run the
@@ -296,6 +304,7 @@ Test
   test-slurm       the tiny workflow through a one-node SLURM cluster set up here (root and apt; skips otherwise)
   test-cpu-kinds   the pinned CPU kernels on an emulated AVX2-only Intel and an AMD CPU (qemu-user)
   test-vllm        the vLLM paths on CPU, in their own environment .venv-vllm
+  test-install-matrix  the built wheel on Python 3.10-3.13 x both ends of the torch range, each training the example (downloads GBs)
   rehearse         the paper's whole DAG on CPU through the one-node SLURM (tiny models)
   gpu-preflight    on one CUDA GPU: time GRPO, OAR-G and OAR-P steps at the paper settings, 7B exact OAR-P first
 

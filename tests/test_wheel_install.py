@@ -1,7 +1,9 @@
 """The package as a user installs it: the wheel built from this tree (not an editable install), installed
-into a fresh environment beside torch 2.13.0 with the newest releases its ranges admit (the high end of
-every range; the low end, constraints.txt, is what the rest of the suite runs on), then the example of
-docs/library.md trains with it from outside the source tree.
+into a fresh environment on the Python that runs the suite (3.11 in CI) beside torch 2.13.0 with the newest
+releases its ranges admit (the high end of every range but torch's; the low end, constraints.txt, is what
+the rest of the suite runs on), then the example of docs/library.md trains with it from outside the source
+tree. The other Pythons of the range and its newest torch are `make test-install-matrix`'s
+(perf/install_matrix.py): their wheels are downloads of several GB.
 
 Needs the package index (``network``); about 4 minutes on 2 cores with pip's cache warm, most of it
 installing and the example's two training steps."""
@@ -9,6 +11,7 @@ installing and the example's two training steps."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pip(python: Path, *args: str, timeout: int = 1200) -> str:
-    proc = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=timeout)
+    # Without the suite's PYTHONPATH: pip would find this tree's oar_trl.egg-info on it (left by a build of
+    # the tree's metadata, as tests/test_install.py's resolutions make) and take the wheel as installed.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    proc = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout
 
