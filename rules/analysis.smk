@@ -12,9 +12,10 @@ HELDOUT_GRADING = dict(
     substitute=config["training"]["oar"]["substitute"],
     # the outcome settings where the config sets them (at their maths defaults the scripts' own defaults hold)
     **{
-        key: config["training"]["oar"][key]
+        key: value
         for key in ("conclusion", "answer_pattern", "answer_finder")
-        if config["training"]["oar"].get(key, getattr(OARSettings, key)) != getattr(OARSettings, key)
+        if (value := config["training"]["oar"].get(key, getattr(OARSettings, key)))
+        != getattr(OARSettings, key)
     },
 )
 

@@ -50,6 +50,18 @@ def packaged_tokenizer():
     return load_packaged_tokenizer()
 
 
+@pytest.fixture
+def registered():
+    """``registered(name)`` marks a scorer the test registers; it is unregistered when the test ends, so
+    that no test's scorer leaks into another's registry."""
+    from oar.method.scorer_registry import unregister_scorer
+
+    made = []
+    yield made.append
+    for name in made:
+        unregister_scorer(name)
+
+
 # ----------------------------------------------------------------------------------- the quick tier
 # `make test-quick` runs the tests marked `quick` (pytest -m quick) and is meant to answer in about a minute:
 # such a test trains nothing and starts no Snakemake. The guard holds over a quick test's setup (its fixtures,

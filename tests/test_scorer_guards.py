@@ -14,21 +14,13 @@ from trl import GRPOConfig, GRPOTrainer
 from oar.method.importance import score
 from oar.method.probes import ProbeOptions
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scorer_registry import ScorerError, register_scorer, scorer_spec, unregister_scorer
+from oar.method.scorer_registry import ScorerError, register_scorer, scorer_spec
 from oar.method.weight_fingerprint import WeightFingerprint, first_change, fingerprints
 from oar.training.grpo_trainer import OARConfig, OARTrainer
 from oar.training.scorer_checks import CHECK_REWARDS, check_on_made_up_batch, made_up_probes
 from test_trainer import dataset, make_trainer, parity_reward
 
 TRAINER_LOG = "oar.training.grpo_trainer"
-
-
-@pytest.fixture
-def registered():
-    made = []
-    yield made.append
-    for name in made:
-        unregister_scorer(name)
 
 
 def reasoning_ones(batch):

@@ -11,7 +11,7 @@ from trl.trainer import base_trainer
 
 from pathlib import Path
 
-from oar.method.scorer_registry import register_scorer, unregister_scorer
+from oar.method.scorer_registry import register_scorer
 from oar.training.grpo_trainer import OARConfig, OARTrainer, scoring_seed
 from test_trainer import COMMON, dataset, parity_reward
 
@@ -27,14 +27,6 @@ def make_trainer(model_dir, tmp_path, reference_model=None, peft_config=None, **
     return OARTrainer(model=model, reward_funcs=parity_reward, args=config, train_dataset=dataset(),
                       processing_class=AutoTokenizer.from_pretrained(model_dir), reference_model=reference_model,
                       peft_config=peft_config)
-
-
-@pytest.fixture
-def registered():
-    made = []
-    yield made.append
-    for name in made:
-        unregister_scorer(name)
 
 
 def test_a_users_scorer_by_import_path_trains(tiny_model_dir, tmp_path):

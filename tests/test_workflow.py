@@ -210,7 +210,7 @@ def test_paper_dry_run_lists_the_expected_jobs(tmp_path):
         "recall_analysis": 1,
         "fidelity_analysis": 1,
         "paired_analysis": 1,  # ten seeds of each main method, paired
-        "table": 9,  # the eight of the paper and paired_differences
+        "table": 10,  # the eight of the paper, paired_differences and the reproduction table
         "figure": 6,  # the five and main_comparison (length_sweep needs the same model at several lengths)
         "html_report": 1,
         "all": 1,
