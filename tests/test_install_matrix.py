@@ -81,7 +81,8 @@ def test_the_wheels_modules_stay_within_the_lowest_python():
     lowest Python's grammar and use no standard-library name that came later."""
     later = re.compile(r"\bimport tomllib\b|\bdatetime\.UTC\b|from datetime import [^\n]*\bUTC\b|\bStrEnum\b"
                        r"|from typing import [^\n]*\b(Self|Never|assert_never|LiteralString|Required|NotRequired)\b"
-                       r"|\bTaskGroup\b|\bfile_digest\b|\bExceptionGroup\b|\bcontextlib\.chdir\b|\bbatched\(")
+                       r"|\bTaskGroup\b|\bfile_digest\b|\bExceptionGroup\b|\bcontextlib\.chdir\b|\bbatched\("
+                       r"|\.add_note\(|\bexcept\*")
     offenders = []
     for path in sorted((ROOT / "oar").rglob("*.py")):
         if path.relative_to(ROOT).parts[1] in ("experiment", "planning"):

@@ -67,8 +67,13 @@ def check_on_made_up_batch(spec: ScorerSpec, model: Any, tokenizer: Any, options
         with torch.random.fork_rng(devices=devices):  # a scorer that draws from the global generator
             score(spec, model, probes, config, seed=0, reference_model=reference_model, **groups)
     except Exception as error:
-        error.add_note(f"(raised by scorer {spec.name!r} on OARTrainer's check at construction: two made-up "
-                       "maths responses, oar.training.scorer_checks)")
+        note = (f"(raised by scorer {spec.name!r} on OARTrainer's check at construction: two made-up maths "
+                "responses, oar.training.scorer_checks)")
+        add_note = getattr(error, "add_note", None)  # Python 3.11 and later; on 3.10 the note goes to the log
+        if add_note is not None:
+            add_note(note)
+        else:
+            logger.error(note)
         raise
     return True
 
