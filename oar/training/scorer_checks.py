@@ -25,6 +25,7 @@ from oar.method.importance import Scores, score
 from oar.method.probes import ProbeOptions
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scorer_registry import BUILTIN_SCORERS, ScorerSpec
+from oar.training.probing import response_ids
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +40,10 @@ CHECK_REWARDS = (1.0, 0.0)
 def made_up_probes(tokenizer, options: ProbeOptions):
     """The made-up batch's probes, read as the run reads its responses (its ``ProbeOptions``)."""
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor's text tokenizer
-    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    prompt = encode(CHECK_PROMPT)
-    return options.build(tokenizer, [prompt] * len(CHECK_RESPONSES), [encode(r) + eos for r in CHECK_RESPONSES])
+    prompt = response_ids(tokenizer, CHECK_PROMPT)  # tokenized as a response is: no special tokens
+    return options.build(tokenizer, [prompt] * len(CHECK_RESPONSES),
+                         [response_ids(tokenizer, r) + eos for r in CHECK_RESPONSES])
 
 
 def check_on_made_up_batch(spec: ScorerSpec, model: Any, tokenizer: Any, options: ProbeOptions,
