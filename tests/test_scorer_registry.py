@@ -127,6 +127,33 @@ def test_negative_rounding_is_taken_and_clamped_by_the_gate(fresh_name):
     assert weights[0, 0] == weights[0, 1]  # the tiny negative is a zero to the gate
 
 
+def test_a_signed_scorer_keeps_its_negative_scores_and_the_gate_refuses_it(fresh_name):
+    from oar.training.grpo_trainer import MethodSetup
+    from oar.training.settings import OARSettings
+
+    fresh_name("signed_push")
+    register_scorer("signed_push", lambda b: [torch.tensor([-0.5, 0.0, 0.25])] * len(b.probes), needs=(),
+                    signed=True)
+    result = score("signed_push", None, probes((3,)))
+    assert result.scores[0, :3].tolist() == [-0.5, 0.0, 0.25]  # a sign, not a contract breach
+    with pytest.raises(ScorerError, match="'signed_push' is signed"):
+        MethodSetup.of("signed_push", OARSettings())
+
+
+def test_every_call_is_given_the_tokenizer_and_the_policys_name(fresh_name):
+    seen = {}
+    fresh_name("reads_text")
+
+    @register_scorer("reads_text", needs=())
+    def reads_text(batch):
+        seen.update(tokenizer=batch.tokenizer, policy=batch.policy)
+        return [torch.ones(p.reasoning_len) for p in batch.probes]
+
+    marker = object()
+    score("reads_text", None, probes((3,)), tokenizer=marker, policy="chain_f1")
+    assert seen == {"tokenizer": marker, "policy": "chain_f1"}
+
+
 def test_a_group_scorer_gets_whole_groups_and_their_rewards(fresh_name):
     seen = {}
     fresh_name("group_mean")

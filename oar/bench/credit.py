@@ -111,7 +111,8 @@ def calls(groups: Sequence[int], groups_per_call: int = GROUPS_PER_CALL) -> list
 
 
 def score_rows(scorer: str, model, probes: Sequence, rows: Sequence[Mapping[str, Any]], *, config=None,
-               seed: int = 0, reference_model=None, groups_per_call: int = GROUPS_PER_CALL,
+               seed: int = 0, reference_model=None, tokenizer=None, policy: str | None = None,
+               groups_per_call: int = GROUPS_PER_CALL,
                log: Callable[[str], None] = print) -> tuple[list[np.ndarray], float]:
     """Every row's reasoning scores by ``scorer`` (a registered name or an import path), call by call as
     training calls it (:func:`calls`; call c seeded ``seed * 1_000_003 + c``), and the scoring seconds.
@@ -127,7 +128,7 @@ def score_rows(scorer: str, model, probes: Sequence, rows: Sequence[Mapping[str,
     def run(index: int, members: list[int]) -> list[np.ndarray]:
         result = score(scorer, model, [probes[i] for i in members], config, seed=seed * 1_000_003 + index,
                        groups=[groups[i] for i in members], rewards=[rewards[i] for i in members],
-                       reference_model=reference_model)
+                       reference_model=reference_model, tokenizer=tokenizer, policy=policy)
         out = [result.scores[j, : probes[i].reasoning_len].double().numpy() for j, i in enumerate(members)]
         for i, values in zip(members, out):
             if not np.all(np.isfinite(values)):
@@ -174,7 +175,8 @@ def run_entry(scorer: str, policy: str, model, tokenizer, response_set, *, seed:
 
     probes = response_set.probes(tokenizer)
     scores, seconds = score_rows(scorer, model, probes, response_set.rows, config=config, seed=seed,
-                                 reference_model=reference_model, groups_per_call=groups_per_call, log=log)
+                                 reference_model=reference_model, tokenizer=tokenizer, policy=policy,
+                                 groups_per_call=groups_per_call, log=log)
     kernels = capability()
     import torch
 

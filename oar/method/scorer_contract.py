@@ -13,7 +13,9 @@ score t belongs to reasoning token ``probe.response_ids[t]``. Positions outside 
 (the gate gives them weight 1). Scores are finite and non-negative: an importance, which the gate logs,
 normalises and ranks; values down to ``-NEGATIVE_ROUNDING`` count as float rounding of a divergence and
 the gate clamps them to 0. A scorer of a signed quantity returns its magnitude (or another non-negative
-transform) and says so. Any device; the scores are moved to the host once per call.
+transform) and says so; its signed form may be registered beside it with ``signed=True``
+(``oar.method.scorer_registry.register_scorer``), whose scores may be negative: the token-credit
+benchmark scores its sign, and the gate refuses it. Any device; the scores are moved to the host once per call.
 
 **Determinism.** For a fixed ``batch.seed`` and inputs, the same scores on the same machine: draw noise
 and random numbers only from generators seeded with ``batch.seed`` (never torch's global generator, which
@@ -63,6 +65,11 @@ class ScoringBatch:
     groups: each row's group, an integer shared by the responses to one prompt (``groups`` need).
     rewards: each row's reward (``groups`` need).
     reference_model: a second, frozen model (``reference_model`` need).
+    tokenizer: the policy's tokenizer (every call has one where its caller has it: the trainer's
+        processing class, the benchmark's policy tokenizer; None in a bare ``score`` call without one), for
+        a scorer that reads the tokens' text.
+    policy: the scored policy's name (the benchmark's frozen policy, the trainer's model name or path), or
+        None where the caller does not know it.
     """
 
     model: Any
@@ -73,6 +80,8 @@ class ScoringBatch:
     groups: Sequence[int] | None = None
     rewards: Sequence[float] | None = None
     reference_model: Any = None
+    tokenizer: Any = None
+    policy: str | None = None
 
 
 def check_inputs(spec: ScorerSpec, batch: ScoringBatch) -> None:
@@ -110,7 +119,7 @@ def checked_scores(spec: ScorerSpec, batch: ScoringBatch, output: Any) -> list[T
     host = [r.to("cpu", torch.float32) for r in rows]
     # read on the host as numpy (the rows are there already): no device sync, no torch host-read op
     values = torch.cat(host).numpy() if host else np.zeros(0, dtype=np.float32)
-    bad = ~np.isfinite(values) | (values < -NEGATIVE_ROUNDING)
+    bad = ~np.isfinite(values) | ((values < -NEGATIVE_ROUNDING) & (not spec.signed))
     if bad.any():
         flat = int(np.argmax(bad))
         i = int(np.searchsorted(np.cumsum([r.numel() for r in host]), flat, side="right"))

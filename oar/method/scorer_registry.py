@@ -60,6 +60,10 @@ class ScorerSpec:
     target: Callable[..., Any] | str
     needs: frozenset[str] = field(default_factory=frozenset)
     description: str = ""
+    # a signed score (a reward, an advantage term): its sign says which way the token pushes the outcome,
+    # so its scores may be negative. The benchmark reads its sign; the gate, which needs importances >= 0,
+    # refuses it (the scorer's magnitude is registered apart, unsigned).
+    signed: bool = False
 
     @property
     def function(self) -> Callable[..., Any]:
@@ -127,7 +131,7 @@ def _import(path: str, name: str) -> Callable[..., Any]:
 
 
 def register_scorer(name: str, function: Callable[..., Any] | str | None = None, *, needs: Iterable[str] = ("model",),
-                    description: str = "") -> Any:
+                    description: str = "", signed: bool = False) -> Any:
     """Register a scorer under ``name``; with no ``function``, a decorator that registers the function it
     decorates (and returns it unchanged).
 
@@ -135,12 +139,13 @@ def register_scorer(name: str, function: Callable[..., Any] | str | None = None,
     tensor per probe, of the probe's ``reasoning_len`` (the contract: ``oar.method.scorer_contract``); an
     import path ``"package.module:function"`` is imported on the first call. ``needs`` (a subset of
     :data:`NEEDS`; default ``("model",)``) is what it reads besides the token ids and its settings.
-    Raises :class:`ScorerError` naming the scorer: a malformed or taken name, an unknown need, a function
-    that cannot take one argument.
+    ``signed=True`` registers a signed score (negative values allowed, the gate refuses it; see
+    ``oar.method.scorer_contract``). Raises :class:`ScorerError` naming the scorer: a malformed or taken
+    name, an unknown need, a function that cannot take one argument.
     """
     if function is None:
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-            register_scorer(name, fn, needs=needs, description=description)
+            register_scorer(name, fn, needs=needs, description=description, signed=signed)
             return fn
         return decorate
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -148,10 +153,11 @@ def register_scorer(name: str, function: Callable[..., Any] | str | None = None,
                           "a letter")
     if name in _RESERVED:
         raise ScorerError(f"scorer name {name!r} is taken by a method: {_RESERVED[name]}")
-    return _add(name, function, needs, description)
+    return _add(name, function, needs, description, signed)
 
 
-def _add(name: str, function: Callable[..., Any] | str, needs: Iterable[str], description: str) -> ScorerSpec:
+def _add(name: str, function: Callable[..., Any] | str, needs: Iterable[str], description: str,
+         signed: bool = False) -> ScorerSpec:
     if name in _REGISTRY:
         raise ScorerError(f"scorer {name!r} is already registered (to {_describe(_REGISTRY[name].target)}); choose "
                           "another name")
@@ -164,7 +170,7 @@ def _add(name: str, function: Callable[..., Any] | str, needs: Iterable[str], de
             raise ScorerError(f"scorer {name!r}: {function!r} is not an import path 'package.module:function'")
     else:
         _check_signature(name, function)
-    spec = ScorerSpec(name, function, needs, description)
+    spec = ScorerSpec(name, function, needs, description, bool(signed))
     _REGISTRY[name] = spec
     if callable(function):
         _BY_FUNCTION[id(function)] = spec

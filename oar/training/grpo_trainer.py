@@ -35,7 +35,7 @@ from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_m
 from oar.method.names import reads_parsed_steps, scorer_of
 from oar.method.probes import Probe, ProbeOptions, token_char_spans
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scorer_registry import ScorerSpec, scorer_spec
+from oar.method.scorer_registry import ScorerError, ScorerSpec, scorer_spec
 from oar.method.weight_transforms import WeightTransform, transform_spec
 from oar.sdpa_kernels import without_cudnn_attention
 from oar.training.collective import gathered_for_scoring
@@ -214,7 +214,11 @@ class MethodSetup:
     @classmethod
     def of(cls, method: str, settings: OARSettings) -> MethodSetup:
         scorer = scorer_of(method)
-        return cls(method=method, settings=settings, scorer=scorer_spec(scorer) if scorer is not None else None,
+        spec = scorer_spec(scorer) if scorer is not None else None
+        if spec is not None and spec.signed:
+            raise ScorerError(f"scorer {spec.name!r} is signed (its scores may be negative): OAR's gate needs "
+                              "non-negative importances; train with its magnitude's entry")
+        return cls(method=method, settings=settings, scorer=spec,
                    scorer_config=settings.scorer_config(), transform=transform_spec(method),
                    probe_options=ProbeOptions.of(settings),
                    parsed_steps=reads_parsed_steps(method) or settings.log_step_credit)
@@ -556,4 +560,6 @@ class OARTrainer(GRPOTrainer):
             return score(setup.scorer, model, probes, setup.scorer_config, active=needs_scores.cpu(), width=width,
                          probe="lt_logits" if step < setup.settings.warmup_steps else None,
                          seed=scoring_seed(self.args.seed, step, self.accelerator.process_index),
-                         **self._group_inputs(len(active)), reference_model=self._reference_model)
+                         **self._group_inputs(len(active)), reference_model=self._reference_model,
+                         tokenizer=self.processing_class,
+                         policy=getattr(getattr(model, "config", None), "name_or_path", None) or None)
