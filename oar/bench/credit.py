@@ -128,7 +128,8 @@ def score_rows(scorer: str, model, probes: Sequence, rows: Sequence[Mapping[str,
     def run(index: int, members: list[int]) -> list[np.ndarray]:
         result = score(scorer, model, [probes[i] for i in members], config, seed=seed * 1_000_003 + index,
                        groups=[groups[i] for i in members], rewards=[rewards[i] for i in members],
-                       reference_model=reference_model, tokenizer=tokenizer, policy=policy)
+                       reference_model=reference_model, tokenizer=tokenizer, policy=policy,
+                       references=[str(rows[i]["reference"]) for i in members])
         out = [result.scores[j, : probes[i].reasoning_len].double().numpy() for j, i in enumerate(members)]
         for i, values in zip(members, out):
             if not np.all(np.isfinite(values)):

@@ -8,15 +8,19 @@ fields to the scorer's module (``oar.method.scorer_registry`` registers them by 
   model): ``oar.method.truth_scorers``;
 - the token-credit benchmark's entries: ``top_entropy`` (TRL's 80/20 rule, ``oar.method.entropy_mask``),
   ``ktae`` (``oar.method.ktae``), ``prime`` (``oar.method.implicit_reward``) and ``answer_attention``
-  (``oar.method.answer_attention``).
+  (``oar.method.answer_attention``); GRAIL's saliency ``grail`` (``oar.method.grail``) and its codebase's OAR-G
+  ``oar_g_grail`` (``oar.method.oar_g_grail``), the privileged self ``rlsd``, ``rlsd_weight`` and
+  ``rlsd_signed`` (``oar.method.privileged_self``) and the hidden-state distance ``shear``
+  (``oar.method.hidden_distance``).
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from oar.method import (answer_attention as attention, controls, entropy_mask, gradient_scorers, implicit_reward,
-                        ktae as key_tokens, substitution, truth_scorers)
+from oar.method import (answer_attention as attention, controls, entropy_mask, grail as saliency, gradient_scorers,
+                        hidden_distance, implicit_reward, ktae as key_tokens, oar_g_grail as grail_oar_g,
+                        privileged_self, substitution, truth_scorers)
 from oar.method.scorer_contract import ScoringBatch
 
 
@@ -78,3 +82,32 @@ def prime(batch: ScoringBatch) -> list[Tensor]:
 
 def answer_attention(batch: ScoringBatch) -> list[Tensor]:
     return attention.answer_attention_scores(batch.model, batch.probes, batch.kinds)
+
+
+def grail(batch: ScoringBatch) -> list[Tensor]:
+    return saliency.grail_scores(batch.model, batch.probes, batch.tokenizer, batch.config.grad_budget)
+
+
+def oar_g_grail(batch: ScoringBatch) -> list[Tensor]:
+    return grail_oar_g.oar_g_grail_scores(batch.model, batch.probes, batch.tokenizer, batch.config, seed=batch.seed)
+
+
+def rlsd_signed(batch: ScoringBatch) -> list[Tensor]:
+    gains = privileged_self.privileged_gains(batch.model, batch.probes, batch.references, batch.tokenizer,
+                                             batch.config.chunk_tokens)
+    return [g.float() for g in gains]
+
+
+def rlsd(batch: ScoringBatch) -> list[Tensor]:
+    return [g.abs() for g in rlsd_signed(batch)]
+
+
+def rlsd_weight(batch: ScoringBatch) -> list[Tensor]:
+    gains = privileged_self.privileged_gains(batch.model, batch.probes, batch.references, batch.tokenizer,
+                                             batch.config.chunk_tokens)
+    return privileged_self.rlsd_weights(gains, privileged_self.advantage_signs(batch.groups, batch.rewards))
+
+
+def shear(batch: ScoringBatch) -> list[Tensor]:
+    states = hidden_distance.reasoning_hidden_states(batch.model, batch.probes, batch.config.chunk_tokens)
+    return hidden_distance.span_distances(states, batch.groups, batch.rewards)

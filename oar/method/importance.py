@@ -65,6 +65,7 @@ def score(
     reference_model=None,
     tokenizer=None,
     policy: str | None = None,
+    references: Sequence[str] | None = None,
 ) -> Scores:
     """Importance scores of every reasoning token of every probe, by the scorer ``method`` (a registered
     name or an import path, ``oar.method.scorer_registry``, or the spec either resolves to: the trainer
@@ -76,7 +77,8 @@ def score(
     ``seed`` seeds the call's noise and random draws; ``probe`` overrides ``config.probe`` for this call
     (the trainer's warm-up steps); ``groups``, ``rewards`` and ``reference_model`` are handed to a scorer
     that declares it reads them; ``tokenizer`` and ``policy`` (the policy's name) are handed to every
-    scorer (``ScoringBatch``). The model is put in eval mode for scoring and restored after. A scorer
+    scorer (``ScoringBatch``); ``references`` (each row's reference answer) to one that reads the answer key
+    (``reference_answer``). The model is put in eval mode for scoring and restored after. A scorer
     whose output breaks the contract, or that changes the model's (or the reference model's) weights or
     gradients (``oar.method.weight_fingerprint``), stops with a ``ScorerError`` naming it.
     """
@@ -110,7 +112,9 @@ def score(
             groups=[groups[i] for i in rows] if spec.reads("groups") else None,
             rewards=[rewards[i] for i in rows] if spec.reads("groups") and rewards is not None else None,
             reference_model=reference_model if spec.reads("reference_model") else None,
-            tokenizer=tokenizer, policy=policy)
+            tokenizer=tokenizer, policy=policy,
+            references=[references[i] for i in rows] if spec.reads("reference_answer") and references is not None
+            else None)
         check_inputs(spec, batch)
         was_training = model.training if model is not None else None
         if model is not None:

@@ -70,6 +70,7 @@ class ScoringBatch:
         a scorer that reads the tokens' text.
     policy: the scored policy's name (the benchmark's frozen policy, the trainer's model name or path), or
         None where the caller does not know it.
+    references: each row's problem's reference answer, as text (``reference_answer`` need: the answer key).
     """
 
     model: Any
@@ -82,6 +83,7 @@ class ScoringBatch:
     reference_model: Any = None
     tokenizer: Any = None
     policy: str | None = None
+    references: Sequence[str] | None = None
 
 
 def check_inputs(spec: ScorerSpec, batch: ScoringBatch) -> None:
@@ -94,6 +96,9 @@ def check_inputs(spec: ScorerSpec, batch: ScoringBatch) -> None:
             if values is None or len(values) != n:
                 raise ScorerError(f"scorer {spec.name!r} reads each row's group and reward: the call gives "
                                   f"{what} {'none' if values is None else f'for {len(values)} of {n} rows'}")
+    if spec.reads("reference_answer") and (batch.references is None or len(batch.references) != n):
+        raise ScorerError(f"scorer {spec.name!r} reads each row's reference answer: the call gives "
+                          f"{'none' if batch.references is None else f'{len(batch.references)} for {n} rows'}")
     if spec.reads("reference_model") and batch.reference_model is None:
         raise ScorerError(f"scorer {spec.name!r} reads a reference model and the call has none (OARTrainer: "
                           "pass reference_model=, or train with a KL term, beta > 0, whose reference it takes)")

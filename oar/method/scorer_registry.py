@@ -39,6 +39,8 @@ NEEDS = {
                        "policy before training",
     "attentions": "reads the model's attention weights (output_attentions=True): the call runs the model, and "
                   "the reference model, with eager attention",
+    "reference_answer": "reads each row's problem's reference answer (ScoringBatch.references): the answer key, "
+                        "so a ground-truth entry; the benchmark gives it, the trainer does not",
 }
 # Needs a held-out response set can meet (one response per problem, no reward, no second model)
 HELDOUT_NEEDS = frozenset({"model", "probe", "attentions"})
@@ -254,6 +256,14 @@ for _name, _needs, _description in (
     ("ktae", ("groups",), "|KTAE's key-token value|: how a token's presence in a group goes with correctness"),
     ("prime", ("model", "reference_model"), "|PRIME's implicit reward|: beta |log pi_reference / pi| of the token"),
     ("answer_attention", ("model", "probe", "attentions"), "the answer span's attention to the token"),
+    ("grail", ("model",), "GRAIL's saliency: ||gradient (.) embedding|| of the first box's likelihood"),
+    ("oar_g_grail", ("model",), "OAR-G as the GRAIL codebase computes it (whole completion, first box)"),
+    ("rlsd", ("model", "reference_answer"), "|log pi(token | answer given) - log pi(token)|, the privileged self"),
+    ("rlsd_weight", ("model", "reference_answer", "groups"), "RLSD's weight exp(sign(A) x the privileged gain)"),
+    ("shear", ("model", "groups"), "W1 of the token's span's hidden states from the opposing outcome's"),
 ):
     _add(_name, f"{_BUILTIN}:{_name}", _needs, _description)  # names known good, none reserved
+# signed forms (the benchmark scores their sign; the gate refuses them)
+_add("rlsd_signed", f"{_BUILTIN}:rlsd_signed", ("model", "reference_answer"),
+     "log pi(token | answer given) - log pi(token), signed", signed=True)
 BUILTIN_SCORERS = registered_names()

@@ -364,6 +364,9 @@ class OARTrainer(GRPOTrainer):
             raise ValueError(f"scorer {spec.name!r} reads each response's group: per_device_train_batch_size "
                              f"({args.per_device_train_batch_size}) must be a multiple of num_generations "
                              f"({self.num_generations}) so that every process holds whole groups")
+        if spec.reads("reference_answer"):
+            raise ValueError(f"scorer {spec.name!r} reads each problem's reference answer (need 'reference_answer'), "
+                             "which OARTrainer does not hand a scorer: it is a token-credit benchmark entry")
         if spec.reads("reference_model"):
             if self._reference_model is None and self.ref_model is None:
                 raise ValueError(f"scorer {spec.name!r} reads a reference model: pass OARTrainer(reference_model=...) "
