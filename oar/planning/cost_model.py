@@ -267,7 +267,12 @@ def scaled(work: Work, n: float) -> Work:
 # the entropy control's, TRL's 80/20 mask (the same forward), attention from the answer span (one forward with
 # eager attention, whose kernels no row measured) and PRIME's implicit reward (the policy's and the reward
 # model's). Their fixed cost per call is the entropy control's, the one of them a calibration row measures.
-FORWARD_SCORERS = {"entropy": 1, "top_entropy": 1, "answer_attention": 1, "prime": 2}
+FORWARD_SCORERS = {"entropy": 1, "top_entropy": 1, "answer_attention": 1, "prime": 2,
+                   # the privileged self (with and without the answer) and the hidden-state distance
+                   "rlsd": 2, "rlsd_signed": 2, "rlsd_weight": 2, "shear": 1}
+# scorers that run OAR-G's passes over each whole probe (prompt | response, no prompt cache), as
+# grad_prompt: inline does: GRAIL's saliency (no clean forward) and the GRAIL codebase's OAR-G
+INLINE_GRADIENT_SCORERS = {"grail": False, "oar_g_grail": True}  # -> runs a clean forward
 
 
 def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
@@ -277,6 +282,8 @@ def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
     the entropy control's."""
     if scorer in FORWARD_SCORERS:
         return "entropy"
+    if scorer in INLINE_GRADIENT_SCORERS:  # OAR-G's passes (calibrated as OAR-G's: no inline row need exist)
+        return "oar_g"
     name = "oar_g" if scorer == "grad_norm" else scorer
     return f"{name} inline" if name == "oar_g" and grad_prompt == "inline" else name
 
@@ -292,6 +299,9 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
     if method in ("oar_g", "grad_norm"):
         return oar_g_work(shape, prompt, probe, keep, grad_budget(oar), clean=method == "oar_g", group=group,
                           responses=scored, inline=oar.get("grad_prompt", OARSettings.grad_prompt) == "inline")
+    if method in INLINE_GRADIENT_SCORERS:
+        return oar_g_work(shape, prompt, probe, keep, grad_budget(oar), clean=INLINE_GRADIENT_SCORERS[method],
+                          group=group, responses=scored, inline=True)
     if method in FORWARD_SCORERS:
         seq = prompt + reasoning
         per = FORWARD_SCORERS[method] / max(1, int(chunk // seq))
