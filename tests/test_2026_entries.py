@@ -221,3 +221,10 @@ def test_the_hidden_states_are_the_last_layers_at_each_reasoning_token(made_up):
         ids = torch.tensor([list(p.prompt_ids) + list(p.response_ids[: p.reasoning_len])])
         want = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, len(p.prompt_ids):]
         assert np.allclose(h, want.detach().double().numpy(), atol=1e-5)
+
+
+def test_the_trainer_refuses_a_scorer_that_reads_the_answer_key(tiny_model_dir, tmp_path):
+    from test_trainer_library import make_trainer
+
+    with pytest.raises(ValueError, match="'rlsd' reads each problem's reference answer"):
+        make_trainer(tiny_model_dir, tmp_path, oar_method="rlsd")
