@@ -8,10 +8,10 @@ fields to the scorer's module (``oar.method.scorer_registry`` registers them by 
   model): ``oar.method.truth_scorers``;
 - the token-credit benchmark's entries: ``top_entropy`` (TRL's 80/20 rule, ``oar.method.entropy_mask``),
   ``ktae`` (``oar.method.ktae``), ``prime`` (``oar.method.implicit_reward``) and ``answer_attention``
-  (``oar.method.answer_attention``); GRAIL's saliency ``grail`` (``oar.method.grail``) and its codebase's OAR-G
-  ``oar_g_grail`` (``oar.method.oar_g_grail``), the privileged self ``rlsd``, ``rlsd_weight`` and
-  ``rlsd_signed`` (``oar.method.privileged_self``) and the hidden-state distance ``shear``
-  (``oar.method.hidden_distance``).
+  (``oar.method.answer_attention``); GRAIL's saliency ``grail`` and ``grail_released`` (``oar.method.grail``)
+  and its codebase's OAR-G ``oar_g_grail`` (``oar.method.oar_g_grail``), the privileged self ``rlsd``,
+  ``rlsd_weight`` and ``rlsd_signed`` (``oar.method.privileged_self``) and the hidden-state distance
+  ``shear`` (``oar.method.hidden_distance``).
 """
 
 from __future__ import annotations
@@ -86,6 +86,10 @@ def answer_attention(batch: ScoringBatch) -> list[Tensor]:
 
 def grail(batch: ScoringBatch) -> list[Tensor]:
     return saliency.grail_scores(batch.model, batch.probes, batch.tokenizer, batch.config.grad_budget)
+
+
+def grail_released(batch: ScoringBatch) -> list[Tensor]:
+    return saliency.grail_scores(batch.model, batch.probes, batch.tokenizer, batch.config.grad_budget, shifted=True)
 
 
 def oar_g_grail(batch: ScoringBatch) -> list[Tensor]:

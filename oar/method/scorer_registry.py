@@ -257,6 +257,7 @@ for _name, _needs, _description in (
     ("prime", ("model", "reference_model"), "|PRIME's implicit reward|: beta |log pi_reference / pi| of the token"),
     ("answer_attention", ("model", "probe", "attentions"), "the answer span's attention to the token"),
     ("grail", ("model",), "GRAIL's saliency: ||gradient (.) embedding|| of the first box's likelihood"),
+    ("grail_released", ("model",), "GRAIL's saliency read one position earlier, as its released trainer does"),
     ("oar_g_grail", ("model",), "OAR-G as the GRAIL codebase computes it (whole completion, first box)"),
     ("rlsd", ("model", "reference_answer"), "|log pi(token | answer given) - log pi(token)|, the privileged self"),
     ("rlsd_weight", ("model", "reference_answer", "groups"), "RLSD's weight exp(sign(A) x the privileged gain)"),

@@ -272,7 +272,7 @@ FORWARD_SCORERS = {"entropy": 1, "top_entropy": 1, "answer_attention": 1, "prime
                    "rlsd": 2, "rlsd_signed": 2, "rlsd_weight": 2, "shear": 1}
 # scorers that run OAR-G's passes over each whole probe (prompt | response, no prompt cache), as
 # grad_prompt: inline does: GRAIL's saliency (no clean forward) and the GRAIL codebase's OAR-G
-INLINE_GRADIENT_SCORERS = {"grail": False, "oar_g_grail": True}  # -> runs a clean forward
+INLINE_GRADIENT_SCORERS = {"grail": False, "grail_released": False, "oar_g_grail": True}  # -> runs a clean forward
 
 
 def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
