@@ -42,6 +42,8 @@ NEEDS = {
     "reference_answer": "reads each row's problem's reference answer (ScoringBatch.references): the answer key, "
                         "so a ground-truth entry; the benchmark gives it, the trainer does not",
 }
+# Needs the trainer does not meet (it refuses a scorer that declares one, naming the need)
+TRAINING_REFUSED_NEEDS = frozenset({"reference_answer"})
 # Needs a held-out response set can meet (one response per problem, no reward, no second model)
 HELDOUT_NEEDS = frozenset({"model", "probe", "attentions"})
 
@@ -81,6 +83,12 @@ class ScorerSpec:
         if need not in NEEDS:
             raise ScorerError(f"unknown need {need!r}; known: {sorted(NEEDS)}")
         return need in self.needs
+
+    @property
+    def trainable(self) -> bool:
+        """Whether OAR's trainer can gate it: unsigned, and reading nothing training cannot give it
+        (:data:`TRAINING_REFUSED_NEEDS`). The workflow's method lists take only such scorers."""
+        return not self.signed and not (self.needs & TRAINING_REFUSED_NEEDS)
 
     @property
     def heldout(self) -> bool:
