@@ -8,15 +8,22 @@ fields to the scorer's module (``oar.method.scorer_registry`` registers them by 
   model): ``oar.method.truth_scorers``;
 - the token-credit benchmark's entries: ``top_entropy`` (TRL's 80/20 rule, ``oar.method.entropy_mask``),
   ``ktae`` (``oar.method.ktae``), ``prime`` (``oar.method.implicit_reward``) and ``answer_attention``
-  (``oar.method.answer_attention``).
+  (``oar.method.answer_attention``);
+- the trivial baselines ``surprisal`` (``oar.method.surprisal``) and the no-model structure heuristics
+  ``last_step_digits``, ``last_step``, ``step_results``, ``relations_and_results`` and ``tilde_first``
+  (``oar.method.structure_heuristics``);
+- ``oar_g_inverted`` (arXiv 2602.09331's inverted-importance control, ``oar.method.inverted_importance``),
+  ``first_divergence`` (an EGCA-style oracle, ``oar.method.first_divergence``) and ``tempo`` /
+  ``tempo_signed`` (TEMPO's prefix-tree credit, ``oar.method.prefix_tree``).
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from oar.method import (answer_attention as attention, controls, entropy_mask, gradient_scorers, implicit_reward,
-                        ktae as key_tokens, substitution, truth_scorers)
+from oar.method import (answer_attention as attention, controls, entropy_mask, first_divergence as divergence,
+                        gradient_scorers, implicit_reward, inverted_importance, ktae as key_tokens, prefix_tree,
+                        structure_heuristics, substitution, surprisal as surprise, truth_scorers)
 from oar.method.scorer_contract import ScoringBatch
 
 
@@ -78,3 +85,35 @@ def prime(batch: ScoringBatch) -> list[Tensor]:
 
 def answer_attention(batch: ScoringBatch) -> list[Tensor]:
     return attention.answer_attention_scores(batch.model, batch.probes, batch.kinds)
+
+
+def surprisal(batch: ScoringBatch) -> list[Tensor]:
+    return surprise.surprisal_scores(batch.model, batch.probes, batch.config)
+
+
+last_step_digits = structure_heuristics.scorer_for("last_step_digits")
+last_step = structure_heuristics.scorer_for("last_step")
+step_results = structure_heuristics.scorer_for("step_results")
+relations_and_results = structure_heuristics.scorer_for("relations_and_results")
+tilde_first = structure_heuristics.scorer_for("tilde_first")
+
+
+def oar_g_inverted(batch: ScoringBatch) -> list[Tensor]:
+    return inverted_importance.inverted_rows(oar_g(batch))
+
+
+def first_divergence(batch: ScoringBatch) -> list[Tensor]:
+    return divergence.first_divergence_scores(batch.probes, batch.tokenizer)
+
+
+def _tempo(batch: ScoringBatch, signed: bool) -> list[Tensor]:
+    return prefix_tree.tempo_scores([p.response_ids for p in batch.probes], [p.reasoning_len for p in batch.probes],
+                                    batch.groups, batch.rewards, signed=signed)
+
+
+def tempo(batch: ScoringBatch) -> list[Tensor]:
+    return _tempo(batch, signed=False)
+
+
+def tempo_signed(batch: ScoringBatch) -> list[Tensor]:
+    return _tempo(batch, signed=True)

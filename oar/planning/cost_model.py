@@ -267,7 +267,9 @@ def scaled(work: Work, n: float) -> Work:
 # the entropy control's, TRL's 80/20 mask (the same forward), attention from the answer span (one forward with
 # eager attention, whose kernels no row measured) and PRIME's implicit reward (the policy's and the reward
 # model's). Their fixed cost per call is the entropy control's, the one of them a calibration row measures.
-FORWARD_SCORERS = {"entropy": 1, "top_entropy": 1, "answer_attention": 1, "prime": 2}
+FORWARD_SCORERS = {"entropy": 1, "top_entropy": 1, "answer_attention": 1, "prime": 2, "surprisal": 1}
+# scorers that cost what another does (the same passes, their scores transformed after)
+SAME_COST = {"oar_g_inverted": "oar_g"}
 
 
 def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
@@ -275,6 +277,7 @@ def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
     same passes less one), and OAR-G's over an inline prompt (``grad_prompt: inline``) is its own, its
     forwards running other attention kernels on a GPU (flash attention, no mask); a forward-only scorer's is
     the entropy control's."""
+    scorer = SAME_COST.get(scorer, scorer)
     if scorer in FORWARD_SCORERS:
         return "entropy"
     name = "oar_g" if scorer == "grad_norm" else scorer
@@ -284,6 +287,7 @@ def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
 def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoning: float, probe: float, keep: int,
                  scored: float, group: int, schedule: str = SCHEDULE) -> Work:
     """The work of one scoring call over ``scored`` responses."""
+    method = SAME_COST.get(method, method)
     chunk = oar["chunk_tokens"]
     if method == "oar_p":
         span, window = (oar.get(name, getattr(OARSettings, name)) for name in ("span_tokens", "window_tokens"))
