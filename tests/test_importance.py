@@ -136,7 +136,10 @@ def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_toke
     assert set(BUILTIN_SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth",
                                     "truth_graded", "truth_final", "truth_early", "top_entropy", "ktae", "prime",
                                     "answer_attention", "grail", "grail_released", "oar_g_grail", "rlsd",
-                                    "rlsd_weight", "shear", "rlsd_signed"}
+                                    "rlsd_weight", "shear", "rlsd_signed", "surprisal", "last_step_digits",
+                                    "last_step", "step_results",
+                                    "relations_and_results", "tilde_first", "oar_g_inverted", "first_divergence",
+                                    "tempo", "tempo_signed"}
     with pytest.raises(ValueError, match="probe"):
         ScorerConfig(probe="as_median")
     with pytest.raises(ValueError, match="scorer"):

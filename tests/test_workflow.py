@@ -120,7 +120,8 @@ def test_schema_matches_library():
     assert SCORER_NAMES == BUILTIN_SCORERS  # every built-in scorer registered once, in one place
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches
     assert set(builtin["heldout_scorers"][0]) == set(MODEL_SCORERS)
-    assert set(builtin["probe_scorers"][0]) == set(PROBE_SCORERS) == {"oar_p", "oar_g", "grad_norm", "answer_attention"}
+    assert set(builtin["probe_scorers"][0]) == set(PROBE_SCORERS) == {"oar_p", "oar_g", "grad_norm", "answer_attention",
+                                                                   "oar_g_inverted"}
     assert set(defs["probe"]["enum"]) == set(PROBES)
     assert set(defs["dataset_name"]["enum"]) == set(DATASETS)
     assert set(defs["trainer"]["properties"]) == set(TRAINER_DEFAULTS)

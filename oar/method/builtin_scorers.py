@@ -11,16 +11,23 @@ fields to the scorer's module (``oar.method.scorer_registry`` registers them by 
   (``oar.method.answer_attention``); GRAIL's saliency ``grail`` and ``grail_released`` (``oar.method.grail``)
   and its codebase's OAR-G ``oar_g_grail`` (``oar.method.oar_g_grail``), the privileged self ``rlsd``,
   ``rlsd_weight`` and ``rlsd_signed`` (``oar.method.privileged_self``) and the hidden-state distance
-  ``shear`` (``oar.method.hidden_distance``).
+  ``shear`` (``oar.method.hidden_distance``);
+- the trivial baselines ``surprisal`` (``oar.method.surprisal``) and the no-model structure heuristics
+  ``last_step_digits``, ``last_step``, ``step_results``, ``relations_and_results`` and ``tilde_first``
+  (``oar.method.structure_heuristics``);
+- ``oar_g_inverted`` (arXiv 2602.09331's inverted-importance control, ``oar.method.inverted_importance``),
+  ``first_divergence`` (an EGCA-style oracle, ``oar.method.first_divergence``) and ``tempo`` /
+  ``tempo_signed`` (TEMPO's prefix-tree credit, ``oar.method.prefix_tree``).
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from oar.method import (answer_attention as attention, controls, entropy_mask, grail as saliency, gradient_scorers,
-                        hidden_distance, implicit_reward, ktae as key_tokens, oar_g_grail as grail_oar_g,
-                        privileged_self, substitution, truth_scorers)
+from oar.method import (answer_attention as attention, controls, entropy_mask, first_divergence as divergence,
+                        grail as saliency, gradient_scorers, hidden_distance, implicit_reward, inverted_importance,
+                        ktae as key_tokens, oar_g_grail as grail_oar_g, prefix_tree, privileged_self,
+                        structure_heuristics, substitution, surprisal as surprise, truth_scorers)
 from oar.method.scorer_contract import ScoringBatch
 
 
@@ -115,3 +122,33 @@ def rlsd_weight(batch: ScoringBatch) -> list[Tensor]:
 def shear(batch: ScoringBatch) -> list[Tensor]:
     states = hidden_distance.reasoning_hidden_states(batch.model, batch.probes, batch.config.chunk_tokens)
     return hidden_distance.span_distances(states, batch.groups, batch.rewards)
+def surprisal(batch: ScoringBatch) -> list[Tensor]:
+    return surprise.surprisal_scores(batch.model, batch.probes, batch.config)
+
+
+last_step_digits = structure_heuristics.scorer_for("last_step_digits")
+last_step = structure_heuristics.scorer_for("last_step")
+step_results = structure_heuristics.scorer_for("step_results")
+relations_and_results = structure_heuristics.scorer_for("relations_and_results")
+tilde_first = structure_heuristics.scorer_for("tilde_first")
+
+
+def oar_g_inverted(batch: ScoringBatch) -> list[Tensor]:
+    return inverted_importance.inverted_rows(oar_g(batch))
+
+
+def first_divergence(batch: ScoringBatch) -> list[Tensor]:
+    return divergence.first_divergence_scores(batch.probes, batch.tokenizer)
+
+
+def _tempo(batch: ScoringBatch, signed: bool) -> list[Tensor]:
+    return prefix_tree.tempo_scores([p.response_ids for p in batch.probes], [p.reasoning_len for p in batch.probes],
+                                    batch.groups, batch.rewards, signed=signed)
+
+
+def tempo(batch: ScoringBatch) -> list[Tensor]:
+    return _tempo(batch, signed=False)
+
+
+def tempo_signed(batch: ScoringBatch) -> list[Tensor]:
+    return _tempo(batch, signed=True)

@@ -41,7 +41,11 @@ NEEDS = {
                   "the reference model, with eager attention",
     "reference_answer": "reads each row's problem's reference answer (ScoringBatch.references): the answer key, "
                         "so a ground-truth entry; the benchmark gives it, the trainer does not",
+    "reference_solution": "reads the problem's reference solution (the chain task: the correct chain, solved from "
+                          "the problem stated in the prompt): the answer key",
 }
+# Needs that read the answer key: a scorer that declares one is a ground-truth entry, not a method
+GROUND_TRUTH_NEEDS = frozenset({"parsed_steps", "reference_solution", "reference_answer"})
 # Needs the trainer does not meet (it refuses a scorer that declares one, naming the need)
 TRAINING_REFUSED_NEEDS = frozenset({"reference_answer"})
 # Needs a held-out response set can meet (one response per problem, no reward, no second model)
@@ -270,9 +274,21 @@ for _name, _needs, _description in (
     ("rlsd", ("model", "reference_answer"), "|log pi(token | answer given) - log pi(token)|, the privileged self"),
     ("rlsd_weight", ("model", "reference_answer", "groups"), "RLSD's weight exp(sign(A) x the privileged gain)"),
     ("shear", ("model", "groups"), "W1 of the token's span's hidden states from the opposing outcome's"),
+    # trivial baselines to read the entries against: the policy's surprise, the grammar's spelling
+    ("surprisal", ("model",), "-log p of the sampled token under the policy (a trivial baseline)"),
+    ("last_step_digits", (), "1 on the digits after the reasoning's last = or ~ (a no-model heuristic)"),
+    ("last_step", (), "1 on the reasoning's last = or ~ and the digits after it (a no-model heuristic)"),
+    ("step_results", (), "1 on the digits after every = or ~ (a no-model heuristic)"),
+    ("relations_and_results", (), "1 on every = or ~ and the digits after it (a no-model heuristic)"),
+    ("tilde_first", (), "relations_and_results with every ~ scored 2 (a no-model heuristic)"),
+    ("oar_g_inverted", ("model", "probe"), "OAR-G's scores inverted per response (arXiv 2602.09331's control)"),
+    ("first_divergence", ("reference_solution",), "1 where a wrong response first departs from the reference chain"),
+    ("tempo", ("groups",), "|TEMPO's prefix-tree TD term|: |V(s_t+1) - V(s_t)| in the group's response tree"),
 ):
     _add(_name, f"{_BUILTIN}:{_name}", _needs, _description)  # names known good, none reserved
-# signed forms (the benchmark scores their sign; the gate refuses them)
+# signed forms (the benchmark reads their sign; the gate refuses them)
 _add("rlsd_signed", f"{_BUILTIN}:rlsd_signed", ("model", "reference_answer"),
      "log pi(token | answer given) - log pi(token), signed", signed=True)
+_add("tempo_signed", f"{_BUILTIN}:tempo_signed", ("groups",), "TEMPO's prefix-tree TD term V(s_t+1) - V(s_t)",
+     signed=True)
 BUILTIN_SCORERS = registered_names()

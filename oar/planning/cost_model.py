@@ -269,10 +269,13 @@ def scaled(work: Work, n: float) -> Work:
 # model's). Their fixed cost per call is the entropy control's, the one of them a calibration row measures.
 FORWARD_SCORERS = {"entropy": 1, "top_entropy": 1, "answer_attention": 1, "prime": 2,
                    # the privileged self (with and without the answer) and the hidden-state distance
-                   "rlsd": 2, "rlsd_signed": 2, "rlsd_weight": 2, "shear": 1}
+                   "rlsd": 2, "rlsd_signed": 2, "rlsd_weight": 2, "shear": 1,
+                   "surprisal": 1}  # the trivial baseline's -log p: one forward
 # scorers that run OAR-G's passes over each whole probe (prompt | response, no prompt cache), as
 # grad_prompt: inline does: GRAIL's saliency (no clean forward) and the GRAIL codebase's OAR-G
 INLINE_GRADIENT_SCORERS = {"grail": False, "grail_released": False, "oar_g_grail": True}  # -> runs a clean forward
+# scorers that cost what another does (the same passes, their scores transformed after)
+SAME_COST = {"oar_g_inverted": "oar_g"}
 
 
 def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
@@ -280,6 +283,7 @@ def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
     same passes less one), and OAR-G's over an inline prompt (``grad_prompt: inline``) is its own, its
     forwards running other attention kernels on a GPU (flash attention, no mask); a forward-only scorer's is
     the entropy control's."""
+    scorer = SAME_COST.get(scorer, scorer)
     if scorer in FORWARD_SCORERS:
         return "entropy"
     if scorer in INLINE_GRADIENT_SCORERS:  # OAR-G's passes (calibrated as OAR-G's: no inline row need exist)
@@ -291,6 +295,7 @@ def calibrated_scorer(scorer: str, grad_prompt: str | None = None) -> str:
 def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoning: float, probe: float, keep: int,
                  scored: float, group: int, schedule: str = SCHEDULE) -> Work:
     """The work of one scoring call over ``scored`` responses."""
+    method = SAME_COST.get(method, method)
     chunk = oar["chunk_tokens"]
     if method == "oar_p":
         span, window = (oar.get(name, getattr(OARSettings, name)) for name in ("span_tokens", "window_tokens"))
