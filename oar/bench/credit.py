@@ -17,6 +17,9 @@ Against the parsed decisive tokens of each response with at least one (every ste
   right steps, the share of those later right steps' relation tokens that the erring ``~`` outranks (ties
   count half; 0.5 is a ranking that cannot tell them apart).
 
+Beside them, under ``step_level``, the step-level scores of :mod:`oar.bench.step_level` (first-error
+localisation, ProcessBench's accuracies and F1, the sign of a signed entry).
+
 Each is a mean over responses with a 95% interval robust to the responses of one problem being alike
 (:func:`oar.analysis.statistics.clustered_mean`, problems as clusters). Chance (a uniformly random
 ranking, in expectation) is computed per response: recall ``k |D| / R / min(k, |D|)``, a step's share

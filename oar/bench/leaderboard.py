@@ -2,8 +2,10 @@
 
 Ground-truth track: ``<out>/credit/<policy>/v<version>/<entry>.json`` holds an entry's numbers
 (:func:`oar.bench.credit.evaluate`) with what made them (benchmark version, the policy's and the response
-set's sha256, the commit, the CPU kernels, the seed, the scoring time); ``leaderboard.md`` and
-``leaderboard.csv`` beside them rank every entry of that folder by average precision, with chance.
+set's sha256, the commit, the CPU kernels, the seed, the scoring time; its JSON Schema :data:`SCHEMA`),
+``<entry>.scores.npz`` its per-token scores (``oar.bench.scores_file``); ``leaderboard.md`` and
+``leaderboard.csv`` beside them rank every entry of that folder by average precision, with what each
+reads and chance, then give their step-level scores (``oar.bench.step_level``).
 Learning track: ``<out>/learning/<policy>/v<version>/<entry>.json`` and its tables (``oar.bench.learning``).
 A result of another benchmark version lives in another folder and never shares a table. The docs keep the
 current tables between markers (:func:`write_docs`).

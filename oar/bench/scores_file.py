@@ -58,7 +58,8 @@ def write(path: str | Path, scores: Sequence[np.ndarray], rows: Sequence[Mapping
     """Write the scores file atomically; returns its :func:`content_sha256`."""
     arrays = pack(scores, rows)
     with atomic_open(path, "wb", encoding=None) as f:
-        np.savez_compressed(f, **arrays)
+        np.savez_compressed(f, scores=arrays["scores"], offsets=arrays["offsets"], problem=arrays["problem"],
+                            sample=arrays["sample"])
     return content_sha256(arrays)
 
 
