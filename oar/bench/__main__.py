@@ -195,7 +195,7 @@ def submit(args: argparse.Namespace) -> None:
     from oar.bench import response_set, submission
 
     path = submission.write_submission(args.out, args.policy, response_set.BENCHMARK_VERSION, args.scorer, args.to)
-    print(f"wrote {path}: send it with the scorer's code; `python -m oar.bench verify {path.name}` reruns it")
+    print(f"wrote {path}: send it with the scorer's code; `python -m oar.bench verify {path}` reruns it")
 
 
 def verify(args: argparse.Namespace) -> None:
