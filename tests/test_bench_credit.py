@@ -133,7 +133,9 @@ def test_the_leaderboard_ranks_entries_by_average_precision(loaded, tmp_path):
     table, text = leaderboard.write_credit_table(tmp_path, "tiny_chain", 1)
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert lines[2].startswith("| 1 | `truth` | 1.000")
-    assert "chance (a random ranking, expected)" in lines[-1]
+    # the leaderboard ends with chance's row, then the step-level table with chance's localisation last
+    assert "chance (a random ranking, expected)" in lines[5]  # header, rule, three entries, chance
+    assert lines[-1].startswith("| chance (a step drawn uniformly) |")
     assert (table.parent / "leaderboard.csv").is_file()
     page = tmp_path / "page.md"
     page.write_text("before\n<!-- leaderboard:credit:tiny_chain -->\nold\n"

@@ -6,6 +6,10 @@
   decisive tokens (recall@k per step, average precision, the erring step against the later right ones);
 - ``learning``: the learning track's declared paired analysis of a scorer's runs against GRPO and the
   truth gate;
-- ``leaderboard``: the versioned tables both tracks write;
-- ``python -m oar.bench``: the commands (``credit``, ``learning``, ``responses``).
+- ``step_level``: the ground-truth track's step-level scores (first-error localisation, a
+  ProcessBench-style F1, the sign of a signed entry);
+- ``leaderboard``: the versioned tables both tracks write; ``scores_file``: each entry's per-token scores;
+  ``plots``: the leaderboard's and the per-step plots; ``submission``: a row submitted and verified;
+- ``python -m oar.bench``: the commands (``credit``, ``learning``, ``responses``, ``plot``, ``submit``,
+  ``verify``).
 """

@@ -3,6 +3,10 @@
     python -m oar.bench credit --scorer ktae                       # one entry on the ground-truth track
     python -m oar.bench credit --scorer mypkg.scores:my_scorer      # a scorer of your own, by import path
     python -m oar.bench credit --baselines                         # chance's company: the standard rows
+    python -m oar.bench credit --baselines --skip oar_p            # ... without the costly exact OAR-P
+    python -m oar.bench plot --policy chain_f1                     # the leaderboard's and the per-step plots
+    python -m oar.bench submit --scorer mypkg.scores:my_scorer     # a submission file of a row you ran
+    python -m oar.bench verify submission.json                     # a maintainer reruns it and compares
     python -m oar.bench leaderboard --docs docs/benchmark.md       # the tables again, into the docs
     python -m oar.bench responses --check                          # resample a response set, compare its hash
     python -m oar.bench responses --policy chain_d8 --ship --trained DIR   # a maintainer ships a new policy's set
@@ -53,6 +57,8 @@ def parser() -> argparse.ArgumentParser:
     credit.add_argument("--scorer", action="append", default=[],
                         help="a registered scorer or an import path package.module:function (repeat for several)")
     credit.add_argument("--baselines", action="store_true", help=f"also the standard rows: {', '.join(BASELINES)}")
+    credit.add_argument("--skip", action="append", default=[], metavar="NAME",
+                        help="leave this entry out (repeat for several), e.g. --skip oar_p with --baselines")
     credit.add_argument("--policy", default="chain_f1", choices=POLICIES, help="the frozen policy (default chain_f1)")
     credit.add_argument("--seed", type=int, default=0, help="the scorer calls' base seed")
     credit.add_argument("--threads", type=int, default=1, help="torch threads (the recorded numbers used 1)")
@@ -75,6 +81,18 @@ def parser() -> argparse.ArgumentParser:
     responses.add_argument("--trained-from", help="with --trained: the run it is (recorded in the index)")
     responses.add_argument("--threads", type=int, default=1)
     responses.add_argument("--cpu-kernels", default="avx2")
+    plot = commands.add_parser("plot", help="draw a policy's leaderboard with intervals and its per-step scores")
+    plot.add_argument("--policy", default="chain_f1", choices=POLICIES)
+    plot.add_argument("--out", default="results/bench")
+    submit = commands.add_parser("submit", help="write a submission file of an entry's row and its scores")
+    submit.add_argument("--scorer", required=True, help="the entry, as it was run with credit --scorer")
+    submit.add_argument("--policy", default="chain_f1", choices=POLICIES)
+    submit.add_argument("--out", default="results/bench", help="where credit wrote the row")
+    submit.add_argument("--to", help="the submission file (default submission-<policy>-<entry>.json here)")
+    verify = commands.add_parser("verify", help="rerun a submission's scorer and compare its scores and numbers")
+    verify.add_argument("file", help="a submission file (python -m oar.bench submit)")
+    verify.add_argument("--threads", type=int, default=1)
+    verify.add_argument("--cpu-kernels", default="avx2")
     learning = commands.add_parser("learning", help="the learning track's analysis of finished runs")
     learning.add_argument("--entries", nargs="+", required=True, help="the methods submitted together")
     learning.add_argument("--policy", default="chain_f1", choices=POLICIES)
@@ -86,11 +104,16 @@ def parser() -> argparse.ArgumentParser:
 
 def credit(args: argparse.Namespace) -> None:
     from oar.bench import credit as track
-    from oar.bench import leaderboard, response_set
+    from oar.bench import leaderboard, response_set, scores_file
     from oar.models.frozen import mismatched_files, policy_dir
     from oar.models.loading import load_model
 
     entries = list(dict.fromkeys([*args.scorer, *(BASELINES if args.baselines else ())]))
+    unknown = [name for name in args.skip if name not in entries]
+    if unknown:
+        raise SystemExit(f"python -m oar.bench credit: --skip {unknown[0]} is not among the entries to run "
+                         f"({', '.join(entries) or 'none'})")
+    entries = [e for e in entries if e not in args.skip]
     if not entries:
         raise SystemExit("python -m oar.bench credit: name a --scorer (or --baselines)")
     from oar.method.scorer_registry import ScorerError, scorer_spec
@@ -114,15 +137,24 @@ def credit(args: argparse.Namespace) -> None:
             if trained is None:
                 trained, _ = load_model(response_set.trained_policy_dir(args.policy), dtype="float32", device="cpu")
             reference = trained
+        kept: list = []
         record = track.run_entry(entry, args.policy, model, tokenizer, responses, seed=args.seed,
-                                 reference_model=reference, log=lambda line: print(line, flush=True))
+                                 reference_model=reference, log=lambda line: print(line, flush=True),
+                                 on_scores=kept.append)
         r = record["result"]
         print(f"{entry}: recall@10% {r['recall']['mean']:.3f}, average precision {r['average_precision']['mean']:.3f}, "
               f"erring outranks {100 * r['erring']['mean']:.0f}% ({r['ranked']} responses, {record['seconds']:.1f} s)")
+        s = r["step_level"]
+        print(f"{entry}: first error located {s['first_error']['mean']:.3f} (chance {s['chance_first_error']:.3f}), "
+              f"ProcessBench F1 {s['processbench_f1']:.3f} (erroneous {s['processbench_wrong']['mean']:.3f}, "
+              f"correct {s['processbench_right']['mean']:.3f})"
+              + (f", sign: erring relation negative {s['sign_wrong']['mean']:.3f}, right decisive positive "
+                 f"{s['sign_right']['mean']:.3f}" if r.get("signed") else ""))
         if args.problems:
             continue
-        path = leaderboard.write_entry(args.out, "credit", args.policy, record["version"], entry, record)
-        print(f"wrote {path}")
+        path = leaderboard.write_entry_with_scores(args.out, "credit", args.policy, record["version"], entry, record,
+                                                   kept[0], responses.rows)
+        print(f"wrote {path} and {scores_file.path_for(path).name}")
     if args.problems:
         print(f"--problems {args.problems}: a quick check on part of the set, no leaderboard row written")
         return
@@ -145,6 +177,34 @@ def board(args: argparse.Namespace) -> None:
             print(f"wrote {table}")
             if args.docs:
                 leaderboard.write_docs(args.docs, f"{track}:{args.policy}", text)
+
+
+def plot(args: argparse.Namespace) -> None:
+    from oar.bench import leaderboard, plots, response_set
+
+    entries = leaderboard.read_entries(args.out, "credit", args.policy, response_set.BENCHMARK_VERSION)
+    if not entries:
+        raise SystemExit(f"python -m oar.bench plot: no entries in "
+                         f"{leaderboard.folder(args.out, 'credit', args.policy, response_set.BENCHMARK_VERSION)}")
+    for path in plots.write_plots(entries, leaderboard.folder(args.out, "credit", args.policy,
+                                                              response_set.BENCHMARK_VERSION)):
+        print(f"wrote {path}")
+
+
+def submit(args: argparse.Namespace) -> None:
+    from oar.bench import response_set, submission
+
+    path = submission.write_submission(args.out, args.policy, response_set.BENCHMARK_VERSION, args.scorer, args.to)
+    print(f"wrote {path}: send it with the scorer's code; `python -m oar.bench verify {path}` reruns it")
+
+
+def verify(args: argparse.Namespace) -> None:
+    from oar.bench import submission
+
+    ok, lines = submission.verify(args.file, threads=args.threads, log=lambda line: print(line, flush=True))
+    print("\n".join(lines))
+    if not ok:
+        raise SystemExit(1)
 
 
 def responses(args: argparse.Namespace) -> None:
@@ -183,6 +243,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             board(args)
         elif args.command == "responses":
             responses(args)
+        elif args.command == "plot":
+            plot(args)
+        elif args.command == "submit":
+            submit(args)
+        elif args.command == "verify":
+            verify(args)
         else:
             from oar.bench import learning
 

@@ -17,6 +17,9 @@ Against the parsed decisive tokens of each response with at least one (every ste
   right steps, the share of those later right steps' relation tokens that the erring ``~`` outranks (ties
   count half; 0.5 is a ranking that cannot tell them apart).
 
+Beside them, under ``step_level``, the step-level scores of :mod:`oar.bench.step_level` (first-error
+localisation, ProcessBench's accuracies and F1, the sign of a signed entry).
+
 Each is a mean over responses with a 95% interval robust to the responses of one problem being alike
 (:func:`oar.analysis.statistics.clustered_mean`, problems as clusters). Chance (a uniformly random
 ranking, in expectation) is computed per response: recall ``k |D| / R / min(k, |D|)``, a step's share
@@ -33,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from oar.analysis.statistics import clustered_mean
+from oar.bench.step_level import response_step_metrics, summarise_steps
 from oar.method.metrics import average_precision, default_k, expected_average_precision, outrank_share, topk_hits
 
 FRACTION = 0.1  # recall's top share of the reasoning
@@ -48,9 +52,10 @@ class BenchError(ValueError):
 
 
 def response_metrics(scores: Sequence[float] | np.ndarray, row: Mapping[str, Any],
-                     fraction: float = FRACTION) -> dict[str, Any] | None:
+                     fraction: float = FRACTION, signed: bool = False) -> dict[str, Any] | None:
     """The metrics of one response's scores (one per reasoning token) against its parsed positions, with
-    their chance values; None for a response without a decisive token."""
+    their chance values and the step-level ones (``oar.bench.step_level``; the sign's for a ``signed``
+    scorer); None for a response without a decisive token."""
     values = np.asarray(scores, dtype=np.float64)
     r_len, decisive = int(row["reasoning_len"]), [int(i) for i in row["decisive"]]
     if len(values) != r_len:
@@ -76,11 +81,14 @@ def response_metrics(scores: Sequence[float] | np.ndarray, row: Mapping[str, Any
         later = [s["relation_at"] for s in steps[first + 1 :] if s["right"] and s["relation_at"] is not None]
         if later:
             out["erring"] = outrank_share(values, steps[first]["relation_at"], later)
+    out.update(response_step_metrics(values, row, signed))
     return out
 
 
-def summarise(per_response: Sequence[Mapping[str, Any] | None], problems: Sequence[int]) -> dict[str, Any]:
-    """Each metric's clustered mean and interval over the responses that have one, and chance's."""
+def summarise(per_response: Sequence[Mapping[str, Any] | None], problems: Sequence[int],
+              signed: bool = False) -> dict[str, Any]:
+    """Each metric's clustered mean and interval over the responses that have one, and chance's; the
+    step-level metrics under ``step_level``."""
     kept = [(m, p) for m, p in zip(per_response, problems) if m is not None]
     clusters = [p for _, p in kept]
     out: dict[str, Any] = {"responses": len(per_response), "ranked": len(kept)}
@@ -94,6 +102,7 @@ def summarise(per_response: Sequence[Mapping[str, Any] | None], problems: Sequen
                                                          clusters)["mean"],
                      "step_recall": clustered_mean([m["chance_step"] for m, _ in kept], clusters)["mean"],
                      "erring": 0.5}
+    out["step_level"] = summarise_steps([m for m, _ in kept], clusters, signed)
     return out
 
 
@@ -155,21 +164,35 @@ def score_rows(scorer: str, model, probes: Sequence, rows: Sequence[Mapping[str,
     return scores, wall  # type: ignore[return-value]
 
 
+def is_signed(scorer: str) -> bool:
+    """Whether ``scorer`` is registered signed (its sign is then scored too); False for an unknown name."""
+    from oar.method.scorer_registry import ScorerError, scorer_spec
+
+    try:
+        return scorer_spec(scorer).signed
+    except ScorerError:
+        return False
+
+
 def evaluate(scorer: str, scores: Sequence[np.ndarray], rows: Sequence[Mapping[str, Any]],
-             fraction: float = FRACTION) -> dict[str, Any]:
-    """The track's numbers for one scorer's scores of a response set's rows."""
-    per = [response_metrics(s, r, fraction) for s, r in zip(scores, rows)]
-    return {"scorer": scorer, "fraction": fraction, **summarise(per, [int(r["problem"]) for r in rows])}
+             fraction: float = FRACTION, signed: bool | None = None) -> dict[str, Any]:
+    """The track's numbers for one scorer's scores of a response set's rows (``signed``: score the sign,
+    by default where the scorer is registered signed)."""
+    signed = is_signed(scorer) if signed is None else signed
+    per = [response_metrics(s, r, fraction, signed) for s, r in zip(scores, rows)]
+    return {"scorer": scorer, "fraction": fraction, "signed": signed,
+            **summarise(per, [int(r["problem"]) for r in rows], signed)}
 
 
 # ------------------------------------------------------------------------------------ one entry
 
 
 def run_entry(scorer: str, policy: str, model, tokenizer, response_set, *, seed: int = 0, reference_model=None,
-              config=None, groups_per_call: int = GROUPS_PER_CALL,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              config=None, groups_per_call: int = GROUPS_PER_CALL, log: Callable[[str], None] = print,
+              on_scores: Callable[[list[np.ndarray]], None] | None = None) -> dict[str, Any]:
     """Score ``response_set`` (a verified :class:`oar.bench.response_set.ResponseSet`) with ``scorer`` on the
-    loaded ``model`` and return its leaderboard record: the numbers and what made them."""
+    loaded ``model`` and return its leaderboard record: the numbers and what made them. ``on_scores``
+    receives every row's scores (the per-token scores file, ``oar.bench.scores_file``)."""
     from oar.bench.leaderboard import commit
     from oar.bench.response_set import BENCHMARK_VERSION
     from oar.cpu_kernels import capability
@@ -178,6 +201,8 @@ def run_entry(scorer: str, policy: str, model, tokenizer, response_set, *, seed:
     scores, seconds = score_rows(scorer, model, probes, response_set.rows, config=config, seed=seed,
                                  reference_model=reference_model, tokenizer=tokenizer, policy=policy,
                                  groups_per_call=groups_per_call, log=log)
+    if on_scores is not None:
+        on_scores(scores)
     kernels = capability()
     import torch
 
