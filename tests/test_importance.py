@@ -134,8 +134,8 @@ def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_toke
     assert first.lt_fallback.tolist() == [False, True]
     assert score("random", model, probes, ScorerConfig(probe="lt_logits")).lt_fallback.tolist() == [False, False]
     assert set(BUILTIN_SCORERS) == {"oar_p", "oar_g", "grad_norm", "entropy", "position", "random", "truth",
-                                    "truth_graded", "truth_final", "truth_early", "top_entropy", "ktae", "prime",
-                                    "answer_attention"}
+                                    "truth_graded", "truth_final", "truth_early", "top_entropy", "ktae", "ktae_presence",
+                                    "prime", "answer_attention", "ktae_signed"}
     with pytest.raises(ValueError, match="probe"):
         ScorerConfig(probe="as_median")
     with pytest.raises(ValueError, match="scorer"):

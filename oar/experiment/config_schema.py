@@ -30,11 +30,15 @@ def _scorers(builtin_only: bool, where=lambda spec: True) -> tuple[str, ...]:
     return tuple(n for n in listed if where(scorer_registry.scorer_spec(n)))
 
 
+def _trainable(spec) -> bool:
+    return not spec.signed  # the gate refuses a signed scorer
+
+
 # name list -> (the names it takes, from the registered scorers or the built-in ones alone; whether it also
 # takes an import path of a user's scorer)
 NAME_LISTS: dict[str, tuple[Callable[[bool], tuple[str, ...]], bool]] = {
-    "methods": (lambda b: (names.BASELINE, *_scorers(b), *names.INTERVENED), True),
-    "gated_methods": (lambda b: (*_scorers(b), *names.INTERVENED), True),
+    "methods": (lambda b: (names.BASELINE, *_scorers(b, _trainable), *names.INTERVENED), True),
+    "gated_methods": (lambda b: (*_scorers(b, _trainable), *names.INTERVENED), True),
     "dose_methods": (lambda b: tuple(names.DOSES), False),
     # scorers of a held-out response set (one response per problem, no reward, no parsed positions)
     "heldout_scorers": (lambda b: _scorers(b, lambda spec: spec.heldout), False),

@@ -251,9 +251,12 @@ for _name, _needs, _description in (
     ("truth_early", ("parsed_steps",), "1 on the earlier steps' parsed decisive tokens (a mechanism control)"),
     # the token-credit benchmark's entries (oar.bench): the scorers users run, each from its paper
     ("top_entropy", ("model",), "1 on the tokens in the top 20% of the call's entropies, TRL's 80/20 rule"),
-    ("ktae", ("groups",), "|KTAE's key-token value|: how a token's presence in a group goes with correctness"),
+    ("ktae", ("groups",), "|KTAE's key-token value| as released (presence and term frequency in the group)"),
+    ("ktae_presence", ("groups",), "|KTAE's key-token value| without its term-frequency refinement"),
     ("prime", ("model", "reference_model"), "|PRIME's implicit reward|: beta |log pi_reference / pi| of the token"),
     ("answer_attention", ("model", "probe", "attentions"), "the answer span's attention to the token"),
 ):
     _add(_name, f"{_BUILTIN}:{_name}", _needs, _description)  # names known good, none reserved
+# signed forms beside their magnitudes (the benchmark scores their sign; the gate refuses them)
+_add("ktae_signed", f"{_BUILTIN}:ktae_signed", ("groups",), "KTAE's key-token value as released, signed", signed=True)
 BUILTIN_SCORERS = registered_names()
