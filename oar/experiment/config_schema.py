@@ -37,7 +37,8 @@ def _trainable(spec) -> bool:
 # name list -> (the names it takes, from the registered scorers or the built-in ones alone; whether it also
 # takes an import path of a user's scorer)
 NAME_LISTS: dict[str, tuple[Callable[[bool], tuple[str, ...]], bool]] = {
-    "methods": (lambda b: (names.BASELINE, *_scorers(b, _trainable), *names.INTERVENED), True),
+    "methods": (lambda b: (names.BASELINE, *_scorers(b, _trainable), *names.INTERVENED, *names.ADVANTAGE_RULES),
+                True),
     "gated_methods": (lambda b: (*_scorers(b, _trainable), *names.INTERVENED), True),
     "dose_methods": (lambda b: tuple(names.DOSES), False),
     # scorers of a held-out response set (one response per problem, no reward, no parsed positions)

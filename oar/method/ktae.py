@@ -128,7 +128,7 @@ def group_values(responses: Sequence[Sequence[int]], correct: Sequence[bool], fr
     wrong = len(responses) - right
     if right == 0 or wrong == 0:
         return {token: 0.0 for token in set().union(*holding)}
-    counts = [Counter(), Counter()]  # occurrences over the correct, the incorrect responses
+    counts: list[Counter[int]] = [Counter(), Counter()]  # occurrences over the correct, the incorrect responses
     lengths = [0, 0]
     for r, c in zip(responses, correct):
         counts[0 if c else 1].update(r)
