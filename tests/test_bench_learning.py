@@ -33,6 +33,17 @@ def test_a_submission_trains_the_policy_config_s_own_runs():
         learning.parts("chain_f1", ["truth"])
 
 
+def test_ktae_s_own_rule_trains_beside_its_magnitude_through_the_gate_each_named_for_what_it_is():
+    """``ktae_rule`` (GRPO's advantage plus KTAE's signed key value, no gate) has no tau or beta in its run id;
+    ``ktae`` is KTAE's magnitude through OAR's gate; the table says which each is."""
+    (plain,) = learning.parts("chain_f1", ["ktae", "ktae_rule"])
+    assert plain["arms"]["ktae_rule"] == [f"chain_f1/ktae_rule-seed{s}" for s in range(5)]
+    assert plain["arms"]["ktae"] == [f"chain_f1/ktae-tau0.4-beta2.0-seed{s}" for s in range(5)]
+    assert learning.what_it_trains("ktae_rule").startswith("KTAE's own rule: GRPO's advantage plus the signed")
+    assert learning.what_it_trains("ktae_rule").endswith("no gate")
+    assert "through OAR's gate" in learning.what_it_trains("ktae")
+
+
 def test_the_declared_paired_analysis_worked_by_hand():
     grpo, truth = [0.60, 0.62, 0.58], [0.61, 0.60, 0.59]
     harmful, mixed = [0.50, 0.52, 0.49], [0.62, 0.61, 0.60]
@@ -75,6 +86,7 @@ def test_the_learning_leaderboard_says_harm_and_gain_apart():
     assert lines[0].startswith("| `grpo` | 60.0 [") and "0 of 3" in lines[0]
     assert lines[2].startswith("| `ktae` | 50.3 [") and "| harm |" in lines[2] and "3 of 3" in lines[2]
     assert "untrained accuracy 55.0%" in text and frame.loc[0, "verdict"] == "harm"
+    assert f"- `ktae`: {learning.what_it_trains('ktae')}" in text.splitlines()
 
 
 @pytest.mark.parametrize("policy", ["chain_f1", "chain_d8"])

@@ -4,6 +4,7 @@ TRL's top-entropy mask, KTAE's key-token values, PRIME's implicit process reward
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from types import SimpleNamespace
 
 import pytest
@@ -50,8 +51,8 @@ def test_the_top_entropy_mask_is_trls_own_rule():
 
 def test_fisher_two_sided_is_worked_by_hand_and_agrees_with_scipy():
     # margins 2 and 2 of 4: P(x) = C(2, x) C(2, 2 - x) / C(4, 2) = 1/6, 4/6, 1/6
-    assert fisher_two_sided(2, 0, 0, 2) == pytest.approx(1 / 3)
-    assert fisher_two_sided(1, 1, 1, 1) == pytest.approx(1.0)
+    assert fisher_two_sided(2, 0, 0, 2) == Fraction(1, 3)
+    assert fisher_two_sided(1, 1, 1, 1) == 1
     from scipy.stats import fisher_exact
 
     for table in [(3, 1, 0, 4), (5, 0, 2, 1), (0, 4, 3, 1), (2, 2, 2, 2), (6, 1, 1, 0), (1, 0, 0, 7)]:
@@ -69,13 +70,14 @@ def test_ktae_values_of_a_group_worked_by_hand():
     assert direction(2, 0, 0, 2) == pytest.approx(math.pi / 2)
     v = 2 * (1 / (1 + math.exp(-(math.exp(-2 / 3) + 1) / 2 * math.pi / 2)) - 0.5)
     assert v == pytest.approx(0.532994, abs=1e-6)
-    values = group_values([[5, 7], [5, 8], [6, 7], [6, 8]], [True, True, False, False])
+    values = group_values([[5, 7], [5, 8], [6, 7], [6, 8]], [True, True, False, False], frequency=False)
     assert values[5] == pytest.approx(v) and values[6] == pytest.approx(-v)
     assert values[7] == values[8] == 0.0
     assert key_token_value(2, 0, 0, 2) == pytest.approx(v)
-    # as a scorer: |v| of each reasoning token's type; a group of one outcome only scores 0
+    # as a scorer (presence only, ktae_presence): |v| of each reasoning token's type; a group of one outcome
+    # only scores 0. The released form with its term-frequency term: tests/test_ktae.py
     scores = ktae_scores([[5, 7], [5, 8], [6, 7], [6, 8], [5, 7], [6, 8]], [2, 1, 2, 2, 2, 2],
-                         [0, 0, 0, 0, 1, 1], [1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
+                         [0, 0, 0, 0, 1, 1], [1.0, 1.0, 0.0, 0.0, 1.0, 1.0], frequency=False)
     assert [s.tolist() for s in scores[:4]] == [[pytest.approx(v), 0.0], [pytest.approx(v)],
                                                 [pytest.approx(v), 0.0], [pytest.approx(v), 0.0]]
     assert scores[4].tolist() == scores[5].tolist() == [0.0, 0.0]

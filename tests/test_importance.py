@@ -139,7 +139,7 @@ def test_controls_are_deterministic_and_probe_fallback_is_flagged(model_and_toke
                                     "rlsd_weight", "shear", "rlsd_signed", "surprisal", "last_step_digits",
                                     "last_step", "step_results",
                                     "relations_and_results", "tilde_first", "oar_g_inverted", "first_divergence",
-                                    "tempo", "tempo_signed"}
+                                    "tempo", "tempo_signed", "ktae_presence", "ktae_signed"}
     with pytest.raises(ValueError, match="probe"):
         ScorerConfig(probe="as_median")
     with pytest.raises(ValueError, match="scorer"):

@@ -515,3 +515,44 @@ def test_step_credit_is_logged_for_every_method_when_asked(tiny_model_dir, tmp_p
     quiet.model.train()
     quiet._generate_and_score_completions(generation_batch(quiet))
     assert not any(f"oar/{name}" in quiet._metrics["train"] for name in STEP_CREDIT)
+
+
+def test_ktae_rule_trains_grpo_advantages_plus_the_key_values_with_no_gate(tiny_model_dir, tmp_path):
+    """KTAE's own rule (oar.method.advantage_rules): every completion token's advantage is GRPO's A_i (TRL's
+    group-standardised one) plus the released key-token value of its type in its group, padding 0; then it
+    trains a few real steps."""
+    from oar.method.ktae import group_values
+
+    trainer = make_trainer(tiny_model_dir, tmp_path, oar_method="ktae_rule", max_steps=3)
+    trainer.model.train()
+    inputs = generation_batch(trainer)
+    batch = trainer._generate_and_score_completions(inputs)
+    ids, mask = batch["completion_ids"], batch["completion_mask"].bool()
+    rewards = trainer._rewards.view(-1, 4)
+    expected_a = ((rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + 1e-4)).flatten()
+    pad = trainer.processing_class.pad_token_id
+    mixed = 0
+    for g in range(2):
+        rows = range(4 * g, 4 * g + 4)
+        correct = [bool(trainer._rewards[i] > 0) for i in rows]
+        mixed += 0 < sum(correct) < 4
+        values = group_values([ids[i][mask[i]].tolist() for i in rows], correct, excluded=(pad,))
+        for i in rows:
+            want = torch.tensor([expected_a[i] + values[t] for t in ids[i][mask[i]].tolist()])
+            assert torch.allclose(batch["advantages"][i][mask[i]], want, atol=1e-5), i
+    assert mixed > 0  # the rule had a group to read
+    assert torch.equal(batch["advantages"][~mask], torch.zeros(int((~mask).sum())))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert len([h for h in trainer.state.log_history if "loss" in h]) == 3
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_a_signed_scorer_is_refused_as_a_method_and_the_rule_is_no_gate(tiny_model_dir, tmp_path):
+    from oar.training.grpo_trainer import MethodSetup, method_line
+    from oar.training.settings import OARSettings
+
+    with pytest.raises(Exception, match="signed"):
+        make_trainer(tiny_model_dir, tmp_path, oar_method="ktae_signed")
+    setup = MethodSetup.of("ktae_rule", OARSettings())
+    assert not setup.gated and setup.rule is not None and "no gate" in method_line(setup)

@@ -104,7 +104,7 @@ def test_schema_matches_library():
 
     from oar.data.catalogue import DATASETS
     from oar.experiment.config_schema import allowed_names
-    from oar.method.names import DOSES, METHODS, MODEL_SCORERS, PROBE_SCORERS, PROBES, SCORER_NAMES
+    from oar.method.names import ADVANTAGE_RULES, DOSES, METHODS, MODEL_SCORERS, PROBE_SCORERS, PROBES, SCORER_NAMES
     from oar.method.scorer_registry import BUILTIN_SCORERS
     from oar.training.settings import TRAINER_DEFAULTS, OARSettings
 
@@ -115,7 +115,7 @@ def test_schema_matches_library():
                      "scorer": "heldout_scorers"}
     builtin = {kind: allowed_names(kind, builtin_only=True) for kind in set(lists.values()) | {"probe_scorers"}}
     assert set(builtin["methods"][0]) == set(METHODS) and builtin["methods"][1]
-    assert set(builtin["gated_methods"][0]) == set(METHODS) - {"grpo"}
+    assert set(builtin["gated_methods"][0]) == set(METHODS) - {"grpo", *ADVANTAGE_RULES}  # a rule has no gate
     assert set(builtin["dose_methods"][0]) == set(DOSES)
     assert SCORER_NAMES == BUILTIN_SCORERS  # every built-in scorer registered once, in one place
     # held-out scoring runs every scorer but the truth scorers, which read positions only training attaches

@@ -1,6 +1,9 @@
-"""The learning track: does a scorer, through OAR's gate, train a frozen policy better than GRPO?
+"""The learning track: does an entry train a frozen policy better than GRPO?
 
-A submission names one or more entries (scorers, or a method such as ``grpo_top_entropy``); each trains
+A submission names one or more entries: scorers, which train through OAR's gate (``ktae``: KTAE's magnitude
+there), advantage rules, which add their own term to GRPO's advantages with no gate (``ktae_rule``: KTAE's own
+rule as its authors combine it, ``oar.method.advantage_rules``), or a TRL setting such as
+``grpo_top_entropy``; the table says which each entry is (:func:`what_it_trains`). Each trains
 from the frozen policy on N paired seeds beside GRPO and the truth gate on the same seeds (a seed fixes
 the prompts and the first rollouts for every arm), with the training, evaluation and every setting of the
 policy's own config (:data:`DESIGNS`: ``make run``'s design for ``chain_f1``), so that runs the workflow
@@ -38,6 +41,24 @@ DESIGNS = {
 }
 # Entries trained by a TRL setting rather than a scorer through the gate: their method and trainer keys.
 TRAINER_ENTRIES = {"grpo_top_entropy": {"method": "grpo", "trainer": {"top_entropy_quantile": 0.2}}}
+
+
+def what_it_trains(entry: str) -> str:
+    """One line on what an entry's arm trains, so that its "minus GRPO" reads as what it is."""
+    from oar.method.advantage_rules import rule_spec
+    from oar.method.scorer_registry import scorer_spec
+    from oar.method.weight_transforms import transform_spec
+
+    if entry in TRAINER_ENTRIES:
+        return f"GRPO with TRL's {TRAINER_ENTRIES[entry]['trainer']}"
+    rule = rule_spec(entry)
+    if rule is not None:
+        return f"{rule.description}, no gate"
+    transform = transform_spec(entry)
+    if transform is not None:
+        return f"{transform.description}, through OAR's gate"
+    spec = scorer_spec(entry)
+    return f"{spec.description or entry}, through OAR's gate (tau, beta, floor of the policy's config)"
 
 
 class LearningError(ValueError):
@@ -203,8 +224,9 @@ def learning_table(entries: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, 
     rows = [[f"`{arm}`", accuracy(newest[arm]), "", "", "", "", "", "",
              f"{newest[arm]['derailed']} of {newest[arm]['seeds']}", "",
              ""] for arm in (BASELINE, CEILING)]
-    records = []
+    records, trains = [], []
     for e in sorted(entries, key=lambda e: -(e["result"].get("vs_grpo_mean") or -math.inf)):
+        trains.append(f"- `{e['entry']}`: {what_it_trains(e['entry'])}")
         r = e["result"]
         rows.append([f"`{e['entry']}`", accuracy(r), _points(r, "vs_grpo"), f"{r['vs_grpo_p']:.3f}",
                      f"{r['p_holm']:.3f} ({len(e['submitted_with'])})",
@@ -220,7 +242,8 @@ def learning_table(entries: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, 
             f"`{newest['policy_sha256'][:16]}...`, untrained accuracy {100 * newest['grpo']['untrained']:.1f}%), "
             f"paired seeds {newest['seeds']}.\n\n" + "\n".join(
                 ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(map(str, r)) + " |"
-                                                                                 for r in rows]) + "\n")
+                                                                                 for r in rows]) + "\n"
+            + "\nWhat each entry trains:\n\n" + "\n".join(trains) + "\n")
     return pd.DataFrame(records), text
 
 

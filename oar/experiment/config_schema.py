@@ -33,8 +33,10 @@ def _scorers(builtin_only: bool, where=lambda spec: True) -> tuple[str, ...]:
 # name list -> (the names it takes, from the registered scorers or the built-in ones alone; whether it also
 # takes an import path of a user's scorer)
 NAME_LISTS: dict[str, tuple[Callable[[bool], tuple[str, ...]], bool]] = {
-    # training methods: the scorers OAR's trainer can gate (unsigned, needing nothing training lacks)
-    "methods": (lambda b: (names.BASELINE, *_scorers(b, lambda spec: spec.trainable), *names.INTERVENED), True),
+    # training methods: the scorers OAR's trainer can gate (unsigned, needing nothing training lacks) and the
+    # advantage rules, which take no gate
+    "methods": (lambda b: (names.BASELINE, *_scorers(b, lambda spec: spec.trainable), *names.INTERVENED,
+                           *names.ADVANTAGE_RULES), True),
     "gated_methods": (lambda b: (*_scorers(b, lambda spec: spec.trainable), *names.INTERVENED), True),
     "dose_methods": (lambda b: tuple(names.DOSES), False),
     # scorers of a held-out response set (one response per problem, no reward, no parsed positions)

@@ -7,9 +7,10 @@ fields to the scorer's module (``oar.method.scorer_registry`` registers them by 
 - ``truth``, ``truth_graded``, ``truth_final`` and ``truth_early`` (the chain task's parsed grammar, no
   model): ``oar.method.truth_scorers``;
 - the token-credit benchmark's entries: ``top_entropy`` (TRL's 80/20 rule, ``oar.method.entropy_mask``),
-  ``ktae`` (``oar.method.ktae``), ``prime`` (``oar.method.implicit_reward``) and ``answer_attention``
-  (``oar.method.answer_attention``); GRAIL's saliency ``grail`` and ``grail_released`` (``oar.method.grail``)
-  and its codebase's OAR-G ``oar_g_grail`` (``oar.method.oar_g_grail``), the privileged self ``rlsd``,
+  ``ktae``, ``ktae_signed`` and ``ktae_presence`` (``oar.method.ktae``), ``prime``
+  (``oar.method.implicit_reward``) and ``answer_attention`` (``oar.method.answer_attention``); GRAIL's
+  saliency ``grail`` and ``grail_released`` (``oar.method.grail``) and its codebase's OAR-G
+  ``oar_g_grail`` (``oar.method.oar_g_grail``), the privileged self ``rlsd``,
   ``rlsd_weight`` and ``rlsd_signed`` (``oar.method.privileged_self``) and the hidden-state distance
   ``shear`` (``oar.method.hidden_distance``);
 - the trivial baselines ``surprisal`` (``oar.method.surprisal``) and the no-model structure heuristics
@@ -75,9 +76,26 @@ def top_entropy(batch: ScoringBatch) -> list[Tensor]:
     return entropy_mask.top_entropy_scores(batch.model, batch.probes, batch.config)
 
 
+def _key_token_inputs(batch: ScoringBatch) -> tuple:
+    return ([p.response_ids for p in batch.probes], [p.reasoning_len for p in batch.probes], batch.groups,
+            batch.rewards)
+
+
+def _excluded(batch: ScoringBatch) -> tuple[int, ...]:
+    pad = getattr(batch.tokenizer, "pad_token_id", None)  # the released code gives its pad token 0
+    return () if pad is None else (int(pad),)
+
+
 def ktae(batch: ScoringBatch) -> list[Tensor]:
-    return key_tokens.ktae_scores([p.response_ids for p in batch.probes], [p.reasoning_len for p in batch.probes],
-                                  batch.groups, batch.rewards)
+    return key_tokens.ktae_scores(*_key_token_inputs(batch), excluded=_excluded(batch))
+
+
+def ktae_signed(batch: ScoringBatch) -> list[Tensor]:
+    return key_tokens.ktae_values(*_key_token_inputs(batch), excluded=_excluded(batch))
+
+
+def ktae_presence(batch: ScoringBatch) -> list[Tensor]:
+    return key_tokens.ktae_scores(*_key_token_inputs(batch), frequency=False, excluded=_excluded(batch))
 
 
 def prime(batch: ScoringBatch) -> list[Tensor]:

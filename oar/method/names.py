@@ -1,6 +1,7 @@
 """The training methods and what each kind of method is, by name; the outcome probes' names (torch-free).
 
-A method is GRPO (``grpo``), a scorer through the bi-level gate (a name registered in
+A method is GRPO (``grpo``), an advantage rule (GRPO's advantages plus a term of the rule's own, no gate:
+``oar.method.advantage_rules``, KTAE's ``ktae_rule``), a scorer through the bi-level gate (a name registered in
 ``oar.method.scorer_registry``, the one list of scorers, or an import path ``package.module:function`` of a
 user's scorer), or an intervention on a registered scorer's gated weights (a name registered in
 ``oar.method.weight_transforms``, the one list of interventions). The tuples of scorer names
@@ -9,6 +10,7 @@ for any method, a user's scorer included. The config schema's enums are made fro
 (``oar.experiment.config_schema``).
 """
 
+from oar.method import advantage_rules as _rules
 from oar.method import scorer_registry as _registry
 from oar.method import weight_transforms as _transforms
 
@@ -40,8 +42,13 @@ MODEL_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and s.held
 MODEL_FREE_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and "model" not in s.needs)
 PROBE_SCORERS = _registry.registered(lambda s: s.name in SCORER_NAMES and "probe" in s.needs)
 
-GATED = (*SCORER_NAMES, *INTERVENED)  # every built-in method whose weights come from the bi-level gate
-METHODS = (BASELINE, *GATED)  # the built-in methods
+# every built-in method whose weights come from the bi-level gate (a signed scorer is none: the gate refuses it, as
+# the trainer refuses one reading what training lacks;
+# its magnitude is registered beside it)
+GATED = (*(n for n in SCORER_NAMES if _registry.scorer_spec(n).trainable), *INTERVENED)
+# methods that add a term of their own to GRPO's advantages, with no gate (oar.method.advantage_rules): KTAE's rule
+ADVANTAGE_RULES = _rules.BUILTIN_RULES
+METHODS = (BASELINE, *GATED, *ADVANTAGE_RULES)  # the built-in methods
 USES_PROBE = (*PROBE_SCORERS, *(m for m, s in INTERVENED.items() if s in PROBE_SCORERS))  # methods that do
 READS_PARSED_STEPS = (*PARSED_SCORERS, *INTERVENED)  # methods for which training attaches the parsed positions
 
@@ -56,14 +63,15 @@ GRAD_PROMPTS = ("cached", "inline")
 def check_method(method: object) -> None:
     """Raise ValueError naming ``method`` unless it is one: GRPO, an intervention, or a scorer (registered,
     or an import path, which is imported here)."""
-    if method == BASELINE or _transforms.transform_spec(method) is not None:
+    if method == BASELINE or _transforms.transform_spec(method) is not None or _rules.rule_spec(method) is not None:
         return
     if not isinstance(method, str):
         raise ValueError(f"unknown method {method!r}: a method is named by a string")
     try:
         _registry.scorer_spec(method)
     except _registry.ScorerError as error:
-        raise ValueError(f"unknown method {method!r}: neither {BASELINE!r}, an intervention "
+        raise ValueError(f"unknown method {method!r}: neither {BASELINE!r}, an advantage rule "
+                         f"({', '.join(ADVANTAGE_RULES)}), an intervention "
                          f"({', '.join(_transforms.registered_transforms())}), nor a scorer ({error})") from None
 
 
@@ -76,10 +84,12 @@ def is_method(method: object) -> bool:
 
 
 def scorer_of(method: str) -> str | None:
-    """The scorer whose scores a method gates (None for GRPO)."""
+    """The scorer whose scores a method gates (None for GRPO and an advantage rule)."""
     check_method(method)
+    if method == BASELINE or _rules.rule_spec(method) is not None:
+        return None
     transform = _transforms.transform_spec(method)
-    return None if method == BASELINE else transform.scorer if transform is not None else method
+    return transform.scorer if transform is not None else method
 
 
 def is_gated(method: str) -> bool:

@@ -265,7 +265,8 @@ for _name, _needs, _description in (
     ("truth_early", ("parsed_steps",), "1 on the earlier steps' parsed decisive tokens (a mechanism control)"),
     # the token-credit benchmark's entries (oar.bench): the scorers users run, each from its paper
     ("top_entropy", ("model",), "1 on the tokens in the top 20% of the call's entropies, TRL's 80/20 rule"),
-    ("ktae", ("groups",), "|KTAE's key-token value|: how a token's presence in a group goes with correctness"),
+    ("ktae", ("groups",), "|KTAE's key-token value| as released (presence and term frequency in the group)"),
+    ("ktae_presence", ("groups",), "|KTAE's key-token value| without its term-frequency refinement"),
     ("prime", ("model", "reference_model"), "|PRIME's implicit reward|: beta |log pi_reference / pi| of the token"),
     ("answer_attention", ("model", "probe", "attentions"), "the answer span's attention to the token"),
     ("grail", ("model",), "GRAIL's saliency: ||gradient (.) embedding|| of the first box's likelihood"),
@@ -291,4 +292,5 @@ _add("rlsd_signed", f"{_BUILTIN}:rlsd_signed", ("model", "reference_answer"),
      "log pi(token | answer given) - log pi(token), signed", signed=True)
 _add("tempo_signed", f"{_BUILTIN}:tempo_signed", ("groups",), "TEMPO's prefix-tree TD term V(s_t+1) - V(s_t)",
      signed=True)
+_add("ktae_signed", f"{_BUILTIN}:ktae_signed", ("groups",), "KTAE's key-token value as released, signed", signed=True)
 BUILTIN_SCORERS = registered_names()

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from oar.method.names import BASELINE, MODEL_FREE_SCORERS, scorer_of
+from oar.method.names import ADVANTAGE_RULES, BASELINE, MODEL_FREE_SCORERS, scorer_of
 from oar.planning.cost_model import SCHEDULE, Assumptions, calibrated_scorer
 from oar.planning.gpu_hours import Plan, StepPlan, hardware_line, plan_config, step_plan, table, target_hours
 from oar.planning.hardware import Hardware
@@ -104,7 +104,7 @@ def rated_step(rates: Rates, workloads: Mapping[str, Workload], knobs: Knobs, pr
     plan = step_plan(shape, settings, rates.for_shape(name), assume, gpus, schedule, first_step)
     trainer, oar = settings["trainer"], settings["oar"]
     scorer = scorer_of(settings["method"]) or settings["method"]
-    scores = scorer != BASELINE and scorer not in MODEL_FREE_SCORERS
+    scores = scorer != BASELINE and scorer not in MODEL_FREE_SCORERS and scorer not in ADVANTAGE_RULES
     key = calibrated_scorer(scorer, oar.get("grad_prompt")) if scores else ""
     scoring, update = plan.scoring, plan.update
     if scores and rates.for_scorer(name, key) is not rates.for_shape(name):  # the scorer timed at another shape

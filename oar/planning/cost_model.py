@@ -45,7 +45,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from oar.method.names import BASELINE, MODEL_FREE_SCORERS
+from oar.method.names import ADVANTAGE_RULES, BASELINE, MODEL_FREE_SCORERS
 from oar.planning.hardware import Hardware
 from oar.planning.memory_plan import CONCLUDE_AND_ANSWER_TOKENS, PlanError, oar_p_copies, stacked_forwards
 from oar.planning.shapes import Shape
@@ -312,6 +312,6 @@ def scoring_work(shape: Shape, method: str, oar: Mapping, prompt: float, reasoni
         per = FORWARD_SCORERS[method] / max(1, int(chunk // seq))
         return scaled(Work(FORWARD_SCORERS[method] * forward_flops(shape, seq, keep=reasoning + 1), per, forwards=per),
                       scored)
-    if method == BASELINE or method in MODEL_FREE_SCORERS:
+    if method == BASELINE or method in MODEL_FREE_SCORERS or method in ADVANTAGE_RULES:  # no model call
         return Work()
     raise PlanError(f"runs: method {method!r} has no cost model")

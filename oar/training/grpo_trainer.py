@@ -10,7 +10,8 @@ GRPO changes (sampling, rewards, loss, optimiser). Two facts of TRL 1.16 make th
   TRL's shuffle and split into micro-batches, and the buffered batch is reused across iterations, so
   the weights are computed once per generation batch and never touched in ``compute_loss``.
 
-Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO).
+Method ``grpo`` leaves TRL's scalar advantages untouched (exactly stock GRPO). An advantage rule
+(``oar.method.advantage_rules``, KTAE's ``ktae_rule``) hands TRL ``A_i + u_{i,t}``, its own term added, no gate.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from trl.trainer.utils import get_config_model_id
 
 from oar.data import chains
 from oar.grading.grader import grade
+from oar.method.advantage_rules import AdvantageRule, rule_spec
 from oar.method.gate import gate, token_advantages
 from oar.method.importance import Scores, score
 from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
@@ -199,9 +201,11 @@ class MethodSetup:
     """What a run's method resolves to, once a run (what changes per step travels with each call).
 
     ``settings`` is the run's ``oar`` block, ``scorer`` the spec of the scorer whose scores the method
-    gates (None for GRPO), ``transform`` the intervention that changes the gated weights (None for a
-    plain scorer), ``probe_options`` how the responses are read into probes and ``parsed_steps`` whether
-    the probes carry the chain task's parsed positions (the method reads them, or step credit is logged)."""
+    gates (None for GRPO and an advantage rule), ``transform`` the intervention that changes the gated
+    weights (None for a plain scorer), ``rule`` the advantage rule that adds its term to GRPO's advantages
+    with no gate (``oar.method.advantage_rules``; None for the others), ``probe_options`` how the responses
+    are read into probes and ``parsed_steps`` whether the probes carry the chain task's parsed positions (the
+    method reads them, or step credit is logged)."""
 
     method: str
     settings: OARSettings
@@ -210,6 +214,7 @@ class MethodSetup:
     transform: WeightTransform | None
     probe_options: ProbeOptions
     parsed_steps: bool
+    rule: AdvantageRule | None = None
 
     @classmethod
     def of(cls, method: str, settings: OARSettings) -> MethodSetup:
@@ -221,7 +226,7 @@ class MethodSetup:
         return cls(method=method, settings=settings, scorer=spec,
                    scorer_config=settings.scorer_config(), transform=transform_spec(method),
                    probe_options=ProbeOptions.of(settings),
-                   parsed_steps=reads_parsed_steps(method) or settings.log_step_credit)
+                   parsed_steps=reads_parsed_steps(method) or settings.log_step_credit, rule=rule_spec(method))
 
     @property
     def gated(self) -> bool:
@@ -235,6 +240,8 @@ class MethodSetup:
 
 def method_line(setup: MethodSetup) -> str:
     """What a run trains, in words: the trainer's line at construction."""
+    if setup.rule is not None:
+        return f"{setup.method!r}: {setup.rule.description} (no gate: A_i,t = A_i + the rule's term)"
     if not setup.gated:
         return f"{setup.method!r}: GRPO's advantages, unchanged (stock GRPOTrainer)"
     settings, spec = setup.settings, setup.scorer
@@ -346,6 +353,10 @@ class OARTrainer(GRPOTrainer):
         self._reference_model = reference_model
         self._rewards = None  # this generation batch's rewards, every process's rows (_calculate_rewards)
         self._fallback_warning = FallbackWarning(self._setup.settings)  # most rows without an answer span
+        if self._setup.rule is not None and self.args.per_device_train_batch_size % self.num_generations:
+            raise ValueError(f"method {self._setup.method!r} reads each response's group: per_device_train_batch_size "
+                             f"({self.args.per_device_train_batch_size}) must be a multiple of num_generations "
+                             f"({self.num_generations}) so that every process holds whole groups")
         if self._setup.gated:
             self._check_scorer_inputs()
             # a user's scorer tried now rather than after the first generation (oar.training.scorer_checks)
@@ -406,7 +417,7 @@ class OARTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self._setup.gated and self._setup.scorer.reads("groups"):
+        if self._setup.rule is not None or (self._setup.gated and self._setup.scorer.reads("groups")):
             # what GRPO's advantages are computed from: the weighted sum over reward functions, every process's rows
             weights = self.reward_weights.to(rewards_per_func.device)
             self._rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
@@ -457,6 +468,13 @@ class OARTrainer(GRPOTrainer):
         scored = time.perf_counter()
         self._log_step_statistics(counts, generate_s=generated - started, score_s=scored - generated,
                                   peak_mb=self._memory.process_peak_mb(), score_peak_mb=score_peak.mb)
+        if self._setup.rule is not None:  # GRPO's advantages plus the rule's term, no gate
+            groups = self._groups_and_rewards(len(output["advantages"]))
+            pad = getattr(self.processing_class, "pad_token_id", None)
+            advantages = self._setup.rule.function(output["advantages"], output["completion_ids"],
+                                                   output["completion_mask"], groups["groups"], groups["rewards"],
+                                                   excluded=() if pad is None else (int(pad),))
+            return {**output, "advantages": advantages}
         if weights is None:
             return output
         # A new dict: the buffered generation batch is reused across iterations and must stay as built.
@@ -507,6 +525,10 @@ class OARTrainer(GRPOTrainer):
         scorer that reads them; nothing for the others."""
         if not self._setup.scorer.reads("groups"):
             return {}
+        return self._groups_and_rewards(rows)
+
+    def _groups_and_rewards(self, rows: int) -> dict:
+        """Each of this process's rows' group (its prompt, numbered over every process) and reward."""
         first = self.accelerator.process_index * rows
         rewards = self._rewards[first: first + rows].tolist() if self._rewards is not None else None
         return {"groups": [(first + i) // self.num_generations for i in range(rows)], "rewards": rewards}

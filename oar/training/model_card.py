@@ -41,6 +41,8 @@ METHOD_LINES = {
     "oar_p": "OAR-P: each reasoning token scored by how far substituting it moves the final-answer distribution",
     "oar_g": "OAR-G: each reasoning token scored by |gradient x input| of the final-answer distribution's "
              "divergence at a noised point",
+    "ktae_rule": "KTAE's own advantage rule (arXiv 2505.16826): GRPO's advantage plus the signed key-token value of "
+                 "each completion token, A_i + v_t, with no gate (the gate described next is not used)",
 }
 
 
