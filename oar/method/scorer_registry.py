@@ -29,10 +29,11 @@ from typing import Any
 
 # What a scorer may declare it reads, beyond the policy's token ids and its settings:
 NEEDS = {
-    "model": "runs forwards (or backwards) of the policy being trained (ScoringBatch.model)",
+    "model": "runs forwards (or backwards) of the policy being trained (ScoringBatch.model; None for a scorer "
+             "that does not declare it)",
     "probe": "reads an outcome probe: the response's answer distribution (ScoringBatch.kinds says which, per row)",
     "parsed_steps": "reads the chain task's parsed positions (Probe.decisive, .final_step, .irrelevant), which "
-                    "the trainer attaches only for scorers that declare it",
+                    "reach only scorers that declare it (the answer key: a ground-truth entry)",
     "groups": "reads each row's group (its prompt's responses: ScoringBatch.groups) and reward "
               "(ScoringBatch.rewards); a call then holds every row of each group it scores",
     "reference_model": "runs forwards of a second, frozen model (ScoringBatch.reference_model), e.g. the "
@@ -40,6 +41,9 @@ NEEDS = {
     "attentions": "reads the model's attention weights (output_attentions=True): the call runs the model, and "
                   "the reference model, with eager attention",
 }
+# Needs that read the answer key (the parsed positions, a reference solution): an entry that declares one is
+# a ground-truth entry, an upper bound or an oracle, never a method; the benchmark marks its rows so.
+GROUND_TRUTH_NEEDS = frozenset({"parsed_steps"})
 # Needs a held-out response set can meet (one response per problem, no reward, no second model)
 HELDOUT_NEEDS = frozenset({"model", "probe", "attentions"})
 
@@ -79,6 +83,11 @@ class ScorerSpec:
         if need not in NEEDS:
             raise ScorerError(f"unknown need {need!r}; known: {sorted(NEEDS)}")
         return need in self.needs
+
+    @property
+    def ground_truth(self) -> bool:
+        """Whether it reads the answer key (:data:`GROUND_TRUTH_NEEDS`): a ground-truth entry."""
+        return bool(self.needs & GROUND_TRUTH_NEEDS)
 
     @property
     def heldout(self) -> bool:
