@@ -25,6 +25,7 @@ BASELINES = ("random", "position", "entropy", "grad_norm", "oar_p", "oar_g", "tr
 # Which second model an entry that reads one is given: the policy itself, or the policy trained from it by
 # GRPO (PRIME's implicit reward model).
 REFERENCE = {"prime": "trained"}
+TRACEBACK_VARIABLE = "OAR_BENCH_TRACEBACK"  # set to 1: errors raise with their traceback (as --traceback)
 
 
 def pin_kernels(level: str) -> str:
@@ -44,6 +45,11 @@ def pin_kernels(level: str) -> str:
     return level
 
 
+def tracebacks(args: argparse.Namespace) -> bool:
+    """Whether errors raise with their traceback (``--traceback`` or the variable) instead of one line."""
+    return bool(getattr(args, "traceback", False)) or os.environ.get(TRACEBACK_VARIABLE) == "1"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m oar.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -60,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     credit.add_argument("--out", default="results/bench", help="where the leaderboard files go")
     credit.add_argument("--docs", help="also write the table into this page between its leaderboard markers")
     credit.add_argument("--cpu-kernels", default="avx2", help="the pinned instruction set, or none (default avx2)")
+    credit.add_argument("--traceback", action="store_true",
+                        help="on an entry that stops, raise with the full traceback (debugging a scorer) instead of "
+                             f"its one line (also: {TRACEBACK_VARIABLE}=1)")
     board = commands.add_parser("leaderboard", help="rebuild a policy's tables from its entries")
     board.add_argument("--policy", default="chain_f1", choices=POLICIES)
     board.add_argument("--out", default="results/bench")
@@ -106,16 +115,33 @@ def credit(args: argparse.Namespace) -> None:
     responses = response_set.load(args.policy)
     if args.problems:
         responses = responses.subset(args.problems)
-    model, tokenizer = load_model(policy_dir(args.policy), dtype="float32", device="cpu", threads=args.threads)
+
+    def policy_model():
+        return load_model(policy_dir(args.policy), dtype="float32", device="cpu", threads=args.threads)
+
+    model, tokenizer = policy_model()
     trained = None
+    failed = []
     for entry in entries:
         reference = model
         if scorer_spec(entry).reads("reference_model") and REFERENCE.get(entry) == "trained":
             if trained is None:
                 trained, _ = load_model(response_set.trained_policy_dir(args.policy), dtype="float32", device="cpu")
             reference = trained
-        record = track.run_entry(entry, args.policy, model, tokenizer, responses, seed=args.seed,
-                                 reference_model=reference, log=lambda line: print(line, flush=True))
+        try:
+            record = track.run_entry(entry, args.policy, model, tokenizer, responses, seed=args.seed,
+                                     reference_model=reference, log=lambda line: print(line, flush=True))
+        except track.BenchError as error:
+            if tracebacks(args):
+                raise
+            # the entry stops; the others run on models loaded afresh, whatever it left behind, and the
+            # command exits with one line per entry that stopped
+            if len(entries) > 1:
+                print(f"{entry}: stopped: {error}", flush=True)
+            failed.append(str(error))
+            model, tokenizer = policy_model()
+            trained = None
+            continue
         r = record["result"]
         print(f"{entry}: recall@10% {r['recall']['mean']:.3f}, average precision {r['average_precision']['mean']:.3f}, "
               f"erring outranks {100 * r['erring']['mean']:.0f}% ({r['ranked']} responses, {record['seconds']:.1f} s)")
@@ -123,8 +149,12 @@ def credit(args: argparse.Namespace) -> None:
             continue
         path = leaderboard.write_entry(args.out, "credit", args.policy, record["version"], entry, record)
         print(f"wrote {path}")
+    if failed and len(failed) == len(entries):
+        raise track.BenchError("\n".join(failed))
     if args.problems:
         print(f"--problems {args.problems}: a quick check on part of the set, no leaderboard row written")
+        if failed:
+            raise track.BenchError("\n".join(failed))
         return
     table, text = leaderboard.write_credit_table(args.out, args.policy, response_set.BENCHMARK_VERSION)
     print(text)
@@ -132,6 +162,8 @@ def credit(args: argparse.Namespace) -> None:
     if args.docs:
         leaderboard.write_docs(args.docs, f"credit:{args.policy}", text)
         print(f"wrote the table into {args.docs}")
+    if failed:
+        raise track.BenchError("\n".join(failed))
 
 
 def board(args: argparse.Namespace) -> None:
@@ -188,7 +220,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             learning.main(args)
     except ValueError as error:  # the benchmark's, the registry's, the frozen policies' and the config's errors
-        raise SystemExit(f"python -m oar.bench {args.command}: {error}") from None
+        if tracebacks(args):
+            raise
+        # one line per entry that stopped, each naming its scorer
+        raise SystemExit("\n".join(f"python -m oar.bench {args.command}: {line}"
+                                    for line in str(error).splitlines())) from None
 
 
 if __name__ == "__main__":
