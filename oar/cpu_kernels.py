@@ -155,6 +155,11 @@ def mkl_branch() -> str | None:
     return MKL_BRANCHES.get(code, f"code {code}")
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``), for provenance: kernels differ between vendors."""
+    return _cpuinfo("model name")
+
+
 def capability() -> dict[str, str | None]:
     """Provenance: torch's CPU capability, MKL's branch and the pins in force (torch's and MKL's only where
     torch is loaded, or a pin is set: then torch is loaded to check it). Raises CpuKernelsError when torch

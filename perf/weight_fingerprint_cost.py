@@ -4,6 +4,7 @@ uninitialised: the values do not change the cost).
 
     .venv/bin/python perf/weight_fingerprint_cost.py --shape chain_f1
     .venv/bin/python perf/weight_fingerprint_cost.py --shape 1.5b
+    .venv/bin/python perf/weight_fingerprint_cost.py --shape 1.5b --digest   # the exact digest of a whole entry
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from oar.method.weight_fingerprint import first_change, fingerprints
+from oar.method.weight_fingerprint import digests, first_change, first_digest_change, fingerprints
 
 
 def main() -> None:
@@ -23,6 +24,9 @@ def main() -> None:
                         help="a shipped testbed policy (chain_f1, chain_d8), or 1.5b or 7b (Qwen2.5's shapes)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--digest", action="store_true",
+                        help="time the exact digest the benchmark takes around each entry (every parameter's and "
+                             "buffer's sha256) instead of the per-call fingerprint")
     args = parser.parse_args()
     if args.shape not in ("1.5b", "7b"):
         from oar.models.frozen import policy_dir
@@ -40,18 +44,21 @@ def main() -> None:
         model.tie_weights()
     count = sum(1 for _ in model.parameters())
     weights = sum(p.numel() for p in model.parameters())
-    before = fingerprints({"the policy": model})
-    first_change(before, {"the policy": model})  # warm-up
+    take, compare = (digests, first_digest_change) if args.digest else (fingerprints, first_change)
+    what = "per entry (two exact digests and a comparison)" if args.digest else \
+        "per scoring call (two fingerprints and a comparison)"
+    before = take({"the policy": model})
+    compare(before, {"the policy": model})  # warm-up
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     sync()
     started = time.perf_counter()
     for _ in range(args.repeats):
-        before = fingerprints({"the policy": model})
-        assert first_change(before, {"the policy": model}) is None
+        before = take({"the policy": model})
+        assert compare(before, {"the policy": model}) is None
     sync()
     each = (time.perf_counter() - started) / args.repeats
     print(f"{args.shape} on {args.device}: {count} parameters, {weights / 1e6:.1f} M weights: "
-          f"{each * 1e3:.2f} ms per scoring call (two fingerprints and a comparison)")
+          f"{each * 1e3:.2f} ms {what}")
 
 
 if __name__ == "__main__":

@@ -129,8 +129,9 @@ def test_the_leaderboard_ranks_entries_by_average_precision(loaded, tmp_path):
     responses, model, tokenizer = loaded
     for entry in ("truth", "position", "random"):
         record = credit.run_entry(entry, "tiny_chain", model, tokenizer, responses, log=lambda *_: None)
-        leaderboard.write_entry(tmp_path, "credit", "tiny_chain", 1, entry, record)
-    table, text = leaderboard.write_credit_table(tmp_path, "tiny_chain", 1)
+        leaderboard.write_entry(tmp_path, "credit", "tiny_chain", record["version"], entry, record)
+    assert record["version"] == response_set.BENCHMARK_VERSION
+    table, text = leaderboard.write_credit_table(tmp_path, "tiny_chain", response_set.BENCHMARK_VERSION)
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert lines[2].startswith("| 1 | `truth` | 1.000")
     # the leaderboard ends with chance's row, then the step-level table with chance's localisation last
@@ -179,3 +180,115 @@ def test_the_erring_step_is_read_against_the_later_right_steps():
 def test_calls_hold_whole_groups_of_consecutive_problems():
     assert credit.calls([0, 0, 1, 1, 2, 2, 3], groups_per_call=2) == [[0, 1, 2, 3], [4, 5, 6]]
     assert json.dumps(credit.calls([5, 5], 16)) == "[[0, 1]]"
+
+
+# ------------------------------------------------------------------ integrity: what an entry is given and leaves
+
+
+def test_a_plain_function_cannot_read_the_answer_key_and_a_declared_one_is_marked(loaded, registered):
+    """The response set attaches the parsed positions to every probe; only a scorer that declares
+    ``parsed_steps`` finds them there, and its record says it reads the ground truth."""
+    responses, model, tokenizer = loaded
+    assert all(p.decisive is not None for p in responses.probes(tokenizer))  # attached, as the issue found
+    with pytest.raises(credit.BenchError) as stopped:
+        credit.run_entry("bench_scorers:reads_the_answer_key", "tiny_chain", model, tokenizer, responses,
+                         log=lambda *_: None)
+    assert str(stopped.value) == ("scorer 'bench_scorers:reads_the_answer_key' raised TypeError: 'NoneType' object "
+                                  "is not iterable (call 0, problems 0-5)")
+    from bench_scorers import reads_the_answer_key
+    from oar.method.scorer_registry import register_scorer
+
+    registered("answer_key")
+    register_scorer("answer_key", reads_the_answer_key, needs=("parsed_steps",))
+    record = credit.run_entry("answer_key", "tiny_chain", model, tokenizer, responses, log=lambda *_: None)
+    assert record["result"]["recall"]["mean"] == 1.0
+    assert record["reads"] == ["parsed_steps"] and record["ground_truth"] is True
+    truth = credit.run_entry("truth", "tiny_chain", model, tokenizer, responses, log=lambda *_: None)
+    entropy = credit.run_entry("entropy", "tiny_chain", model, tokenizer, responses, log=lambda *_: None)
+    ktae = credit.run_entry("ktae", "tiny_chain", model, tokenizer, responses, log=lambda *_: None)
+    assert (truth["reads"], truth["ground_truth"]) == (["parsed_steps"], True)
+    assert (entropy["reads"], entropy["ground_truth"]) == (["model"], False)
+    assert (ktae["reads"], ktae["ground_truth"]) == (["groups"], False)
+
+
+@pytest.mark.parametrize("scorer, change", [
+    ("bench_scorers:hooks_the_model", "changed the hooks of module 'lm_head' (0 to 1) of the policy"),
+    ("bench_scorers:halves_rotary_frequencies", "changed the values of buffer 'model.rotary_emb.inv_freq' of the "
+                                                "policy"),
+])
+def test_an_entry_that_leaves_the_model_changed_stops_naming_it(loaded, scorer, change):
+    """Neither change touches a parameter, so no call's fingerprint sees it; the digest around the entry does."""
+    from transformers import AutoModelForCausalLM
+
+    responses, model, tokenizer = loaded
+    copy = AutoModelForCausalLM.from_config(model.config)
+    copy.load_state_dict(model.state_dict())
+    with pytest.raises(credit.BenchError) as stopped:
+        credit.run_entry(scorer, "tiny_chain", copy, tokenizer, responses, reference_model=copy, log=lambda *_: None)
+    assert str(stopped.value).startswith(f"scorer {scorer!r} {change} during its entry") and "\n" not in str(
+        stopped.value)
+
+
+def test_the_determinism_repeat_runs_before_the_other_calls(loaded, registered):
+    responses, model, tokenizer = loaded
+    seeds = []
+    registered("counts_calls")
+    from oar.method.scorer_registry import register_scorer
+
+    register_scorer("counts_calls", lambda b: seeds.append(b.seed) or [torch.ones(p.reasoning_len) for p in b.probes],
+                    needs=())
+    probes = responses.probes(tokenizer)
+    credit.score_rows("counts_calls", model, probes, responses.rows, groups_per_call=2, log=lambda *_: None)
+    assert seeds == [0, 0, 1, 2]  # call 0 twice, then the rest
+    lines: list[str] = []
+    with pytest.raises(credit.BenchError, match="gave other scores for the same seed the second time"):
+        credit.score_rows("bench_scorers:global_generator", model, probes, responses.rows, groups_per_call=2,
+                          log=lines.append)
+    assert lines == []  # stopped before the first call's progress line, the other calls never run
+
+
+def test_a_bad_row_is_named_by_problem_and_sample(loaded):
+    responses, model, tokenizer = loaded
+    probes, rows = responses.probes(tokenizer), responses.rows
+    members = [i for i in credit.calls([r["problem"] for r in rows], 2)[1] if probes[i].reasoning_len > 0]
+    row = rows[members[-1]]
+    with pytest.raises(credit.BenchError) as stopped:
+        credit.score_rows("bench_scorers:nan_on_last_row_of_call_1", model, probes, rows, groups_per_call=2,
+                          log=lambda *_: None)
+    assert str(stopped.value) == (f"scorer 'bench_scorers:nan_on_last_row_of_call_1', problem {row['problem']}, "
+                                  f"sample {row['sample']}: score nan at reasoning token 0 is not finite")
+
+
+def test_a_scorer_that_raises_stops_the_command_in_one_line(monkeypatch, capsys):
+    """On the shipped chain_f1 (two problems): one line naming the scorer, the exception and the call;
+    --traceback raises it whole."""
+    from oar.models.frozen import policy_dir
+
+    if not (policy_dir("chain_f1") / "model.safetensors").is_file():
+        pytest.skip("the shipped chain_f1 weights are not in this checkout")
+    run = ["credit", "--problems", "2", "--cpu-kernels", "none", "--scorer", "bench_scorers:raises"]
+    with pytest.raises(SystemExit) as stopped:
+        bench_cli.main(run)
+    assert str(stopped.value) == ("python -m oar.bench credit: scorer 'bench_scorers:raises' raised RuntimeError: "
+                                  "no such feature ... (call 0, problems 0-1)")
+    with pytest.raises(credit.BenchError) as raised:
+        bench_cli.main([*run, "--traceback"])
+    assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+def test_an_entry_after_one_that_changed_the_model_is_unaffected(capsys):
+    """The issue's case: entropy after a scorer that leaves the policy changed scored its own numbers, as
+    alone; the command exits naming the scorer that changed it."""
+    from oar.models.frozen import policy_dir
+
+    if not (policy_dir("chain_f1") / "model.safetensors").is_file():
+        pytest.skip("the shipped chain_f1 weights are not in this checkout")
+    run = ["credit", "--problems", "2", "--cpu-kernels", "none"]
+    bench_cli.main([*run, "--scorer", "entropy"])
+    alone = [line for line in capsys.readouterr().out.splitlines() if line.startswith("entropy: recall")]
+    with pytest.raises(SystemExit) as stopped:
+        bench_cli.main([*run, "--scorer", "bench_scorers:hooks_the_model", "--scorer", "entropy"])
+    after = [line for line in capsys.readouterr().out.splitlines() if line.startswith("entropy: recall")]
+    assert len(alone) == 1 and [a.rsplit(" (", 1)[0] for a in after] == [alone[0].rsplit(" (", 1)[0]]
+    assert str(stopped.value).startswith("python -m oar.bench credit: scorer 'bench_scorers:hooks_the_model' changed "
+                                         "the hooks of module 'lm_head' (0 to 1) of the policy during its entry")

@@ -93,3 +93,31 @@ def test_the_command_scores_an_entry_and_names_a_bad_one(tmp_path):
                          timeout=300)
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines()[-1].startswith("python -m oar.bench credit: scorer 'mypkg_absent.scores:fn'")
+
+
+def test_an_index_that_disagrees_with_the_codes_version_stops_naming_it(tmp_path, monkeypatch):
+    """The version's hashes live in the code (SHIPPED) and in docs/benchmark.md; an index edited to other
+    hashes, or of another version, is a new benchmark version, not this one."""
+    import json
+
+    raw = json.loads(response_set.INDEX.read_text())
+    assert raw["version"] == response_set.BENCHMARK_VERSION == 2
+    assert {p: {k: e[k] for k in ("sha256", "policy_sha256")} for p, e in raw["sets"].items()} == response_set.SHIPPED
+    versions = (ROOT / "docs/benchmark.md").read_text().split("## Versions", 1)[1]
+    assert f"now {response_set.BENCHMARK_VERSION})" in versions
+    for policy, hashes in response_set.SHIPPED.items():
+        assert hashes["sha256"] in versions and hashes["policy_sha256"] in versions, policy
+    copy = tmp_path / "data"
+    shutil.copytree(response_set.DATA_DIR, copy)
+    monkeypatch.setattr(response_set, "DATA_DIR", copy)
+    monkeypatch.setattr(response_set, "INDEX", copy / "response_sets.json")
+    edited = json.loads(json.dumps(raw))
+    edited["sets"]["chain_f1"]["sha256"] = "a" * 64  # and a file to match: still not version 2's set
+    (copy / "response_sets.json").write_text(json.dumps(edited))
+    with pytest.raises(ResponseSetError, match=r"response_sets.json: chain_f1's sha256 \(of the set's lines\) is "
+                                               r"aaaaaaaaaaaaaaaa\.\.\., benchmark version 2 ships 7b99f016690b798f"
+                                               r"\.\.\.: an edited index is a new benchmark version, not version 2"):
+        response_set.load("chain_f1")
+    (copy / "response_sets.json").write_text(json.dumps({**raw, "version": 1}))
+    with pytest.raises(ResponseSetError, match=r"response_sets.json: version 1, the code is benchmark version 2"):
+        response_set.load("chain_f1")

@@ -15,7 +15,8 @@ from oar.method.importance import score
 from oar.method.probes import ProbeOptions
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scorer_registry import ScorerError, register_scorer, scorer_spec
-from oar.method.weight_fingerprint import WeightFingerprint, first_change, fingerprints
+from oar.method.weight_fingerprint import (SAMPLES, ModelDigest, WeightFingerprint, digests, first_change,
+                                           first_digest_change, fingerprints)
 from oar.training.grpo_trainer import OARConfig, OARTrainer
 from oar.training.scorer_checks import CHECK_REWARDS, check_on_made_up_batch, made_up_probes
 from test_trainer import dataset, make_trainer, parity_reward
@@ -183,6 +184,104 @@ def test_a_scorer_that_changes_the_reference_model_stops_naming_it(tiny_model, r
     with pytest.raises(ScorerError, match="^scorer 'moves_reference' wrote parameter 'model.norm.weight' in place of "
                                           "the reference model"):
         score("moves_reference", model, made_up_probes(tokenizer, ProbeOptions()), reference_model=reference)
+
+
+def test_the_digest_sees_what_a_calls_fingerprint_cannot():
+    """The exact digest (taken around a benchmark entry) sees every mutation the per-call fingerprint sees
+    but a gradient (which a call checks), and three it cannot: a write between its samples, a buffer, a hook."""
+    from oar.models.tiny import build_tiny_model
+
+    def between_samples(model):
+        weight = model.model.embed_tokens.weight
+        step = max(1, weight.numel() // SAMPLES)
+        weight.data.view(-1)[1 : step * SAMPLES : step] += 1.0  # the positions right after the sampled ones
+
+    def buffer(model):
+        model.model.rotary_emb.inv_freq.mul_(0.5)
+
+    def hook(model):
+        model.model.norm.register_forward_pre_hook(lambda module, args: None)
+
+    unseen = [(between_samples, "changed the values of parameter 'model.embed_tokens.weight'"),
+              (buffer, "changed the values of buffer 'model.rotary_emb.inv_freq'"),
+              (hook, "changed the hooks of module 'model.norm' (0 to 1)")]
+    for mutate, said in [*one_mutation_each()[:4], *unseen]:
+        model = build_tiny_model(seed=0)[0]
+        models = {"the policy": model}
+        before, sampled = digests(models), fingerprints(models)
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+        assert first_digest_change(before, models) is None
+        mutate(model)
+        change = first_digest_change(before, models)
+        assert change is not None and change.endswith("of the policy"), mutate.__name__
+        if (mutate, said) in unseen:
+            assert change.startswith(said) and first_change(sampled, models) is None, mutate.__name__
+    model = build_tiny_model(seed=0)[0]
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    assert ModelDigest.of(model).change_since(ModelDigest.of(model)) is None
+
+
+# ------------------------------------------------------------------ a scorer sees only what it declares
+
+
+def test_a_scorer_is_handed_only_what_it_declares(tiny_model, registered):
+    """The parsed positions on the probes (the answer key) reach only a scorer that declares parsed_steps,
+    the model only one that declares model; the fingerprint still watches the real model."""
+    from dataclasses import replace
+
+    model, tokenizer = tiny_model
+    probes = [replace(p, decisive=(0,), final_step=(0,), irrelevant=()) for p in
+              made_up_probes(tokenizer, ProbeOptions())]
+    seen = {}
+
+    def looks(name):
+        def scorer(batch):
+            seen[name] = (batch.model, [(p.decisive, p.final_step, p.irrelevant) for p in batch.probes])
+            return reasoning_ones(batch)
+        return scorer
+
+    for name, needs in (("sees_nothing", ()), ("sees_model", ("model",)), ("sees_key", ("parsed_steps",)),
+                        ("sees_both", ("model", "parsed_steps"))):
+        registered(name)
+        register_scorer(name, looks(name), needs=needs)
+        score(name, model, probes)
+    hidden, shown = [(None, None, None)] * len(probes), [((0,), (0,), ())] * len(probes)
+    assert seen["sees_nothing"] == (None, hidden) and seen["sees_model"] == (model, hidden)
+    assert seen["sees_key"] == (None, shown) and seen["sees_both"] == (model, shown)
+    assert probes[0].decisive == (0,)  # the caller's probes are left as they were
+    # every built-in that declares no model scores as before without one (truth reads the key it declares)
+    for name in ("position", "random", "truth", "truth_graded", "truth_final", "truth_early"):
+        assert score(name, model, probes).scored.all(), name
+    registered("reaches_model")
+
+    @register_scorer("reaches_model", needs=())
+    def reaches_model(batch):  # through a reference of its own, not batch.model
+        with torch.no_grad():
+            model_copy.model.norm.weight.add_(1.0)
+        return reasoning_ones(batch)
+
+    from transformers import AutoModelForCausalLM
+
+    model_copy = AutoModelForCausalLM.from_config(model.config)
+    with pytest.raises(ScorerError, match="^scorer 'reaches_model' wrote parameter 'model.norm.weight' in place of the "
+                                          "policy"):
+        score("reaches_model", model_copy, probes)
+
+
+def test_a_bad_row_is_named_by_its_index_in_the_callers_probes(tiny_model, registered):
+    """The scorer is handed only the active rows; its bad row is named as the caller numbers it."""
+    from oar.method.scorer_contract import ScorerRowError
+
+    model, tokenizer = tiny_model
+    probes = made_up_probes(tokenizer, ProbeOptions())
+    registered("nan_first")
+    register_scorer("nan_first", lambda b: [torch.full((p.reasoning_len,), float("nan")) for p in b.probes],
+                    needs=())
+    with pytest.raises(ScorerRowError, match=r"^scorer 'nan_first', row 1: score nan at reasoning token 0 is not "
+                                             r"finite$") as raised:
+        score("nan_first", model, probes, active=[False, True])
+    assert raised.value.row == 1
 
 
 # ------------------------------------------------------------------ the check at construction, all-zero scores

@@ -29,6 +29,7 @@ BASELINES = ("random", "position", "entropy", "grad_norm", "oar_p", "oar_g", "tr
 # Which second model an entry that reads one is given: the policy itself, or the policy trained from it by
 # GRPO (PRIME's implicit reward model).
 REFERENCE = {"prime": "trained"}
+TRACEBACK_VARIABLE = "OAR_BENCH_TRACEBACK"  # set to 1: errors raise with their traceback (as --traceback)
 
 
 def pin_kernels(level: str) -> str:
@@ -46,6 +47,11 @@ def pin_kernels(level: str) -> str:
     os.environ[cpu_kernels.VARIABLE] = level
     cpu_kernels.apply()
     return level
+
+
+def tracebacks(args: argparse.Namespace) -> bool:
+    """Whether errors raise with their traceback (``--traceback`` or the variable) instead of one line."""
+    return bool(getattr(args, "traceback", False)) or os.environ.get(TRACEBACK_VARIABLE) == "1"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -66,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
     credit.add_argument("--out", default="results/bench", help="where the leaderboard files go")
     credit.add_argument("--docs", help="also write the table into this page between its leaderboard markers")
     credit.add_argument("--cpu-kernels", default="avx2", help="the pinned instruction set, or none (default avx2)")
+    credit.add_argument("--traceback", action="store_true",
+                        help="on an entry that stops, raise with the full traceback (debugging a scorer) instead of "
+                             f"its one line (also: {TRACEBACK_VARIABLE}=1)")
     board = commands.add_parser("leaderboard", help="rebuild a policy's tables from its entries")
     board.add_argument("--policy", default="chain_f1", choices=POLICIES)
     board.add_argument("--out", default="results/bench")
@@ -129,8 +138,13 @@ def credit(args: argparse.Namespace) -> None:
     responses = response_set.load(args.policy)
     if args.problems:
         responses = responses.subset(args.problems)
-    model, tokenizer = load_model(policy_dir(args.policy), dtype="float32", device="cpu", threads=args.threads)
+
+    def policy_model():
+        return load_model(policy_dir(args.policy), dtype="float32", device="cpu", threads=args.threads)
+
+    model, tokenizer = policy_model()
     trained = None
+    failed = []
     for entry in entries:
         reference = model
         if scorer_spec(entry).reads("reference_model") and REFERENCE.get(entry) == "trained":
@@ -138,9 +152,21 @@ def credit(args: argparse.Namespace) -> None:
                 trained, _ = load_model(response_set.trained_policy_dir(args.policy), dtype="float32", device="cpu")
             reference = trained
         kept: list = []
-        record = track.run_entry(entry, args.policy, model, tokenizer, responses, seed=args.seed,
-                                 reference_model=reference, log=lambda line: print(line, flush=True),
-                                 on_scores=kept.append)
+        try:
+            record = track.run_entry(entry, args.policy, model, tokenizer, responses, seed=args.seed,
+                                     reference_model=reference, log=lambda line: print(line, flush=True),
+                                     on_scores=kept.append)
+        except track.BenchError as error:
+            if tracebacks(args):
+                raise
+            # the entry stops; the others run on models loaded afresh, whatever it left behind, and the
+            # command exits with one line per entry that stopped
+            if len(entries) > 1:
+                print(f"{entry}: stopped: {error}", flush=True)
+            failed.append(str(error))
+            model, tokenizer = policy_model()
+            trained = None
+            continue
         r = record["result"]
         print(f"{entry}: recall@10% {r['recall']['mean']:.3f}, average precision {r['average_precision']['mean']:.3f}, "
               f"erring outranks {100 * r['erring']['mean']:.0f}% ({r['ranked']} responses, {record['seconds']:.1f} s)")
@@ -155,8 +181,12 @@ def credit(args: argparse.Namespace) -> None:
         path = leaderboard.write_entry_with_scores(args.out, "credit", args.policy, record["version"], entry, record,
                                                    kept[0], responses.rows)
         print(f"wrote {path} and {scores_file.path_for(path).name}")
+    if failed and len(failed) == len(entries):
+        raise track.BenchError("\n".join(failed))
     if args.problems:
         print(f"--problems {args.problems}: a quick check on part of the set, no leaderboard row written")
+        if failed:
+            raise track.BenchError("\n".join(failed))
         return
     table, text = leaderboard.write_credit_table(args.out, args.policy, response_set.BENCHMARK_VERSION)
     print(text)
@@ -164,6 +194,8 @@ def credit(args: argparse.Namespace) -> None:
     if args.docs:
         leaderboard.write_docs(args.docs, f"credit:{args.policy}", text)
         print(f"wrote the table into {args.docs}")
+    if failed:
+        raise track.BenchError("\n".join(failed))
 
 
 def board(args: argparse.Namespace) -> None:
@@ -254,7 +286,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             learning.main(args)
     except ValueError as error:  # the benchmark's, the registry's, the frozen policies' and the config's errors
-        raise SystemExit(f"python -m oar.bench {args.command}: {error}") from None
+        if tracebacks(args):
+            raise
+        # one line per entry that stopped, each naming its scorer
+        raise SystemExit("\n".join(f"python -m oar.bench {args.command}: {line}"
+                                    for line in str(error).splitlines())) from None
 
 
 if __name__ == "__main__":

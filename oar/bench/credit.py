@@ -3,8 +3,13 @@
 Every response of a frozen policy's response set (``oar.bench.response_set``) is scored as training
 scores it: the rows of ``GROUPS_PER_CALL`` problems per call (a training step's 16 prompts x 8), with each
 row's group and reward for a scorer that reads them, the frozen policy as the reference model, and the
-call's seed. The first call is scored twice: a scorer whose two scores for one seed differ stops, as does
-one whose output breaks the scorer contract (NaN, a row of another length than the reasoning).
+call's seed. The first call is scored twice before the others: a scorer whose two scores for one seed
+differ stops, as does one whose output breaks the scorer contract (NaN, a row of another length than the
+reasoning: named by problem and sample), one that raises (named with the exception and the call), and one
+that leaves the policy or the reference model changed after its entry (an exact digest of their
+parameters, buffers and hooks, ``oar.method.weight_fingerprint.ModelDigest``). A scorer is handed only
+what it declares (``oar.method.importance.score``): the parsed positions below are the answer key, and an
+entry that reads them is marked ``ground_truth`` in its record.
 
 Against the parsed decisive tokens of each response with at least one (every step's relation and result,
 ``oar.data.chains``), with tokens ranked by score and tied scores counted as the mean over their orders
@@ -119,48 +124,72 @@ def calls(groups: Sequence[int], groups_per_call: int = GROUPS_PER_CALL) -> list
     return out
 
 
+def _where(index: int, members: Sequence[int], rows: Sequence[Mapping[str, Any]]) -> str:
+    """A call in words: its index and its problems."""
+    problems = sorted({int(rows[i]["problem"]) for i in members})
+    span = f"{problems[0]}-{problems[-1]}" if len(problems) > 1 else f"{problems[0]}" if problems else "none"
+    return f"call {index}, problems {span}"
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return (lines[0] + (" ..." if len(lines) > 1 else "")) if lines else "(no message)"
+
+
 def score_rows(scorer: str, model, probes: Sequence, rows: Sequence[Mapping[str, Any]], *, config=None,
                seed: int = 0, reference_model=None, tokenizer=None, policy: str | None = None,
                groups_per_call: int = GROUPS_PER_CALL,
                log: Callable[[str], None] = print) -> tuple[list[np.ndarray], float]:
     """Every row's reasoning scores by ``scorer`` (a registered name or an import path), call by call as
-    training calls it (:func:`calls`; call c seeded ``seed * 1_000_003 + c``), and the scoring seconds.
-    Stops with a :class:`BenchError` naming the scorer where its output is not finite or where scoring
-    the first call again with its seed gives other scores."""
+    training calls it (:func:`calls`; call c seeded ``seed * 1_000_003 + c``), and the seconds one pass over
+    the rows took. The first call is scored twice before the others, and a scorer whose two scores for one
+    seed differ stops there. Every stop is a :class:`BenchError` of one line naming the scorer: a row that
+    breaks the contract by its problem and sample, a scorer that raises by the exception and the call."""
     from oar.method.importance import score
     from oar.method.scorer_config import ScorerConfig
+    from oar.method.scorer_contract import ScorerRowError
+    from oar.method.scorer_registry import ScorerError, scorer_spec
 
+    spec = scorer_spec(scorer)
     config = config or ScorerConfig()
     groups = [int(r["problem"]) for r in rows]
     rewards = [1.0 if r["correct"] else 0.0 for r in rows]
 
     def run(index: int, members: list[int]) -> list[np.ndarray]:
-        result = score(scorer, model, [probes[i] for i in members], config, seed=seed * 1_000_003 + index,
-                       groups=[groups[i] for i in members], rewards=[rewards[i] for i in members],
-                       reference_model=reference_model, tokenizer=tokenizer, policy=policy,
-                       references=[str(rows[i]["reference"]) for i in members])
-        out = [result.scores[j, : probes[i].reasoning_len].double().numpy() for j, i in enumerate(members)]
-        for i, values in zip(members, out):
-            if not np.all(np.isfinite(values)):
-                raise BenchError(f"scorer {scorer!r}: non-finite score on problem {rows[i]['problem']}, sample "
-                                 f"{rows[i]['sample']} (reasoning token {int(np.argmin(np.isfinite(values)))})")
-        return out
+        try:
+            result = score(spec, model, [probes[i] for i in members], config, seed=seed * 1_000_003 + index,
+                           groups=[groups[i] for i in members], rewards=[rewards[i] for i in members],
+                           reference_model=reference_model, tokenizer=tokenizer, policy=policy,
+                           references=[str(rows[i]["reference"]) for i in members])
+        except ScorerRowError as error:  # its row in this call: the problem and sample it is
+            row = rows[members[error.row]]
+            raise BenchError(f"scorer {scorer!r}, problem {row['problem']}, sample {row['sample']}: "
+                             f"{error.problem}") from error
+        except ScorerError as error:  # the contract's other checks name the scorer already
+            raise BenchError(f"{_one_line(error)} ({_where(index, members, rows)})") from error
+        except Exception as error:  # the scorer's own failure: one line, the traceback under --traceback
+            raise BenchError(f"scorer {scorer!r} raised {type(error).__name__}: {_one_line(error)} "
+                             f"({_where(index, members, rows)})") from error
+        return [result.scores[j, : probes[i].reasoning_len].double().numpy() for j, i in enumerate(members)]
 
     scores: list[np.ndarray | None] = [None] * len(rows)
-    started = time.perf_counter()
     batches = calls(groups, groups_per_call)
+    started = time.perf_counter()
     for index, members in enumerate(batches):
         for i, values in zip(members, run(index, members)):
             scores[i] = values
+        wall = time.perf_counter() - started
+        if index == 0:  # the determinism check first: a nondeterministic scorer stops before the long pass
+            again = run(0, members)
+            differ = [rows[i] for i, values in zip(members, again) if not np.array_equal(values, scores[i])]
+            if differ:
+                raise BenchError(f"scorer {scorer!r} gave other scores for the same seed the second time (problem "
+                                 f"{differ[0]['problem']}, sample {differ[0]['sample']}, and {len(differ) - 1} more "
+                                 "rows): draw random numbers only from a generator seeded with the call's seed")
+            started = time.perf_counter() - wall  # the repeat is not part of a pass's time
         log(f"{scorer}: scored {sum(s is not None for s in scores)}/{len(rows)} responses "
             f"({time.perf_counter() - started:.1f} s)")
     wall = time.perf_counter() - started
-    again = run(0, batches[0])
-    differ = [rows[i] for i, values in zip(batches[0], again) if not np.array_equal(values, scores[i])]
-    if differ:
-        raise BenchError(f"scorer {scorer!r} gave other scores for the same seed the second time (problem "
-                         f"{differ[0]['problem']}, sample {differ[0]['sample']}, and {len(differ) - 1} more rows): "
-                         "draw random numbers only from a generator seeded with the call's seed")
     return scores, wall  # type: ignore[return-value]
 
 
@@ -191,16 +220,35 @@ def run_entry(scorer: str, policy: str, model, tokenizer, response_set, *, seed:
               config=None, groups_per_call: int = GROUPS_PER_CALL, log: Callable[[str], None] = print,
               on_scores: Callable[[list[np.ndarray]], None] | None = None) -> dict[str, Any]:
     """Score ``response_set`` (a verified :class:`oar.bench.response_set.ResponseSet`) with ``scorer`` on the
-    loaded ``model`` and return its leaderboard record: the numbers and what made them. ``on_scores``
+    loaded ``model`` and return its leaderboard record: the numbers, what the entry reads (``reads``, its
+    sorted needs; ``ground_truth``: whether it reads the answer key) and what made them.
+
+    The policy and the reference model are digested exactly before and after the entry
+    (``oar.method.weight_fingerprint.ModelDigest``: every parameter's and buffer's bytes, every module's
+    hooks); an entry that changed them stops with a :class:`BenchError` naming the scorer, and the models
+    are then not fit for another entry (``python -m oar.bench credit`` loads them again). ``on_scores``
     receives every row's scores (the per-token scores file, ``oar.bench.scores_file``)."""
     from oar.bench.leaderboard import commit
     from oar.bench.response_set import BENCHMARK_VERSION
-    from oar.cpu_kernels import capability
+    from oar.cpu_kernels import VARIABLE, capability, cpu_model
+    from oar.method.scorer_registry import ScorerError, scorer_spec
+    from oar.method.weight_fingerprint import digests, first_digest_change
 
+    try:
+        spec = scorer_spec(scorer)
+    except ScorerError as error:
+        raise BenchError(str(error)) from None
     probes = response_set.probes(tokenizer)
+    models = {"the policy": model, "the reference model": reference_model}
+    before = digests(models)
     scores, seconds = score_rows(scorer, model, probes, response_set.rows, config=config, seed=seed,
                                  reference_model=reference_model, tokenizer=tokenizer, policy=policy,
                                  groups_per_call=groups_per_call, log=log)
+    change = first_digest_change(before, models)
+    if change is not None:
+        raise BenchError(f"scorer {scorer!r} {change} during its entry: a scorer leaves the models as it found "
+                         "them (oar.method.scorer_contract); its scores and every later entry's on these models "
+                         "would be void")
     if on_scores is not None:
         on_scores(scores)
     kernels = capability()
@@ -208,7 +256,8 @@ def run_entry(scorer: str, policy: str, model, tokenizer, response_set, *, seed:
 
     return {"entry": scorer, "track": "credit", "version": BENCHMARK_VERSION, "policy": policy,
             "policy_sha256": response_set.policy_sha256, "response_set_sha256": response_set.sha256,
+            "reads": sorted(spec.needs), "ground_truth": spec.ground_truth,
             "seed": seed, "seconds": seconds, "result": evaluate(scorer, scores, response_set.rows),
             "made_with": {**commit(), "cpu_kernels": kernels.get("capability"),
-                          "mkl_branch": kernels.get("mkl_branch"), "threads": torch.get_num_threads(),
-                          "torch": torch.__version__}}
+                          "mkl_branch": kernels.get("mkl_branch"), "pinned": kernels.get(VARIABLE),
+                          "cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__}}

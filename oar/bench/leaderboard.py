@@ -183,7 +183,10 @@ def credit_table(entries: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, st
     header = ["#", "entry", "recall@10% [95% CI]", "average precision [95% CI]", *(f"step {k}" for k in steps),
               f"erring `~` outranks later right `=`, % [95% CI] ({first['result']['erring']['n']} responses)",
               "reads", "responses", "seconds", "commit"]
-    kernels = sorted({str(e["made_with"].get("cpu_kernels")) for e in entries})
+    # the instruction set torch ran, whether it was pinned (OAR_CPU_KERNELS) and on which CPU: kernels differ
+    kernels = sorted({f"{e['made_with'].get('cpu_kernels')} ("
+                      f"{'pinned' if e['made_with'].get('pinned') else 'unpinned'}"
+                      f"{', ' + e['made_with']['cpu'] if e['made_with'].get('cpu') else ''})" for e in entries})
     footnote = (f"\n{GROUND_TRUTH_MARK} reads the answer key (the parsed positions or the reference solution): a "
                 "ceiling or an oracle, not a method.\n" if any(e.get("ground_truth") for e in entries) else "")
     text = (f"Benchmark version {first['version']}, policy `{first['policy']}` (weights sha256 "

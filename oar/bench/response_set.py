@@ -29,7 +29,18 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-BENCHMARK_VERSION = 1  # raised whenever a response set, its spec or a metric's definition changes
+# Raised whenever a response set, its spec, a metric's definition or what a scorer is given changes (2: a
+# scorer sees only what it declares, the models are digested around each entry).
+BENCHMARK_VERSION = 2
+# The response sets of this version, by policy: the sha256 of each set's uncompressed lines and of the policy
+# weights it was sampled from. The index (response_sets.json) must say the same: an index edited, or a set
+# shipped anew, is another benchmark version, which this code does not claim to be until both are raised here.
+SHIPPED: dict[str, dict[str, str]] = {
+    "chain_f1": {"sha256": "7b99f016690b798f59791010ef3ef68108aa7453e5159259b9a5a053ba3ae506",
+                 "policy_sha256": "6bd2dd91c5d70530dde0fa4409027a3f9fd8c422892510d8cc5c406d1cfdb14c"},
+    "chain_d8": {"sha256": "658dd94a7de997428798042207af479d01bb403657431de23bbd2c93371d1c6c",
+                 "policy_sha256": "cbcb8c965e607e74effa53f43ecb07ff7dcf57f8c83a647e057f9661ba552708"},
+}
 DATA_DIR = Path(__file__).resolve().parent / "data"
 INDEX = DATA_DIR / "response_sets.json"
 
@@ -103,6 +114,28 @@ def index() -> dict[str, Any]:
     return json.loads(INDEX.read_text(encoding="utf-8"))["sets"]
 
 
+def check_index_version(policy: str) -> None:
+    """Stop, naming the index, where it disagrees with this code's version: its ``version``, or ``policy``'s
+    hashes against :data:`SHIPPED`. An index that says other hashes is another benchmark, whose rows must
+    not be filed under this version."""
+    where = INDEX.relative_to(DATA_DIR.parents[2]) if INDEX.is_relative_to(DATA_DIR.parents[2]) else INDEX
+    raw = json.loads(INDEX.read_text(encoding="utf-8"))
+    fix = (f"a new benchmark version, not version {BENCHMARK_VERSION}: raise BENCHMARK_VERSION and set SHIPPED in "
+           "oar/bench/response_set.py (and docs/benchmark.md's Versions), then score every row again")
+    if raw.get("version") != BENCHMARK_VERSION:
+        raise ResponseSetError(f"{where}: version {raw.get('version')!r}, the code is benchmark version "
+                               f"{BENCHMARK_VERSION}: {fix}")
+    entry, shipped = raw["sets"][policy], SHIPPED.get(policy)
+    if shipped is None:
+        raise ResponseSetError(f"{where}: a response set for {policy!r}, which benchmark version {BENCHMARK_VERSION} "
+                               f"does not ship: {fix}")
+    for key, what in (("sha256", "the set's lines"), ("policy_sha256", "the policy weights")):
+        if entry.get(key) != shipped[key]:
+            raise ResponseSetError(f"{where}: {policy}'s {key} (of {what}) is {str(entry.get(key))[:16]}..., "
+                                   f"benchmark version {BENCHMARK_VERSION} ships {shipped[key][:16]}...: an edited "
+                                   f"index is {fix}")
+
+
 @dataclass
 class ResponseSet:
     """A loaded, verified response set: its rows in file order (problem by problem, ``group`` each)."""
@@ -160,13 +193,15 @@ def read_verified(file: str | Path, sha256: str) -> list[dict[str, Any]]:
 
 
 def load(policy: str) -> ResponseSet:
-    """The shipped response set of ``policy``, after checking the sha256 of its lines against the index and
-    the index's policy hash against the shipped policy's weights."""
+    """The shipped response set of ``policy``, after checking the index against this version's hashes
+    (:func:`check_index_version`), the sha256 of its lines against the index and the index's policy hash
+    against the shipped policy's weights."""
     from oar.models.frozen import index as frozen_index
 
     sets = index()
     if policy not in sets:
         raise ResponseSetError(f"no shipped response set for policy {policy!r}; shipped: {sorted(sets)}")
+    check_index_version(policy)
     entry = sets[policy]
     rows = read_verified(DATA_DIR / entry["file"], entry["sha256"])
     shipped = frozen_index().get(policy, {}).get("files", {}).get("model.safetensors")
@@ -302,7 +337,9 @@ def _write_index(policy: str, entry: dict[str, Any]) -> None:
 
 
 def ship(policy: str, rows: Sequence[Mapping[str, Any]], threads: int) -> Path:
-    """Write a freshly sampled set of ``policy`` into the package with its index entry."""
+    """Write a freshly sampled set of ``policy`` into the package with its index entry. A set of other
+    bytes is another benchmark version: :func:`load` refuses it until ``BENCHMARK_VERSION`` and
+    :data:`SHIPPED` are raised to say so."""
     import torch
 
     from oar.bench.leaderboard import commit

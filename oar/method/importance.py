@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -28,7 +28,7 @@ from torch import Tensor
 from oar.method.attention_kernels import scoring_attention
 from oar.method.probes import Probe, resolve_probe_kind
 from oar.method.scorer_config import ScorerConfig
-from oar.method.scorer_contract import ScoringBatch, check_inputs, checked_scores, eager_attention
+from oar.method.scorer_contract import ScorerRowError, ScoringBatch, check_inputs, checked_scores, eager_attention
 from oar.method.scorer_registry import ScorerError, ScorerSpec, scorer_spec
 from oar.method.weight_fingerprint import first_change, fingerprints
 
@@ -77,10 +77,14 @@ def score(
     ``seed`` seeds the call's noise and random draws; ``probe`` overrides ``config.probe`` for this call
     (the trainer's warm-up steps); ``groups``, ``rewards`` and ``reference_model`` are handed to a scorer
     that declares it reads them; ``tokenizer`` and ``policy`` (the policy's name) are handed to every
-    scorer (``ScoringBatch``); ``references`` (each row's reference answer) to one that reads the answer key
-    (``reference_answer``). The model is put in eval mode for scoring and restored after. A scorer
-    whose output breaks the contract, or that changes the model's (or the reference model's) weights or
-    gradients (``oar.method.weight_fingerprint``), stops with a ``ScorerError`` naming it.
+    scorer (``ScoringBatch``). A scorer sees only what it declares: ``batch.model`` is the model only
+    for one that reads ``model`` (None otherwise), and the probes carry the parsed positions (``decisive``,
+    ``final_step``, ``irrelevant``: the answer key) only for one that reads ``parsed_steps``, whatever the
+    caller attached (:func:`visible_probes`); ``references`` (each row's reference answer) go to one that
+    reads the answer key (``reference_answer``). The model is put in eval mode for scoring and restored after.
+    A scorer whose output breaks the contract, or that changes the model's (or the reference model's)
+    weights or gradients (``oar.method.weight_fingerprint``), stops with a ``ScorerError`` naming it; one
+    that breaks it on a row names the row by its index in ``probes`` (``ScorerRowError.row``).
     """
     spec = method if isinstance(method, ScorerSpec) else scorer_spec(method)
     n = len(probes)
@@ -108,7 +112,8 @@ def score(
 
     if rows:
         batch = ScoringBatch(
-            model=model, probes=[probes[i] for i in rows], kinds=[kinds[i] for i in rows], config=config, seed=seed,
+            model=model if spec.reads("model") else None, probes=visible_probes(spec, [probes[i] for i in rows]),
+            kinds=[kinds[i] for i in rows], config=config, seed=seed,
             groups=[groups[i] for i in rows] if spec.reads("groups") else None,
             rewards=[rewards[i] for i in rows] if spec.reads("groups") and rewards is not None else None,
             reference_model=reference_model if spec.reads("reference_model") else None,
@@ -124,7 +129,8 @@ def score(
                 else contextlib.nullcontext()
             # no per-shape kernel builds (oar.method.attention_kernels)
             # the contract's "leaves the models as it found them", checked on every call (oar.method.weight_fingerprint)
-            models = {"the policy (batch.model)": model, "the reference model": batch.reference_model}
+            # of the real models, whether or not the scorer was handed them
+            models = {"the policy (batch.model)": model, "the reference model": reference_model}
             before = fingerprints(models)
             with scoring_attention(config.scoring_attention), attention:
                 output = spec.function(batch)
@@ -132,7 +138,10 @@ def score(
             if change is not None:
                 raise ScorerError(f"scorer {spec.name!r} {change}: a scorer leaves the models as it found them "
                                   "(oar.method.scorer_contract)")
-            row_scores = checked_scores(spec, batch, output)
+            try:
+                row_scores = checked_scores(spec, batch, output)
+            except ScorerRowError as error:  # its row in this call's probes, not in the rows it was handed
+                raise error.at(rows[error.row]) from None
         finally:
             if model is not None:
                 model.train(was_training)
@@ -141,3 +150,18 @@ def score(
     scored = torch.zeros(n, dtype=torch.bool)
     scored[rows] = True
     return Scores(scores=scores, reasoning_mask=mask, scored=scored, lt_fallback=fallback & scored)
+
+
+# the probe fields that hold the chain task's parsed positions: the answer key of the token-credit benchmark
+PARSED_FIELDS = ("decisive", "final_step", "irrelevant")
+
+
+def visible_probes(spec: ScorerSpec, probes: Sequence[Probe]) -> list[Probe]:
+    """The probes as ``spec`` may see them: with the parsed positions for a scorer that declares
+    ``parsed_steps``, without them (None) for any other. The callers attach them for their own reasons (the
+    benchmark's response set to every probe, the trainer when it logs where the credit goes), so a scorer
+    that did not declare them must not find them there."""
+    if spec.reads("parsed_steps"):
+        return list(probes)
+    hidden = dict.fromkeys(PARSED_FIELDS)
+    return [p if all(getattr(p, f) is None for f in PARSED_FIELDS) else replace(p, **hidden) for p in probes]

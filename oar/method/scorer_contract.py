@@ -27,9 +27,11 @@ FSDP2 their weights are gathered before the call, ``oar.training.collective``), 
 collective; a scorer issues none itself (no ``torch.distributed`` call) and reads only its own rows.
 
 **Needs.** What a scorer reads beyond the token ids and its settings it declares at registration
-(``oar.method.scorer_registry.NEEDS``); the fields for undeclared needs are None. The parsed positions
-(``parsed_steps``) exist only where the task's grammar marks them: a scorer that reads them stops, naming
-itself and the positions, on a row that has none (``oar.method.truth_scorers``).
+(``oar.method.scorer_registry.NEEDS``); the fields for undeclared needs are None: ``batch.model`` for a
+scorer that does not read ``model``, the probes' parsed positions (``decisive``, ``final_step``,
+``irrelevant``) for one that does not read ``parsed_steps`` (``oar.method.importance.score`` removes
+them). The parsed positions exist only where the task's grammar marks them: a scorer that reads them
+stops, naming itself and the positions, on a row that has none (``oar.method.truth_scorers``).
 """
 
 from __future__ import annotations
@@ -86,6 +88,21 @@ class ScoringBatch:
     references: Sequence[str] | None = None
 
 
+class ScorerRowError(ScorerError):
+    """A score row that breaks the contract: ``scorer``, the ``row`` (an index into the probes the scorer was
+    handed; ``oar.method.importance.score`` re-indexes it into its caller's probes, :meth:`at`) and what is
+    wrong with it (``problem``), so that a caller can name the row as it knows it (the benchmark: its
+    problem and sample)."""
+
+    def __init__(self, scorer: str, row: int, problem: str):
+        super().__init__(f"scorer {scorer!r}, row {row}: {problem}")
+        self.scorer, self.row, self.problem = scorer, row, problem
+
+    def at(self, row: int) -> ScorerRowError:
+        """The same error for the row's index in another list of probes."""
+        return ScorerRowError(self.scorer, row, self.problem)
+
+
 def check_inputs(spec: ScorerSpec, batch: ScoringBatch) -> None:
     """The call gives the scorer what it declared it needs; raises ScorerError naming the scorer."""
     n = len(batch.probes)
@@ -106,7 +123,8 @@ def check_inputs(spec: ScorerSpec, batch: ScoringBatch) -> None:
 
 def checked_scores(spec: ScorerSpec, batch: ScoringBatch, output: Any) -> list[Tensor]:
     """A call's output as host float32 tensors, after checking it against the contract; raises ScorerError
-    naming the scorer and the first row that breaks it (shape, type, a non-finite or negative score)."""
+    naming the scorer, or :class:`ScorerRowError` naming it and the first row that breaks it (shape, type, a
+    non-finite or negative score)."""
     name = spec.name
     if not isinstance(output, (list, tuple)):
         raise ScorerError(f"scorer {name!r} returned {type(output).__name__}, not a list of one tensor per probe")
@@ -115,11 +133,11 @@ def checked_scores(spec: ScorerSpec, batch: ScoringBatch, output: Any) -> list[T
     rows = []
     for i, (row, probe) in enumerate(zip(output, batch.probes)):
         if not isinstance(row, Tensor) or not row.is_floating_point():
-            raise ScorerError(f"scorer {name!r}, row {i}: a score row must be a floating tensor, got "
-                              f"{getattr(row, 'dtype', type(row).__name__)}")
+            raise ScorerRowError(name, i, "a score row must be a floating tensor, got "
+                                 f"{getattr(row, 'dtype', type(row).__name__)}")
         if row.shape != (probe.reasoning_len,):
-            raise ScorerError(f"scorer {name!r}, row {i}: scores of shape {tuple(row.shape)}, the reasoning has "
-                              f"{probe.reasoning_len} tokens (one score each, nothing outside the reasoning)")
+            raise ScorerRowError(name, i, f"scores of shape {tuple(row.shape)}, the reasoning has "
+                                 f"{probe.reasoning_len} tokens (one score each, nothing outside the reasoning)")
         rows.append(row.detach())
     host = [r.to("cpu", torch.float32) for r in rows]
     # read on the host as numpy (the rows are there already): no device sync, no torch host-read op
@@ -131,9 +149,9 @@ def checked_scores(spec: ScorerSpec, batch: ScoringBatch, output: Any) -> list[T
         j = flat - sum(r.numel() for r in host[:i])
         value = float(values[flat])
         if not np.isfinite(value):
-            raise ScorerError(f"scorer {name!r}, row {i}: score {value} at reasoning token {j} is not finite")
-        raise ScorerError(f"scorer {name!r}, row {i}: score {value:.6g} at reasoning token {j} is negative; the "
-                          "gate needs non-negative scores (return a magnitude)")
+            raise ScorerRowError(name, i, f"score {value} at reasoning token {j} is not finite")
+        raise ScorerRowError(name, i, f"score {value:.6g} at reasoning token {j} is negative; the gate needs "
+                             "non-negative scores (return a magnitude)")
     return host
 
 

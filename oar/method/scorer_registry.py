@@ -29,10 +29,11 @@ from typing import Any
 
 # What a scorer may declare it reads, beyond the policy's token ids and its settings:
 NEEDS = {
-    "model": "runs forwards (or backwards) of the policy being trained (ScoringBatch.model)",
+    "model": "runs forwards (or backwards) of the policy being trained (ScoringBatch.model; None for a scorer "
+             "that does not declare it)",
     "probe": "reads an outcome probe: the response's answer distribution (ScoringBatch.kinds says which, per row)",
     "parsed_steps": "reads the chain task's parsed positions (Probe.decisive, .final_step, .irrelevant), which "
-                    "the trainer attaches only for scorers that declare it",
+                    "reach only scorers that declare it (the answer key: a ground-truth entry)",
     "groups": "reads each row's group (its prompt's responses: ScoringBatch.groups) and reward "
               "(ScoringBatch.rewards); a call then holds every row of each group it scores",
     "reference_model": "runs forwards of a second, frozen model (ScoringBatch.reference_model), e.g. the "
@@ -44,7 +45,8 @@ NEEDS = {
     "reference_solution": "reads the problem's reference solution (the chain task: the correct chain, solved from "
                           "the problem stated in the prompt): the answer key",
 }
-# Needs that read the answer key: a scorer that declares one is a ground-truth entry, not a method
+# Needs that read the answer key (the parsed positions, a reference solution or answer): an entry that declares
+# one is a ground-truth entry, an upper bound or an oracle, never a method; the benchmark marks its rows so.
 GROUND_TRUTH_NEEDS = frozenset({"parsed_steps", "reference_solution", "reference_answer"})
 # Needs the trainer does not meet (it refuses a scorer that declares one, naming the need)
 TRAINING_REFUSED_NEEDS = frozenset({"reference_answer"})
@@ -93,6 +95,11 @@ class ScorerSpec:
         """Whether OAR's trainer can gate it: unsigned, and reading nothing training cannot give it
         (:data:`TRAINING_REFUSED_NEEDS`). The workflow's method lists take only such scorers."""
         return not self.signed and not (self.needs & TRAINING_REFUSED_NEEDS)
+
+    @property
+    def ground_truth(self) -> bool:
+        """Whether it reads the answer key (:data:`GROUND_TRUTH_NEEDS`): a ground-truth entry."""
+        return bool(self.needs & GROUND_TRUTH_NEEDS)
 
     @property
     def heldout(self) -> bool:

@@ -22,12 +22,23 @@ adds about 9 s to a step on an H200 (docs/cost.md: 35 s against GRPO's 26 s), so
 grows with the number of parameter tensors, not with their size (it reads ``SAMPLES`` values of each);
 on a GPU it is the same Python loop plus one device-to-host wait per comparison (not measured: no GPU
 was at hand).
+
+The per-call fingerprint sees a call's own writes to the parameters; it cannot see a write between its
+samples, a change to a buffer (rotary frequencies, a norm's running statistics), a hook added to a module
+(which changes every later forward with no weight changed), or a change made outside a call through a
+reference the scorer kept. Where a model scores many calls of one scorer in a row, as the token-credit
+benchmark's entries do, :class:`ModelDigest` is taken around the whole run: the exact sha256 of every
+parameter's and buffer's bytes and the hooks of every module, once before and once after: 6-8 ms on a
+shipped testbed policy, 5.5 s at Qwen2.5-1.5B's shapes on 2 shared CPU cores
+(``perf/weight_fingerprint_cost.py --shape <shape> --digest``), once an entry, never per call.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import hashlib
 
 import torch
 from torch import Tensor
@@ -115,6 +126,88 @@ def first_change(before: dict[str, WeightFingerprint], models: dict[str, Any]) -
     model and the parameter; None if nothing did."""
     for role, then in before.items():
         change = WeightFingerprint.of(models[role]).change_since(then)
+        if change is not None:
+            return f"{change} of {role}"
+    return None
+
+
+# ------------------------------------------------------------------------------------ the exact digest
+
+
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+          "_load_state_dict_pre_hooks")
+
+
+def _sha256(tensor: Tensor) -> str:
+    flat = _local(tensor.detach()).reshape(-1)
+    if flat.device.type != "cpu":
+        flat = flat.cpu()
+    if not flat.numel():
+        return hashlib.sha256(b"").hexdigest()
+    return hashlib.sha256(flat.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelDigest:
+    """Every parameter's and buffer's exact bytes (sha256), dtype, shape and object, and the number of hooks
+    on every module: what a model leaves behind for whatever scores or trains with it next."""
+
+    tensors: tuple[tuple[str, int, str, str], ...]  # (kind and name, id, dtype and shape, sha256)
+    hooks: tuple[tuple[str, int], ...]  # (module name, number of hooks), for the modules that have any
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> ModelDigest:
+        tensors = []
+        for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+            for name, t in named:
+                if t.device.type == "meta":
+                    continue
+                tensors.append((f"{kind} {name!r}", id(t), f"{t.dtype} {tuple(t.shape)}", _sha256(t)))
+        hooks = tuple((name or "the model", n) for name, module in model.named_modules()
+                      if (n := sum(len(getattr(module, h, {})) for h in _HOOKS)))
+        return cls(tuple(tensors), hooks)
+
+    def change_since(self, before: ModelDigest) -> str | None:
+        """What changed from ``before``, in words naming the first tensor or module; None if nothing did."""
+        then = {t[0]: t for t in before.tensors}
+        now = {t[0]: t for t in self.tensors}
+        for name in then:
+            if name not in now:
+                return f"removed {name}"
+        for name, (_, ident, shape, digest) in now.items():
+            if name not in then:
+                return f"added {name}"
+            _, ident0, shape0, digest0 = then[name]
+            if shape != shape0:
+                return f"changed the dtype or shape of {name} ({shape0} to {shape})"
+            if digest != digest0:
+                return f"changed the values of {name}"
+            if ident != ident0:
+                return f"replaced {name} by another tensor"
+        if self.hooks != before.hooks:
+            added = sorted(set(self.hooks) - set(before.hooks)) or sorted(set(before.hooks) - set(self.hooks))
+            return f"changed the hooks of module {added[0][0]!r} ({dict(before.hooks).get(added[0][0], 0)} to " \
+                   f"{dict(self.hooks).get(added[0][0], 0)})"
+        return None
+
+
+def digests(models: dict[str, Any]) -> dict[str, ModelDigest]:
+    """The exact digest of each model that is a torch module (the same model under two names: once)."""
+    seen: dict[int, ModelDigest] = {}
+    out = {}
+    for role, m in models.items():
+        if isinstance(m, torch.nn.Module):
+            out[role] = seen.setdefault(id(m), ModelDigest.of(m))
+    return out
+
+
+def first_digest_change(before: dict[str, ModelDigest], models: dict[str, Any]) -> str | None:
+    """What changed in any of ``models`` since ``before`` (``digests`` of the same models), naming the model
+    and the tensor or module; None if nothing did."""
+    now: dict[int, ModelDigest] = {}
+    for role, then in before.items():
+        model = models[role]
+        change = now.setdefault(id(model), ModelDigest.of(model)).change_since(then)
         if change is not None:
             return f"{change} of {role}"
     return None
