@@ -133,7 +133,8 @@ def test_the_leaderboard_ranks_entries_by_average_precision(loaded, tmp_path):
     assert record["version"] == response_set.BENCHMARK_VERSION
     table, text = leaderboard.write_credit_table(tmp_path, "tiny_chain", response_set.BENCHMARK_VERSION)
     lines = [line for line in text.splitlines() if line.startswith("| ")]
-    assert lines[2].startswith("| 1 | `truth` | 1.000")
+    assert lines[2].startswith("| 1 | `truth`† | 1.000")  # marked: it reads the answer key
+    assert "† reads the answer key" in text
     # the leaderboard ends with chance's row, then the step-level table with chance's localisation last
     assert "chance (a random ranking, expected)" in lines[5]  # header, rule, three entries, chance
     assert lines[-1].startswith("| chance (a step drawn uniformly) |")

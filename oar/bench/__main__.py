@@ -24,8 +24,11 @@ import sys
 from collections.abc import Sequence
 
 POLICIES = ("chain_f1", "chain_d8")
-# The rows every leaderboard carries beside chance: the controls, OAR's scorers and the truth scorer.
-BASELINES = ("random", "position", "entropy", "grad_norm", "oar_p", "oar_g", "truth")
+# The rows every leaderboard carries beside chance: the controls, the trivial baselines, OAR's scorers and the truth.
+# The trivial baselines are among them so that a method's row reads against what the policy's surprise and the
+# grammar's spelling get without any credit assignment.
+BASELINES = ("random", "position", "entropy", "surprisal", "last_step", "relations_and_results", "grad_norm", "oar_p",
+             "oar_g", "truth")
 # Which second model an entry that reads one is given: the policy itself, or the policy trained from it by
 # GRPO (PRIME's implicit reward model).
 REFERENCE = {"prime": "trained"}

@@ -187,7 +187,8 @@ def credit_table(entries: Sequence[Mapping[str, Any]]) -> tuple[pd.DataFrame, st
     kernels = sorted({f"{e['made_with'].get('cpu_kernels')} ("
                       f"{'pinned' if e['made_with'].get('pinned') else 'unpinned'}"
                       f"{', ' + e['made_with']['cpu'] if e['made_with'].get('cpu') else ''})" for e in entries})
-    footnote = (f"\n{GROUND_TRUTH_MARK} reads the answer key (the parsed positions or the reference solution): a "
+    footnote = (f"\n{GROUND_TRUTH_MARK} reads the answer key (the parsed positions, the reference solution or "
+                "answer): a "
                 "ceiling or an oracle, not a method.\n" if any(e.get("ground_truth") for e in entries) else "")
     text = (f"Benchmark version {first['version']}, policy `{first['policy']}` (weights sha256 "
             f"`{first['policy_sha256'][:16]}...`), response set sha256 `{first['response_set_sha256'][:16]}...` "
