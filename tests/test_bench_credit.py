@@ -212,6 +212,20 @@ def test_a_plain_function_cannot_read_the_answer_key_and_a_declared_one_is_marke
     assert (ktae["reads"], ktae["ground_truth"]) == (["groups"], False)
 
 
+def test_entries_that_ask_for_attentions_or_hidden_states_pass_the_digest(loaded):
+    """transformers installs its inert output-capturing hooks on a model's first forward that asks for
+    attentions or hidden states; on a model that never did, such an entry is not taken for one that left
+    hooks behind (the digest installs them first)."""
+    from transformers import AutoModelForCausalLM
+
+    responses, model, tokenizer = loaded
+    for entry in ("answer_attention", "shear"):
+        fresh = AutoModelForCausalLM.from_config(model.config)
+        fresh.load_state_dict(model.state_dict())
+        record = credit.run_entry(entry, "tiny_chain", fresh, tokenizer, responses, log=lambda *_: None)
+        assert record["result"]["ranked"] > 0, entry
+
+
 @pytest.mark.parametrize("scorer, change", [
     ("bench_scorers:hooks_the_model", "changed the hooks of module 'lm_head' (0 to 1) of the policy"),
     ("bench_scorers:halves_rotary_frequencies", "changed the values of buffer 'model.rotary_emb.inv_freq' of the "

@@ -147,6 +147,19 @@ def _sha256(tensor: Tensor) -> str:
     return hashlib.sha256(flat.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
+def _install_library_hooks(model: torch.nn.Module) -> None:
+    """transformers installs its output-capturing forward hooks (inert unless a forward asks for attentions or
+    hidden states) on the first forward that asks for them, once a model: install them before a digest, so
+    that a scorer that reads attentions or hidden states is not taken for one that left hooks behind."""
+    try:
+        from transformers import PreTrainedModel
+        from transformers.utils.output_capturing import maybe_install_capturing_hooks
+    except ImportError:  # a transformers without lazily installed output hooks
+        return
+    if isinstance(model, PreTrainedModel):
+        maybe_install_capturing_hooks(model)
+
+
 @dataclass(frozen=True)
 class ModelDigest:
     """Every parameter's and buffer's exact bytes (sha256), dtype, shape and object, and the number of hooks
@@ -157,6 +170,7 @@ class ModelDigest:
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> ModelDigest:
+        _install_library_hooks(model)
         tensors = []
         for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
             for name, t in named:
