@@ -269,6 +269,46 @@ def profile_evaluation(model_dir: str, eval_file: str, config_file: str, backend
             "flop_floor": forward_flops(generator.model.config, rows, length) / rate}
 
 
+# ------------------------------------------------------------------------------------- sampler A/B
+
+
+def sampler_ab(model_dir: str, train_file: str, settings: dict, repeats: int) -> dict:
+    """transformers' generate against the lean loop on one training batch's prompts (the settings' prompts
+    a step, completions each, max_completion_length, temperature), interleaved call by call so that a
+    shared machine's slow spells fall on both; median seconds of each."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from oar.models.lean_sampling import sample
+    from oar.prompting import build_prompts
+    from oar.training.run import load_problems
+
+    trainer = settings["trainer"]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    groups = trainer["per_device_train_batch_size"] // trainer["num_generations"]
+    problems = [r["problem"] for r in load_problems(train_file, groups)]
+    enc = tokenizer(build_prompts(problems, tokenizer, chat=False) * trainer["num_generations"], return_tensors="pt",
+                    padding=True)
+    common = {"max_new_tokens": trainer["max_completion_length"], "pad_token_id": tokenizer.pad_token_id}
+    times: dict[str, list[float]] = {"generate": [], "lean": []}
+    for seed in range(repeats):
+        for name in times:
+            torch.manual_seed(seed)
+            started = time.perf_counter()
+            if name == "lean":
+                sample(model, enc.input_ids, enc.attention_mask, eos_token_ids=[tokenizer.eos_token_id],
+                       temperature=trainer["temperature"], **common)
+            else:
+                with torch.no_grad():
+                    model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, do_sample=True,
+                                   top_k=0, top_p=1.0, temperature=trainer["temperature"],
+                                   eos_token_id=[tokenizer.eos_token_id], **common)
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(t) for name, t in times.items()} | {"rows": int(enc.input_ids.shape[0])}
+
+
 # ------------------------------------------------------------------------------------------- table
 
 
@@ -308,6 +348,8 @@ def main() -> None:
                    help="settings overrides for every method, e.g. oar.sampler=lean (YAML values)")
     p.add_argument("--steps", type=int, default=3, help="timed steps per method (after one warm-up step)")
     p.add_argument("--repeats", type=int, default=5, help="repeats of each bare pass (the median is the floor)")
+    p.add_argument("--sampler-ab", type=int, default=0, metavar="REPEATS",
+                   help="only time generate against the lean sampler on one training batch, interleaved")
     add_threads(p, 1)
     add_out(p, "write the table here (and its numbers as JSON beside it)")
     args = p.parse_args()
@@ -315,6 +357,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.sampler_ab:
+        settings = yaml.safe_load(args.settings[0].read_text())
+        ab = sampler_ab(args.model, args.train_file, settings, args.sampler_ab)
+        print(f"one batch of {ab['rows']} rows, medians of {args.sampler_ab} interleaved calls: generate "
+              f"{ab['generate']:.3f} s, lean {ab['lean']:.3f} s, lean / generate {ab['lean'] / ab['generate']:.2f}")
+        return
     results = []
     rate = None
     for path in args.settings:
