@@ -109,3 +109,19 @@ def test_the_setting_is_checked():
     assert OARSettings().sampler == "transformers"  # off by default: no published bit moves
     with pytest.raises(SettingsError, match="oar.sampler"):
         OARSettings(sampler="fast")
+
+
+def test_the_lean_evaluation_backend_decodes_as_transformers():
+    from oar.evaluation.generation import make_generator
+    from oar.models.frozen import policy_dir
+    from oar.prompting import build_prompts
+
+    reference = make_generator("transformers", policy_dir("chain_f1"), batch_size=4, device="cpu")
+    lean = make_generator("lean", policy_dir("chain_f1"), batch_size=4, device="cpu")
+    prompts = build_prompts(["Start with 3. Add 4, then multiply by 2. What is the result?",
+                             "Start with 12. Add 5. What is the result?"], reference.tokenizer, chat=False)
+    expected = reference.generate(prompts, n=2, temperature=0.0, max_new_tokens=60)
+    got = lean.generate(prompts, n=2, temperature=0.0, max_new_tokens=60)
+    assert [[(o.text, o.num_tokens, o.finish_reason) for o in per] for per in got] == \
+        [[(o.text, o.num_tokens, o.finish_reason) for o in per] for per in expected]
+    assert lean.generate(prompts, n=2, temperature=1.0, max_new_tokens=60, seed=3)[0][0].text  # sampling runs
