@@ -100,7 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.top_p = 1.0 if args.temperature == 0 else (defaults.top_p if defaults.temperature > 0
                                                         else MEAN_OF_16.top_p)
     if args.chunk_size is None:
-        args.chunk_size = max(1, args.batch_size // args.n) if args.backend == "transformers" else 256
+        args.chunk_size = max(1, args.batch_size // args.n) if args.backend != "vllm" else 256
     return args
 
 

