@@ -344,6 +344,23 @@ def test_the_mechanism_target_plans_the_dose_runs_beside_the_arms(tmp_path):
     assert tables(jobs) == {"mechanism", "paired_differences"} and counts["evaluate"] == 101
 
 
+# `make run-step-balance`
+STEP_BALANCE = (ROOT / "config" / "studies" / "decisive.yaml", ROOT / "config" / "studies" / "step-balance.yaml")
+
+
+def test_the_step_balance_target_plans_its_five_arms_on_38_fresh_seeds(tmp_path):
+    """The declared step-balance design: GRPO, the graded truth gate, OAR-G, OAR-G step-balanced and grad_norm on
+    the shipped chain_d8, seeds 500-537 (used by no earlier chain_d8 study), evaluated (and the untrained
+    policy once, the derailment's reference), read into the mechanism and paired tables."""
+    counts, jobs = dry_run("mechanism", tmp_path, STEP_BALANCE)
+    runs = trained(jobs)
+    assert len(runs) == counts["train"] == 190 and counts["evaluate"] == 191
+    arms = {r.split("/")[1].split("-")[0] for r in runs}
+    assert arms == {"grpo", "truth_graded", "oar_g", "oar_g_steps", "grad_norm"}
+    assert {int(r.rsplit("seed", 1)[1]) for r in runs} == set(range(500, 538))
+    assert tables(jobs) == {"mechanism", "paired_differences"} and sum(counts.values()) == 580
+
+
 def test_no_rule_runs_python_inside_snakemake():
     """A rule's `run:` block runs, for a local rule, in a Snakemake process of its own that parses the whole
     workflow again (snakemake/executors/local.py spawns it): 11 s a job on 2 cores, which once cost
