@@ -166,3 +166,26 @@ def test_a_delimiter_that_splits_no_reference_solution_stops_the_config_naming_t
     with pytest.raises(ConfigError, match=r"^config error at training.oar.step_delimiter: '\\n\\n' splits none of "
                                           r"the chain task's 8 reference solutions"):
         _registry(_chain_config(step_delimiter="\n\n"))
+
+
+def test_the_mechanism_tables_mediator_gives_each_arms_per_token_ratio():
+    """Two arms, two seeds each: OAR-G with 4.5% of the weight on the last step's 2.3% of decisive tokens and
+    9.8% on the earlier steps' 9.1% (ratio 1.8168 by hand, above); the step balance with 3.15% and 8.6% of the
+    same tokens ((3.15 / 2.3) / (8.6 / 9.1) = 1.3696 / 0.94505 = 1.4492). The table prints the ratio per arm."""
+    import pandas as pd
+
+    from oar.analysis import mechanism
+
+    shares = {"oar_g": (0.045, 0.098), "oar_g_steps": (0.0315, 0.086)}
+    outcomes = pd.DataFrame([{"run": f"{m}-{s}", "model": "chain_d8", "method": m, "seed": s, "final_accuracy": 0.6,
+                              "final_step_weight_share": f, "early_steps_weight_share": e,
+                              "final_step_token_share": 0.023, "early_steps_token_share": 0.091}
+                             for m, (f, e) in shares.items() for s in (1, 2)])
+    design = {"model": "chain_d8", "contrasts": [{"name": "c", "plus": ["oar_g_steps"], "minus": ["oar_g"],
+                                                  "test": "greater"}]}
+    weights = mechanism.mediator(outcomes, design, [1, 2]).set_index("method")
+    assert weights.loc["oar_g", "final_to_early_ratio"] == pytest.approx(1.8168, abs=1e-4)
+    assert weights.loc["oar_g_steps", "final_to_early_ratio"] == pytest.approx(1.4492, abs=1e-4)
+    md = mechanism._mediator_section(weights.reset_index())
+    assert "last-step over earlier-step weight per decisive token" in md and "| oar_g_steps | 2 | 3.1 " in md
+    assert "| 1.45 [1.45, 1.45] |" in md
