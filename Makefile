@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run select-policy rebuild-policies run-ceiling ceiling-plan run-rescue run-oar-p-credit run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 bench-credit bench-learning test test-quick lint explain test-slurm test-cpu-kinds install-profile progress
+.PHONY: setup run select-policy rebuild-policies run-ceiling ceiling-plan run-rescue run-step-balance run-oar-p-credit run-ablations run-decisive run-decisive-part run-upper-bound upper-bound-plan run-mechanism run-smollm2 bench-credit bench-learning test test-quick lint explain test-slurm test-cpu-kinds install-profile progress
 setup: $(STAMP)
 
 # Every install takes constraints.txt, the exact tested set, over pyproject.toml's ranges. Order matters:
@@ -88,6 +88,14 @@ run-rescue: setup
 	$(SNAKEMAKE) mechanism --rerun-triggers mtime params input software-env \
 	    --configfile config/studies/decisive.yaml config/studies/rescue.yaml --config results=results-rescue \
 	    $(call cpu_pin,config/studies/decisive.yaml config/studies/rescue.yaml)
+
+# The step balance (config/studies/step-balance.yaml over decisive.yaml): GRPO, the graded truth gate, OAR-G, OAR-G
+# with each step's weight held to its token share (no ground truth) and grad_norm on the shipped chain_d8, 38 fresh
+# seeds, two declared contrasts (Holm), the mediator.
+run-step-balance: setup
+	$(SNAKEMAKE) mechanism --rerun-triggers mtime params input software-env \
+	    --configfile config/studies/decisive.yaml config/studies/step-balance.yaml --config results=results-step-balance \
+	    $(call cpu_pin,config/studies/decisive.yaml config/studies/step-balance.yaml)
 
 # Where OAR-P puts its weight during training on the shipped chain_d8 (config/studies/oar-p-credit.yaml; exploratory,
 # three seeds): results-oar-p-credit/tables/step_credit.md.
@@ -292,6 +300,7 @@ Studies (oar/studies/; their configs in config/studies/, each run into its own r
   run-ceiling      the ceiling test on the shipped chain_d8: GRPO and the graded truth gate, 46 fresh seeds read at 23 and 46 pairs (config/studies/ceiling.yaml; LOOK=1 the first look)
   ceiling-plan     print the ceiling test's boundaries, power and time from its declared design (no runs)
   run-rescue       OAR-G, its rescue and a placebo rescue on the shipped chain_d8, 30 fresh seeds, two declared contrasts (config/studies/rescue.yaml)
+  run-step-balance the step balance on the shipped chain_d8: GRPO, graded truth gate, OAR-G, OAR-G step-balanced (no ground truth), grad_norm, 38 fresh seeds, two declared contrasts (config/studies/step-balance.yaml)
   run-mechanism    why the scorers lose, on chain_d8: GRPO, final-step, earlier-steps and whole truth gates, OAR-G and its rescue, ten fresh seeds, declared contrasts, the mediator, the dose-response over the last step's weight (config/studies/mechanism.yaml)
   run-oar-p-credit where OAR-P puts its weight in training on the shipped chain_d8, three seeds, exploratory (config/studies/oar-p-credit.yaml)
   select-policy    how the shipped chain_d8 was chosen: pretraining candidates piloted with GRPO in order until one passes the rule declared in config/studies/policy-selection.yaml

@@ -36,6 +36,36 @@ except ConfigError as e:
 
 R = REG.results
 RUNS, GROUPS = REG.runs, REG.groups
+
+
+def _check_runs_after_design():
+    """A declared contrast family (analysis.mechanism) reads only runs made after it was committed: runs
+    already in the results folder made at a commit that does not descend from the design's declaring commit
+    stop the workflow before any job, naming the key (they would otherwise be read as the design's runs).
+    """
+    from oar.analysis import provenance
+
+    design = config["analysis"].get("mechanism")
+    if not design:
+        return
+    files = [os.path.abspath(f) for f in workflow.configfiles]
+    found = provenance.declaration("analysis.mechanism", design, files)
+    records = [
+        f"{R}/runs/{r}/run.yaml"
+        for r in dict.fromkeys(GROUPS["main"])
+        if not is_base(r)
+    ]
+    before = provenance.runs_not_after(found, records)
+    if before:
+        run, commit = before[0]
+        raise WorkflowError(
+            f"config error at analysis.mechanism: {len(before)} of the design's runs in {R}/runs were made at commits "
+            f"that do not descend from its declaring commit {found['commit'][:12]} (e.g. "
+            f"{os.path.relpath(os.path.dirname(run), R)} at {commit[:12]}): move them out, or give another results folder"
+        )
+
+
+_check_runs_after_design()
 BENCHMARKS = REG.benchmarks
 RECALL, FIDELITY, HEATMAP = REG.recall, REG.fidelity, REG.heatmap
 COST_GROUP = REG.cost_group

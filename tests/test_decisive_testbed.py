@@ -352,10 +352,10 @@ def _chain_rollout_weights(tokenizer, tmp_path):
               "completion_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in responses]),
               "advantages": torch.tensor([1.0, -1.0])}
 
-    def weights(method, ratio=1.0):
+    def weights(method, ratio=1.0, **oar):
         args = OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", oar_method=method,
                          per_device_train_batch_size=2, num_generations=2, oar_substitute=".", seed=1,
-                         oar_final_step_ratio=ratio)
+                         oar_final_step_ratio=ratio, **oar)
         trainer = OARTrainer.__new__(OARTrainer)  # a trainer without TRL's set-up: what _token_weights reads
         trainer.args, trainer.processing_class, trainer.model = args, tokenizer, model
         trainer.state = SimpleNamespace(global_step=0)
@@ -386,6 +386,32 @@ def test_the_rescue_holds_oar_gs_credit_on_the_last_step_to_the_rest_in_the_trai
         assert torch.allclose(rescued[i, held], (plain[i, rest].mean() * factor[0]).expand(len(held)))
         assert rescued[i, :r].sum().item() == pytest.approx(plain[i, :r].sum().item(), rel=1e-5)
         assert torch.equal(rescued[i, r:], plain[i, r:])
+
+
+def test_the_step_balance_holds_each_sentence_to_its_token_share_in_the_trainer(tokenizer, tmp_path):
+    """Method oar_g_steps, and oar_g with oar_step_balance: the trainer splits each response's reasoning into its
+    sentences ('\\.\\s'), scores with OAR-G and rescales each sentence's weights to sum to its number of tokens,
+    the ranking within a sentence and the reasoning's mass kept; a delimiter that splits neither response (the
+    maths default, a blank line) stops at the first batch naming the field."""
+    from oar.method.steps import step_labels
+
+    torch.manual_seed(0)
+    output, probes, weights = _chain_rollout_weights(tokenizer, tmp_path)
+    plain = weights("oar_g")
+    balanced = weights("oar_g_steps", oar_step_delimiter=r"\.\s")
+    assert torch.equal(weights("oar_g", oar_step_balance=True, oar_step_delimiter=r"\.\s"), balanced)
+    for i, (p, labels) in enumerate(zip(probes, step_labels(tokenizer, probes, r"\.\s"))):
+        r, labels = p.reasoning_len, torch.tensor(labels)
+        assert len(labels.unique()) >= 4  # three equations and a note or two
+        for k in labels.unique():
+            step = (labels == k).nonzero().flatten()
+            assert balanced[i, step].sum().item() == pytest.approx(len(step), rel=1e-5)
+            factor = balanced[i, step] / plain[i, step]
+            assert torch.allclose(factor, factor[0].expand_as(factor))  # the step keeps OAR-G's shape
+        assert balanced[i, :r].sum().item() == pytest.approx(r, rel=1e-5)
+        assert torch.equal(balanced[i, r:], plain[i, r:])
+    with pytest.raises(ValueError, match=r"^OARConfig field 'oar_step_delimiter' '\\n\\n' splits none of the 2"):
+        weights("oar_g_steps")
 
 
 def test_the_placebo_holds_as_many_of_oar_gs_other_top_tokens_and_never_the_last_steps_in_the_trainer(tokenizer,

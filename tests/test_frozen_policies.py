@@ -23,8 +23,8 @@ SCHEMA = ROOT / "config" / "schema.yaml"
 TRAINER_KEYS = tuple(yaml.safe_load(SCHEMA.read_text())["$defs"]["trainer"]["properties"])
 # config file -> the model it starts from a shipped policy (an overlay is read over config/studies/decisive.yaml)
 SHIPPED = {"config.yaml": "chain_f1", "studies/ceiling.yaml": "chain_d8", "studies/rescue.yaml": "chain_d8",
-           "studies/oar-p-credit.yaml": "chain_d8"}
-OVERLAYS = ("studies/ceiling.yaml", "studies/rescue.yaml", "studies/oar-p-credit.yaml")
+           "studies/oar-p-credit.yaml": "chain_d8", "studies/step-balance.yaml": "chain_d8"}
+OVERLAYS = ("studies/ceiling.yaml", "studies/rescue.yaml", "studies/oar-p-credit.yaml", "studies/step-balance.yaml")
 
 
 def registry(cfg):
@@ -219,6 +219,7 @@ def test_rebuilding_chain_f1_here_says_whether_this_cpu_gives_the_shipped_bits(t
 
 @pytest.mark.parametrize("overlay, table", [("studies/ceiling.yaml", "upper_bound"),
                                             ("studies/rescue.yaml", "mechanism"),
+                                            ("studies/step-balance.yaml", "mechanism"),
                                             ("studies/oar-p-credit.yaml", "step_credit")])
 def test_each_design_on_the_shipped_policy_plans_its_table(overlay, table):
     """Each design's target has its table to build: the rescue, which runs no GRPO arm, pairs its arms

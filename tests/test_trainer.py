@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from oar.method.probes import probes_from_padded
-from oar.method.names import GATED, scorer_of
+from oar.method.names import GATED, reads_steps, scorer_of
 from oar.method.scorer_registry import scorer_spec
 from oar.training.grpo_trainer import OARConfig, OARTrainer
 from oar.training.settings import SettingsError, resolve_settings
@@ -150,7 +150,10 @@ def test_every_method_trains_a_step(tiny_model_dir, tmp_path, method):
     reads_reference = scorer is not None and scorer_spec(scorer).reads("reference_model")
     # a scorer that reads a second model (PRIME's) gets the untrained model as its reference
     extra = {"reference_model": AutoModelForCausalLM.from_pretrained(tiny_model_dir)} if reads_reference else None
-    trainer = make_trainer(tiny_model_dir, tmp_path, trainer_kwargs=extra, oar_method=method)
+    # the step balance needs a delimiter the tiny model's responses write: whitespace (a blank line, the maths
+    # default, they do not write, which stops the first batch)
+    steps = {"oar_step_delimiter": r"\s"} if reads_steps(method) else {}
+    trainer = make_trainer(tiny_model_dir, tmp_path, trainer_kwargs=extra, oar_method=method, **steps)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     log = trainer.state.log_history[0]

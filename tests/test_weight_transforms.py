@@ -102,9 +102,12 @@ def test_a_bad_registration_stops_naming_the_intervention():
 def test_the_builtins_are_the_mechanism_tests_and_names_reads_them():
     assert names.RESCUES == {"oar_g_rescue": "oar_g"} and names.PLACEBOS == {"oar_g_placebo": "oar_g"}
     assert names.DOSES == {"truth_dose": "truth"}
-    assert names.INTERVENED == {"oar_g_rescue": "oar_g", "oar_g_placebo": "oar_g", "truth_dose": "truth"}
+    assert names.INTERVENED == {"oar_g_rescue": "oar_g", "oar_g_placebo": "oar_g", "truth_dose": "truth",
+                                "oar_g_steps": "oar_g"}
     assert transform_spec("truth_dose").settings == ("final_step_ratio",)
-    assert all(transform_spec(m).reads_parsed_steps for m in names.INTERVENED)
+    # the mechanism's read the parsed positions; the step balance reads the response's own steps alone
+    assert all(transform_spec(m).reads_parsed_steps for m in names.INTERVENED if m != "oar_g_steps")
+    assert transform_spec("oar_g_steps").reads == frozenset({"steps"})
 
 
 def _old_token_weights(trainer: OARTrainer, output) -> torch.Tensor:

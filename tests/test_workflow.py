@@ -345,6 +345,43 @@ def test_the_mechanism_target_plans_the_dose_runs_beside_the_arms(tmp_path):
     assert tables(jobs) == {"mechanism", "paired_differences"} and counts["evaluate"] == 101
 
 
+# `make run-step-balance`
+STEP_BALANCE = (ROOT / "config" / "studies" / "decisive.yaml", ROOT / "config" / "studies" / "step-balance.yaml")
+
+
+def test_the_step_balance_target_plans_its_five_arms_on_38_fresh_seeds(tmp_path):
+    """The declared step-balance design: GRPO, the graded truth gate, OAR-G, OAR-G step-balanced and grad_norm on
+    the shipped chain_d8, seeds 500-537 (used by no earlier chain_d8 study), evaluated (and the untrained
+    policy once, the derailment's reference), read into the mechanism and paired tables."""
+    counts, jobs = dry_run("mechanism", tmp_path, STEP_BALANCE)
+    runs = trained(jobs)
+    assert len(runs) == counts["train"] == 190 and counts["evaluate"] == 191
+    arms = {r.split("/")[1].split("-")[0] for r in runs}
+    assert arms == {"grpo", "truth_graded", "oar_g", "oar_g_steps", "grad_norm"}
+    assert {int(r.rsplit("seed", 1)[1]) for r in runs} == set(range(500, 538))
+    assert tables(jobs) == {"mechanism", "paired_differences"} and sum(counts.values()) == 580
+
+
+def test_a_design_whose_runs_were_made_before_it_stops_before_any_job_naming_the_key(tmp_path):
+    """A run of the step-balance design already in the results folder, made at a commit the design's declaring
+    commit does not precede (here the repository's first commit), stops the workflow before any job, naming
+    analysis.mechanism; the same run made at this checkout's commit plans as usual. A design whose runs are
+    missing plans them (the dry run above), and its table stops naming a missing run (oar.analysis.mechanism)."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode or first.returncode:
+        pytest.skip("not a git checkout: no declaring commit to check runs against")
+    record = tmp_path / "results" / "runs" / "chain_d8" / "oar_g_steps-tau0.4-beta2.0-as_mean-seed500" / "run.yaml"
+    record.parent.mkdir(parents=True)
+    record.write_text(yaml.safe_dump({"provenance": {"git": {"commit": first.stdout.split()[0], "dirty": False}}}))
+    proc = snakemake("mechanism", "-n", cwd=tmp_path, configfile=STEP_BALANCE)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config error at analysis.mechanism: 1 of the design's runs" in out, out[-2000:]
+    assert "oar_g_steps-tau0.4-beta2.0-as_mean-seed500" in out and "rule train" not in out
+    record.write_text(yaml.safe_dump({"provenance": {"git": {"commit": head.stdout.strip(), "dirty": False}}}))
+    assert snakemake("mechanism", "-n", cwd=tmp_path, configfile=STEP_BALANCE).returncode == 0
+
+
 def test_no_rule_runs_python_inside_snakemake():
     """A rule's `run:` block runs, for a local rule, in a Snakemake process of its own that parses the whole
     workflow again (snakemake/executors/local.py spawns it): 11 s a job on 2 cores, which once cost

@@ -174,8 +174,12 @@ def mediator(outcomes: pd.DataFrame, design: Mapping[str, Any], seeds: Sequence[
     if not all(k in outcomes for k in STEP_CREDIT):
         return pd.DataFrame()
     o = outcomes[(outcomes["model"] == design["model"]) & outcomes["seed"].isin([int(s) for s in seeds])]
+    # each run's weight per last-step decisive token over its weight per earlier-step decisive token, from its
+    # logged means (oar.analysis.step_credit.per_token_ratio's definition; 1 for GRPO and the truth gate)
+    o = o.assign(final_to_early_ratio=(o["final_step_weight_share"] / o["final_step_token_share"])
+                 / (o["early_steps_weight_share"] / o["early_steps_token_share"]))
     arms = list(dict.fromkeys(m for c in design["contrasts"] for m in [*c["plus"], *c["minus"]]))
-    return arm_intervals(o, arms, STEP_CREDIT)
+    return arm_intervals(o, arms, (*STEP_CREDIT, "final_to_early_ratio"))
 
 
 def arm_intervals(runs: pd.DataFrame, arms: Sequence[str], columns: Sequence[str]) -> pd.DataFrame:
@@ -248,13 +252,19 @@ def _mediator_section(weights: pd.DataFrame) -> str:
 
     rows = [[r["method"], int(r["n_seeds"]), share(r, "final_step_weight_share"),
              fmt_num(r["final_step_token_share"], 1, 100.0), share(r, "early_steps_weight_share"),
-             fmt_num(r["early_steps_token_share"], 1, 100.0)] for r in weights.to_dict("records")]
+             fmt_num(r["early_steps_token_share"], 1, 100.0)]
+            + ([fmt_cell(r["final_to_early_ratio"], r["final_to_early_ratio_low"], r["final_to_early_ratio_high"],
+                         scale=1.0, digits=2)] if "final_to_early_ratio" in r else [])
+            for r in weights.to_dict("records")]
+    ratio = ["last-step over earlier-step weight per decisive token [95%]"] if "final_to_early_ratio" in weights else []
     return ("## Where each arm put the weight during training (the mediator)\n\n"
             + markdown_table(["arm", "seeds", "last step's decisive tokens: weight, % [95%]", "their tokens, %",
-                              "earlier steps' decisive tokens: weight, % [95%]", "their tokens, %"], rows,
-                             align="lrrrrr")
+                              "earlier steps' decisive tokens: weight, % [95%]", "their tokens, %", *ratio], rows,
+                             align="lrrrrr" + "r" * len(ratio))
             + "\nThe share of the reasoning's token weight (the gate's; GRPO's uniform 1s) on the decisive tokens "
               "of the "
               "last step (the restatement the answer is copied from) and of the earlier steps, on the training "
               "rollouts with a nonzero advantage, averaged over each run's steps, then over seeds. \"their tokens\" is "
-              "those tokens' share of the reasoning, what uniform weights give.\n")
+              "those tokens' share of the reasoning, what uniform weights give. The ratio: each run's weight per "
+              "last-step decisive token over its weight per earlier-step decisive token (1 for uniform weights and "
+              "the truth gate), the mean over seeds.\n")

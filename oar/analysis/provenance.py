@@ -216,3 +216,21 @@ def runs_text(found: Sequence[Mapping[str, Any]], run_files: Sequence[str | Path
             lines.append(f"- `{d['key']}`: cannot be checked for {sum(unknown.values())} runs (git does not know "
                          f"their commits here: {_commits_phrase(Counter(unknown))})")
     return "\n".join(lines) + "\n"
+
+
+def runs_not_after(found: Mapping[str, Any], run_files: Sequence[str | Path]) -> list[tuple[str, str]]:
+    """The runs, among the ``run.yaml`` files that exist, made at a commit that does not descend from the
+    declaring commit of the committed rule ``found`` (:func:`declaration`): each (run file, commit). Empty
+    where the rule is not committed (nothing to check against); a run that records no commit, or one git does
+    not know here, is not counted (the table says so)."""
+    if found.get("status") != "committed":
+        return []
+    root = Path(found["file"]).parent
+    out = []
+    for f in run_files:
+        if not Path(f).is_file():
+            continue
+        commit, _ = run_commit(run_provenance(f))
+        if commit and _descends(root, found["commit"], commit) is False:
+            out.append((str(f), commit))
+    return out

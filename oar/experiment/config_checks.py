@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from oar.experiment.config_error import ConfigError
-from oar.method.names import PARSED_SCORERS, reads_parsed_steps
+from oar.method.names import PARSED_SCORERS, is_gated, reads_parsed_steps, reads_steps
 from oar.studies.catalogue import STUDIES
 
 GROUPS = ("main", "gating", "grid", "probes", "controls", "dose")  # the run registry's groups
@@ -72,6 +72,7 @@ def check_config(reg) -> None:
                 f"num_generations = {trainer['num_generations']}",
             )
     _check_chain_task(reg)
+    _check_step_delimiter(reg)
     _check_reference_model(config)
     fidelity = config["analysis"]["fidelity"]
     if fidelity["reference"] in fidelity["scorers"]:
@@ -141,3 +142,44 @@ def _check_chain_task(reg) -> None:
                               f"{pretrain_steps} steps, but training.dataset {config['training']['dataset']!r} "
                               f"has chains of {steps}")
 
+
+
+REFERENCE_TEXTS = 8  # the chain task's reference solutions a step delimiter is tried on
+
+
+def _check_step_delimiter(reg) -> None:
+    """A model whose runs split their responses into steps (oar.step_balance on a gated method, or a method
+    that reads the steps: oar_g_steps) has a step delimiter that cuts the task's own texts: on the chain task,
+    the reasoning of the grammar's reference solutions of the first training problems, written with the
+    model's pretraining knobs (what its responses look like). A delimiter that splits none of them into two
+    steps would balance nothing. Other tasks have no reference text before their data is prepared: there
+    the trainer checks the first batch's responses (oar.training.grpo_trainer)."""
+    import random
+
+    from oar.data import chains
+    from oar.data.catalogue import chain_steps
+    from oar.method.steps import count_steps
+
+    config = reg.config
+    steps = chain_steps(config["training"]["dataset"])
+    if steps is None:
+        return
+    for name, spec in config["models"].items():
+        oar = reg.oar_settings(name)
+        methods = {m for group in GROUPS for m in config["runs"][group].get("methods", [])
+                   if name in reg.group_models(config["runs"][group])}
+        if not any(reads_steps(m) or (oar.get("step_balance") and is_gated(m)) for m in methods):
+            continue
+        knobs = spec.get("pretrain") or {}
+        rng = random.Random(0)
+        texts = [chains.solution(chains.problem("train", i, steps), rng, filler=knobs.get("filler", 0),
+                                 error_rate=knobs.get("error_rate", 0.0), distractors=knobs.get("distractors", 0))[0]
+                 for i in range(REFERENCE_TEXTS)]
+        reasoning = [t[: t.find(chains.FINAL.split("\\")[0].rstrip())].rstrip() for t in texts]
+        delimiter = oar["step_delimiter"]
+        if not any(count_steps(text, delimiter) > 1 for text in reasoning):
+            key = (f"models.{name}.oar.step_delimiter" if "step_delimiter" in config["models"][name]["oar"]
+                   else "training.oar.step_delimiter")
+            raise ConfigError(key, f"{delimiter!r} splits none of the chain task's {REFERENCE_TEXTS} reference "
+                                   f"solutions into steps (e.g. {reasoning[0][:60]!r}...): the step balance would "
+                                   "change nothing; the chain task writes its steps as sentences, '\\.\\s'")

@@ -30,6 +30,8 @@ PLACEBOS = _transforms.of_kind("placebo")
 # one weight, so its dose at ratio 1 is the truth gate itself (the run registry plans that level as the
 # truth gate's run).
 DOSES = _transforms.of_kind("dose")
+# The step balance (oar.method.steps): OAR-G with each step's share of the weight held to its token share.
+STEP_BALANCED = _transforms.of_kind("step_balance")
 INTERVENED = _transforms.registered_transforms()  # the built-in interventions -> the scorer each changes
 
 # The built-in scorers (the registry's, in its order), grouped by what each declares it reads.
@@ -50,7 +52,8 @@ GATED = (*(n for n in SCORER_NAMES if _registry.scorer_spec(n).trainable), *INTE
 ADVANTAGE_RULES = _rules.BUILTIN_RULES
 METHODS = (BASELINE, *GATED, *ADVANTAGE_RULES)  # the built-in methods
 USES_PROBE = (*PROBE_SCORERS, *(m for m, s in INTERVENED.items() if s in PROBE_SCORERS))  # methods that do
-READS_PARSED_STEPS = (*PARSED_SCORERS, *INTERVENED)  # methods for which training attaches the parsed positions
+# methods for which training attaches the parsed positions (the step balance reads the response's own steps)
+READS_PARSED_STEPS = (*PARSED_SCORERS, *(m for m in INTERVENED if _transforms.transform_spec(m).reads_parsed_steps))
 
 PROBES = ("lt_logits", "as_mean", "as_joint")  # outcome probes (oar.method.probes reads each off the logits)
 # the scorers' attention kernels on a GPU (oar.method.attention_kernels)
@@ -105,6 +108,13 @@ def _reads(method: str, need: str) -> bool:
 def uses_probe(method: str) -> bool:
     """Whether a method's scorer reads an outcome probe (its runs are then named by the probe)."""
     return _reads(method, "probe")
+
+
+def reads_steps(method: str) -> bool:
+    """Whether training splits a method's responses into their own steps (``Probe.steps``): an intervention
+    that reads them (the step balance, ``oar_g_steps``); ``oar.step_balance`` does so for any gated method."""
+    transform = _transforms.transform_spec(method)
+    return transform is not None and transform.reads_steps
 
 
 def reads_parsed_steps(method: str) -> bool:

@@ -44,6 +44,9 @@ class Probe:
     final_step: tuple[int, ...] | None = field(default=None, kw_only=True)
     # Reasoning positions that cannot change the answer (remark and note words), where the grammar tells.
     irrelevant: tuple[int, ...] | None = field(default=None, kw_only=True)
+    # The step (0, 1, ...) of each reasoning token, split by the response's own delimiters where the step
+    # balance reads them (oar.method.steps); else None.
+    steps: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     @property
     def has_answer(self) -> bool:

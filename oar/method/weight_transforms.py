@@ -14,9 +14,10 @@ OARSettings``; a transform reads the settings it declares, e.g. ``final_step_rat
 an intervention is one :func:`register_transform` call: its name is then a method everywhere a method is
 taken (``oar.method.names``, the trainer's ``oar_method``).
 
-The built-in transforms are the mechanism test's (``oar.method.interventions``), registered below by
-import path so that naming them loads no torch; each carries a ``kind`` (``rescue``, ``placebo``,
-``dose``) that the analysis reads to pair a rescue with its placebo.
+The built-in transforms are the mechanism test's (``oar.method.interventions``) and the step balance
+(``oar.method.steps``: ``oar_g_steps``, OAR-G with ``oar.step_balance`` on, which reads no ground truth),
+registered below by import path so that naming them loads no torch; each carries a ``kind`` (``rescue``,
+``placebo``, ``dose``, ``step_balance``) that the analysis reads to pair a rescue with its placebo.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from typing import Any
 from oar.method import scorer_registry
 
 # What a transform may declare it reads of the probes: the chain task's parsed positions (Probe.decisive,
-# .final_step, .irrelevant), which the trainer then attaches whatever the scorer reads.
-READS = ("parsed_steps",)
+# .final_step, .irrelevant), which the trainer then attaches whatever the scorer reads; or the response's own
+# steps (Probe.steps, split by oar.step_delimiter: no ground truth).
+READS = ("parsed_steps", "steps")
+DEFAULT_READS = ("parsed_steps",)  # what a registration reads when it does not say
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -45,7 +48,7 @@ class WeightTransform:
     name: str
     scorer: str
     target: Callable[..., Any] | str
-    reads: frozenset[str] = field(default_factory=lambda: frozenset(READS))
+    reads: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_READS))
     settings: tuple[str, ...] = ()
     kind: str = ""
     description: str = ""
@@ -65,12 +68,16 @@ class WeightTransform:
     def reads_parsed_steps(self) -> bool:
         return "parsed_steps" in self.reads
 
+    @property
+    def reads_steps(self) -> bool:
+        return "steps" in self.reads
+
 
 _REGISTRY: dict[str, WeightTransform] = {}
 
 
 def register_transform(name: str, scorer: str, transform: Callable[..., Any] | str | None = None, *,
-                       reads: Iterable[str] = READS, settings: Iterable[str] = (), kind: str = "",
+                       reads: Iterable[str] = DEFAULT_READS, settings: Iterable[str] = (), kind: str = "",
                        description: str = "") -> Any:
     """Register the intervention ``name``: ``transform`` applied to the gated weights of the registered
     scorer ``scorer``; with no ``transform``, a decorator that registers the function it decorates (and
@@ -149,4 +156,8 @@ for _name, _scorer, _function, _settings, _kind, _description in (
 ):
     register_transform(_name, _scorer, f"{_BUILTIN}:{_function}", settings=_settings, kind=_kind,
                        description=_description)
+# The ground-truth-free option the mechanism located (oar.method.steps): it reads the response's own steps.
+register_transform("oar_g_steps", "oar_g", "oar.method.steps:step_balanced", reads=("steps",),
+                   settings=("step_delimiter",), kind="step_balance",
+                   description="OAR-G with each reasoning step's share of the weight held to its share of the tokens")
 BUILTIN_TRANSFORMS = tuple(_REGISTRY)

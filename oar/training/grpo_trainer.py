@@ -34,10 +34,11 @@ from oar.method.advantage_rules import AdvantageRule, rule_spec
 from oar.method.gate import gate, token_advantages
 from oar.method.importance import Scores, score
 from oar.method.metrics import STEP_CREDIT, ess_ratio, step_credit_shares, top_mass
-from oar.method.names import reads_parsed_steps, scorer_of
+from oar.method.names import reads_parsed_steps, reads_steps, scorer_of
 from oar.method.probes import Probe, ProbeOptions, token_char_spans
 from oar.method.scorer_config import ScorerConfig
 from oar.method.scorer_registry import ScorerError, ScorerSpec, scorer_spec
+from oar.method.steps import balance_steps, per_token_ratio, step_labels
 from oar.method.weight_transforms import WeightTransform, transform_spec
 from oar.sdpa_kernels import without_cudnn_attention
 from oar.training.collective import gathered_for_scoring
@@ -108,6 +109,12 @@ class OARConfig(GRPOConfig):
     oar_sampler: str = field(default="transformers", metadata={"help": (
         "how training samples on a CPU without vLLM, one of ('transformers', 'lean'): transformers' generate, or "
         "the lean loop for a small Llama policy (oar.models.lean_sampling)")})
+    oar_step_balance: bool = field(default=False, metadata={"help": (
+        "hold each reasoning step's share of the gate's weight to its share of the reasoning tokens, the mass kept "
+        "(oar.method.steps)")})
+    oar_step_delimiter: str = field(default="\n\n", metadata={"help": (
+        "a regular expression between a response's reasoning steps, read by the step balance (the maths default: a "
+        "blank line)")})
     oar_probe: str = field(default="as_mean", metadata={"help": (
         "outcome probe of the scorers, one of ('lt_logits', 'as_mean', 'as_joint') (lt_logits during the warm-up "
         "steps)")})
@@ -207,8 +214,9 @@ class MethodSetup:
     gates (None for GRPO and an advantage rule), ``transform`` the intervention that changes the gated
     weights (None for a plain scorer), ``rule`` the advantage rule that adds its term to GRPO's advantages
     with no gate (``oar.method.advantage_rules``; None for the others), ``probe_options`` how the responses
-    are read into probes and ``parsed_steps`` whether the probes carry the chain task's parsed positions (the
-    method reads them, or step credit is logged)."""
+    are read into probes, ``parsed_steps`` whether the probes carry the chain task's parsed positions (the
+    method reads them, or step credit is logged) and ``split_steps`` whether they carry the response's own
+    steps (``oar.step_balance``, or a method that reads them: ``oar_g_steps``)."""
 
     method: str
     settings: OARSettings
@@ -218,6 +226,7 @@ class MethodSetup:
     probe_options: ProbeOptions
     parsed_steps: bool
     rule: AdvantageRule | None = None
+    split_steps: bool = False
 
     @classmethod
     def of(cls, method: str, settings: OARSettings) -> MethodSetup:
@@ -229,7 +238,8 @@ class MethodSetup:
         return cls(method=method, settings=settings, scorer=spec,
                    scorer_config=settings.scorer_config(), transform=transform_spec(method),
                    probe_options=ProbeOptions.of(settings),
-                   parsed_steps=reads_parsed_steps(method) or settings.log_step_credit, rule=rule_spec(method))
+                   parsed_steps=reads_parsed_steps(method) or settings.log_step_credit, rule=rule_spec(method),
+                   split_steps=scorer is not None and (settings.step_balance or reads_steps(method)))
 
     @property
     def gated(self) -> bool:
@@ -250,8 +260,10 @@ def method_line(setup: MethodSetup) -> str:
     settings, spec = setup.settings, setup.scorer
     scorer = f"scorer {spec.name!r}" + (f" ({spec.description})" if spec.description else "")
     changed = f", then intervention {setup.method!r}" if setup.transform is not None else ""
+    balanced = (f", each step's weight held to its token share (steps split by {settings.step_delimiter!r})"
+                if settings.step_balance else "")
     return (f"{setup.method!r}: token advantages from {scorer} through the gate (tau {settings.tau}, beta "
-            f"{settings.beta}, floor {settings.floor}){changed}")
+            f"{settings.beta}, floor {settings.floor}){balanced}{changed}")
 
 
 def gated_weights(scores: Scores, probes: list[Probe], setup: MethodSetup) -> torch.Tensor:
@@ -259,6 +271,8 @@ def gated_weights(scores: Scores, probes: list[Probe], setup: MethodSetup) -> to
     has one (``oar.method.weight_transforms``): the trainer's path from scores to weights."""
     settings = setup.settings
     weights = gate(scores.scores, scores.reasoning_mask, settings.tau, settings.beta, settings.floor)
+    if settings.step_balance:  # the gate's option (oar.method.steps): before any intervention
+        weights = balance_steps(weights, scores.reasoning_mask, [p.steps for p in probes])
     if setup.transform is not None:
         weights = setup.transform.transform(weights, scores.reasoning_mask, probes, settings)
     return weights
@@ -333,6 +347,7 @@ class OARTrainer(GRPOTrainer):
 
     args: OARConfig
     _warned_all_zero = False  # all-zero scores are warned of once a run (set on the trainer when warned)
+    _steps_seen = False  # the step delimiter is checked on the first batch it splits (_probes)
 
     def __init__(self, *args, reference_model=None, **kwargs):
         # The config is checked before GRPOTrainer reads it (it reads oar_telemetry while it builds itself).
@@ -537,6 +552,13 @@ class OARTrainer(GRPOTrainer):
         for name in STEP_CREDIT:
             if f"{name}_rows" in sums:  # oar.log_step_credit
                 metrics[f"oar/{name}"].append(ratio(sums[f"{name}_sum"], sums[f"{name}_rows"]))
+        if all(f"{name}_rows" in sums for name in STEP_CREDIT):
+            # the mediator: weight per last-step decisive token over weight per earlier-step decisive token, of
+            # this step's mean shares (oar.analysis.step_credit.per_token_ratio's definition, per step)
+            share = {name: ratio(sums[f"{name}_sum"], sums[f"{name}_rows"]) for name in STEP_CREDIT}
+            metrics["oar/final_to_early_ratio"].append(per_token_ratio(
+                share["final_step_weight_share"], share["final_step_token_share"],
+                share["early_steps_weight_share"], share["early_steps_token_share"]))
         metrics["peak_memory_mb"].append(sums["peak_mb"] / ranks)
         metrics["peak_memory_max_mb"].append(maxima["peak_mb"])
         metrics["memory/score_peak_mb"].append(sums["score_peak_mb"] / ranks)
@@ -602,6 +624,18 @@ class OARTrainer(GRPOTrainer):
                                                        output["prompt_mask"], output["completion_ids"], completion_mask)
         if self._setup.parsed_steps:
             probes = [with_decisive_tokens(self.processing_class, p) for p in probes]
+        if self._setup.split_steps:
+            delimiter = self._setup.settings.step_delimiter
+            labels = step_labels(self.processing_class, probes, delimiter)
+            if not self._steps_seen:
+                # the first batch: a delimiter that splits none of its responses balances nothing (the workflow
+                # checks it before any job against the task's reference texts, oar.experiment.config_checks)
+                if not any(row and row[-1] > 0 for row in labels):
+                    raise ValueError(f"OARConfig field 'oar_step_delimiter' {delimiter!r} splits none of the "
+                                     f"{len(labels)} responses of the first batch into steps: the step balance "
+                                     "would change nothing; set the delimiter the responses write between steps")
+                self._steps_seen = True
+            probes = [replace(p, steps=row) for p, row in zip(probes, labels)]
         return probes
 
     def _scores(self, probes: list[Probe], active: torch.Tensor, width: int) -> Scores:

@@ -64,7 +64,9 @@ METRIC_KEYS = {
 }
 # Written only by runs that log them (oar.log_step_credit): where the step's credit sits among the chain
 # task's parsed steps (oar.method.metrics.step_credit_shares).
-STEP_CREDIT_KEYS = {f"oar/{name}": name for name in STEP_CREDIT}
+# With them, the mediator of the step balance's study: weight per last-step decisive token over weight per
+# earlier-step decisive token (oar.method.steps.per_token_ratio of the step's mean shares).
+STEP_CREDIT_KEYS = {**{f"oar/{name}": name for name in STEP_CREDIT}, "oar/final_to_early_ratio": "final_to_early_ratio"}
 
 
 def load_problems(path: str | os.PathLike, limit: int | None) -> list[dict[str, str]]:

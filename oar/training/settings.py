@@ -21,6 +21,7 @@ from oar.method.answer_spans import MATHS_CONCLUSION, finder_problem, pattern_pr
 from oar.method.names import BASELINE, check_method as _check_method
 from oar.method.scorer_config import (ScorerConfig, SettingError, check_fields, flag, integer, number, one_of,
                                       setting, text)
+from oar.method.steps import MATHS_DELIMITER, delimiter_problem
 
 
 class SettingsError(ValueError):
@@ -120,6 +121,13 @@ class OARSettings:
     sampler: str = added_setting("transformers", f"how training samples on a CPU without vLLM, one of {SAMPLERS}: "
                                                  "transformers' generate, or the lean loop for a small Llama "
                                                  "policy (oar.models.lean_sampling)", one_of(SAMPLERS))
+
+    # The step balance (oar.method.steps): a gate option that needs no ground truth.
+    step_balance: bool = added_setting(False, "hold each reasoning step's share of the gate's weight to its share of "
+                                              "the reasoning tokens, the mass kept (oar.method.steps)", flag)
+    step_delimiter: str = added_setting(MATHS_DELIMITER, "a regular expression between a response's reasoning "
+                                                         "steps, read by the step balance (the maths default: a "
+                                                         "blank line)", delimiter_problem)
 
     def __post_init__(self):
         try:
