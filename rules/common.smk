@@ -60,7 +60,7 @@ def _check_runs_after_design():
         run, commit = before[0]
         raise WorkflowError(
             f"config error at analysis.mechanism: {len(before)} of the design's runs in {R}/runs were made at commits "
-            f"that do not descend from its declaring commit {found['commit'][:12]} (e.g. "
+            f"that neither descend from its declaring commit {found['commit'][:12]} nor hold the design (e.g. "
             f"{os.path.relpath(os.path.dirname(run), R)} at {commit[:12]}): move them out, or give another results folder"
         )
 

@@ -469,13 +469,53 @@ def test_each_run_is_checked_against_the_declaring_commit(tmp_path):
     assert "`analysis.primary`: declared before all 3 runs" in text and "not declared in advance" not in text
     # a run made before the rule was committed: the rule was not declared in advance of it
     text = provenance.runs_text([d], [*made_after, run_file("b", before)])
-    assert f"**not declared in advance of 1 of the 4 runs** (made at commits that do not descend from " \
-           f"{declaring[:12]}: {before[:12]} (1))" in text
+    assert f"**not declared in advance of 1 of the 4 runs** (made at commits that neither descend from " \
+           f"{declaring[:12]} nor hold the rule: {before[:12]} (1))" in text
     # a commit this repository does not have, and a run without a record, are said, not passed
     text = provenance.runs_text([d], [*made_after, run_file("c", "f" * 40), run_file("u", "unknown"),
                                       tmp_path / "missing" / "run.yaml"])
     assert "declared before the 3 runs it can be checked against" in text
     assert "cannot be checked for 1 runs" in text and "2 record no commit" in text
+
+
+def test_a_run_made_on_the_branch_that_declared_the_rule_counts_as_after_it(tmp_path):
+    """A design declared on a side branch and run there before the merge: the mainline's declaring commit is
+    the merge, which the runs' commit does not descend from, but their own tree held the rule."""
+    import shutil
+
+    from oar.analysis import provenance
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    cfg = repo / "run.yaml"
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "code.py").write_text("x = 1\n")
+    _git(repo, "add", "code.py")
+    _git(repo, "commit", "-qm", "code")
+    _git(repo, "checkout", "-qb", "side")
+    cfg.write_text("analysis:\n  mechanism: {contrasts: [a]}\n")
+    _git(repo, "add", "run.yaml")
+    on_branch = _git(repo, "commit", "-qm", "the design, on a branch")
+    _git(repo, "checkout", "-q", "main")
+    (repo / "code.py").write_text("x = 2\n")
+    before = _git(repo, "commit", "-qam", "code on the mainline, without the design")
+    merge = _git(repo, "merge", "-q", "--no-edit", "side")
+    d = provenance.declaration("analysis.mechanism", {"contrasts": ["a"]}, [cfg])
+    assert d["commit"] == merge
+
+    def run_file(name, commit):
+        path = tmp_path / name / "run.yaml"
+        path.parent.mkdir()
+        path.write_text(yaml.safe_dump({"settings": {}, "provenance": {"git": {"commit": commit, "dirty": False}}}))
+        return path
+
+    runs = [run_file("branch", on_branch), run_file("merged", merge)]
+    assert provenance.runs_not_after(d, runs) == []
+    assert "declared before all 2 runs" in provenance.runs_text([d], runs)
+    late = run_file("mainline", before)  # the mainline before the merge: no design in its tree
+    assert provenance.runs_not_after(d, [*runs, late]) == [(str(late), before)]
 
 
 def test_the_runs_line_says_which_cpu_kernels_the_runs_were_made_with(tmp_path):

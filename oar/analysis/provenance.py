@@ -10,7 +10,10 @@ not yet committed (``uncommitted``), or a value in effect that no config file ho
 command line``).
 
 A rule is declared in advance of a run when the run was made at a commit that descends from the rule's
-declaring commit; :func:`runs_text` checks that for every run a table reads, from each run's ``run.yaml``.
+declaring commit, or at a commit whose file already holds the rule's present value (a run made on the branch
+that declared it, before the merge that brought the rule into the mainline, whose merge commit is then the
+mainline's declaring commit); :func:`runs_text` checks that for every run a table reads, from each run's
+``run.yaml``.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def declaration(key: str, value: Any, files: Sequence[str | Path]) -> dict[str, 
     if not committed:
         out.update(status="uncommitted", note=f"{rel}'s value differs from its last commit")
         return out
-    out.update(status="committed", commit=declared[0], date=declared[1])
+    out.update(status="committed", commit=declared[0], date=declared[1], path=rel, value=value)
     return out
 
 
@@ -163,6 +166,19 @@ def _descends(root: Path, ancestor: str, commit: str) -> bool | None:
     return done.returncode == 0
 
 
+def _made_after(root: Path, found: Mapping[str, Any], commit: str) -> bool | None:
+    """Whether a run made at ``commit`` was made with the committed rule ``found`` in force: ``commit``
+    descends from the rule's declaring commit, or its own copy of the rule's file holds the rule's present
+    value (None: git cannot tell)."""
+    descends = _descends(root, found["commit"], commit)
+    if descends or "path" not in found:
+        return descends
+    shown = _git(root, "show", f"{commit}:{found['path']}")
+    if shown is None or shown.returncode != 0:
+        return descends
+    return value_at(_load(shown.stdout), found["key"]) == found["value"]
+
+
 def _commits_phrase(counts: Counter) -> str:
     return ", ".join(f"{c[:12]} ({n})" for c, n in counts.most_common())
 
@@ -201,17 +217,19 @@ def runs_text(found: Sequence[Mapping[str, Any]], run_files: Sequence[str | Path
         if d["status"] != "committed" or not commits:
             continue
         root = Path(d["file"]).parent
-        verdicts = {c: _descends(root, d["commit"], c) for c in commits}
+        verdicts = {c: _made_after(root, d, c) for c in commits}
         before = {c: n for c, n in commits.items() if verdicts[c] is False}
         unknown = {c: n for c, n in commits.items() if verdicts[c] is None}
         ok = sum(commits.values()) - sum(before.values()) - sum(unknown.values())
         if before:
             n = sum(before.values())
             lines.append(f"- `{d['key']}`: **not declared in advance of {n} of the {len(made)} runs** (made at "
-                         f"commits that do not descend from {d['commit'][:12]}: {_commits_phrase(Counter(before))})")
+                         f"commits that neither descend from {d['commit'][:12]} nor hold the rule: "
+                         f"{_commits_phrase(Counter(before))})")
         elif ok:
             lines.append(f"- `{d['key']}`: declared before {'the' if unknown or unrecorded else 'all'} {ok} runs "
-                         f"it can be checked against (each made at a descendant of {d['commit'][:12]})")
+                         f"it can be checked against (each made at a descendant of {d['commit'][:12]} or at a "
+                         "commit that holds the rule)")
         if unknown:
             lines.append(f"- `{d['key']}`: cannot be checked for {sum(unknown.values())} runs (git does not know "
                          f"their commits here: {_commits_phrase(Counter(unknown))})")
@@ -219,8 +237,9 @@ def runs_text(found: Sequence[Mapping[str, Any]], run_files: Sequence[str | Path
 
 
 def runs_not_after(found: Mapping[str, Any], run_files: Sequence[str | Path]) -> list[tuple[str, str]]:
-    """The runs, among the ``run.yaml`` files that exist, made at a commit that does not descend from the
-    declaring commit of the committed rule ``found`` (:func:`declaration`): each (run file, commit). Empty
+    """The runs, among the ``run.yaml`` files that exist, made at a commit that neither descends from the
+    declaring commit of the committed rule ``found`` (:func:`declaration`) nor holds the rule (its file with
+    the rule's present value): each (run file, commit). Empty
     where the rule is not committed (nothing to check against); a run that records no commit, or one git does
     not know here, is not counted (the table says so)."""
     if found.get("status") != "committed":
@@ -231,6 +250,6 @@ def runs_not_after(found: Mapping[str, Any], run_files: Sequence[str | Path]) ->
         if not Path(f).is_file():
             continue
         commit, _ = run_commit(run_provenance(f))
-        if commit and _descends(root, found["commit"], commit) is False:
+        if commit and _made_after(root, found, commit) is False:
             out.append((str(f), commit))
     return out
