@@ -40,10 +40,15 @@ def partly_flat_reward(completions, problem_id, **kwargs):
     return [0.0 if pid in FLAT_PROBLEMS else r for r, pid in zip(parity, problem_id)]
 
 
-def dataset(n=4) -> Dataset:
+def dataset(n=4, chains=False) -> Dataset:
+    """``n`` tiny prompts; with ``chains``, each states a testbed chain problem (a scorer that reads the
+    reference solution, first_divergence, solves it from the prompt)."""
+    def content(i):
+        return f"Start with {i}. Add {i}, then multiply by 2. What is the result?" if chains else f"What is {i} + {i}?"
+
     return Dataset.from_list(
         [
-            {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i),
+            {"prompt": [{"role": "user", "content": content(i)}], "answer": str(4 * i if chains else 2 * i),
              "problem_id": f"p{i}"}
             for i in range(n)
         ]
@@ -71,13 +76,14 @@ COMMON = dict(
 
 
 def make_trainer(model_dir, tmp_path, trainer_cls=OARTrainer, config_cls=OARConfig, reward=parity_reward,
-                 trainer_kwargs=None, **overrides):
+                 trainer_kwargs=None, train_dataset=None, **overrides):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = config_cls(output_dir=str(tmp_path / "out"), **(COMMON | overrides))
+    data = train_dataset if train_dataset is not None else dataset()
     return trainer_cls(
-        model=model, reward_funcs=reward, args=config, train_dataset=dataset(), processing_class=tokenizer,
+        model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tokenizer,
         **(trainer_kwargs or {})
     )
 
@@ -153,7 +159,10 @@ def test_every_method_trains_a_step(tiny_model_dir, tmp_path, method):
     # the step balance needs a delimiter the tiny model's responses write: whitespace (a blank line, the maths
     # default, they do not write, which stops the first batch)
     steps = {"oar_step_delimiter": r"\s"} if reads_steps(method) else {}
-    trainer = make_trainer(tiny_model_dir, tmp_path, trainer_kwargs=extra, oar_method=method, **steps)
+    # a scorer that reads the reference solution solves it from the prompt: it trains on chain problems
+    chains = scorer is not None and scorer_spec(scorer).reads("reference_solution")
+    trainer = make_trainer(tiny_model_dir, tmp_path, trainer_kwargs=extra, train_dataset=dataset(chains=chains),
+                           oar_method=method, **steps)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     log = trainer.state.log_history[0]

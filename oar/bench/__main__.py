@@ -29,9 +29,6 @@ POLICIES = ("chain_f1", "chain_d8")
 # grammar's spelling get without any credit assignment.
 BASELINES = ("random", "position", "entropy", "surprisal", "last_step", "relations_and_results", "grad_norm", "oar_p",
              "oar_g", "truth")
-# Which second model an entry that reads one is given: the policy itself, or the policy trained from it by
-# GRPO (PRIME's implicit reward model).
-REFERENCE = {"prime": "trained"}
 TRACEBACK_VARIABLE = "OAR_BENCH_TRACEBACK"  # set to 1: errors raise with their traceback (as --traceback)
 
 
@@ -150,7 +147,7 @@ def credit(args: argparse.Namespace) -> None:
     failed = []
     for entry in entries:
         reference = model
-        if scorer_spec(entry).reads("reference_model") and REFERENCE.get(entry) == "trained":
+        if scorer_spec(entry).reads("reference_model") and track.REFERENCE.get(entry) == "trained":
             if trained is None:
                 trained, _ = load_model(response_set.trained_policy_dir(args.policy), dtype="float32", device="cpu")
             reference = trained

@@ -48,6 +48,10 @@ FRACTION = 0.1  # recall's top share of the reasoning
 GROUPS_PER_CALL = 16  # problems per scorer call: a training step's prompts (x 8 responses)
 METRICS = ("recall", "average_precision", "erring")
 
+# Which second model an entry that reads one is given: the policy itself, or the policy trained from it by
+# GRPO (PRIME's implicit reward model).
+REFERENCE = {"prime": "trained"}
+
 
 class BenchError(ValueError):
     """A scorer or an input the benchmark cannot rank; the message names the scorer or the file."""

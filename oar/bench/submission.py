@@ -118,7 +118,6 @@ def verify(file: str | Path, threads: int = 1, log: Callable[[str], None] = prin
     with a :class:`SubmissionError` where the submission is not of this benchmark version, set or code."""
     from oar.bench import credit as track
     from oar.bench import response_set, scores_file
-    from oar.bench.__main__ import REFERENCE
     from oar.cpu_kernels import capability
     from oar.method.scorer_registry import scorer_spec
     from oar.models.frozen import policy_dir
@@ -143,7 +142,7 @@ def verify(file: str | Path, threads: int = 1, log: Callable[[str], None] = prin
         f"note: {local['import_path'].split(':')[0]}'s file here is not the submitted one (the function itself is)"]
     model, tokenizer = load_model(policy_dir(record["policy"]), dtype="float32", device="cpu", threads=threads)
     reference = model
-    if scorer_spec(name).reads("reference_model") and REFERENCE.get(name) == "trained":
+    if scorer_spec(name).reads("reference_model") and track.REFERENCE.get(name) == "trained":
         reference, _ = load_model(response_set.trained_policy_dir(record["policy"]), dtype="float32", device="cpu")
     kept: list = []
     rerun = track.run_entry(name, record["policy"], model, tokenizer, responses, seed=int(record["seed"]),

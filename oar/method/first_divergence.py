@@ -6,7 +6,7 @@ EGCA runs a failing program and a reference solution under the same instrumentat
 point where their execution traces differ, and gives the advantage only to the tokens of that point,
 masking the tokens downstream; a passing program keeps GRPO's uniform advantage. On the chains the trace
 is the chain of step results, and the reference is computable from the problem: the correct result of
-every step (:class:`oar.data.chains.ChainProblem`), solved from the problem statement in the prompt
+every step, solved from the problem statement in the prompt
 ("Start with 7. Add 5, then multiply by 2, ..."). Choices taken where the paper's definition is for code:
 
 - **The divergence** is semantic, as EGCA's: the first equation of the reasoning whose written result is
@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-
-from oar.data.chains import ChainProblem
 
 SCORER = "first_divergence"
 _STATEMENT = re.compile(r"Start with (\d+)\. (.+?)\. What is the result\?")
@@ -41,9 +40,28 @@ _OPERATORS = {"add": "+", "subtract": "-", "multiply by": "*"}
 _EQUATION = re.compile(r"(-?\d+) ([-+*]) (\d+) ([=~]) (-?\d+)\.")
 
 
-def problem_from_statement(text: str) -> ChainProblem | None:
-    """The chain problem stated in ``text`` (the inverse of ``ChainProblem.text``), or None where ``text``
-    states none."""
+@dataclass(frozen=True)
+class ReferenceChain:
+    """A chain problem as its statement gives it: the start and each step's (operator, operand). The same
+    fields as :class:`oar.data.chains.ChainProblem`, kept here because the data layer sits above the method
+    layer (a scorer reads only what its batch carries)."""
+
+    start: int
+    ops: tuple[tuple[str, int], ...]
+
+    @property
+    def values(self) -> list[int]:
+        """The correct result of every step."""
+        out, value = [], self.start
+        for op, operand in self.ops:
+            value = value + operand if op == "+" else value - operand if op == "-" else value * operand
+            out.append(value)
+        return out
+
+
+def problem_from_statement(text: str) -> ReferenceChain | None:
+    """The chain problem stated in ``text`` (the inverse of ``oar.data.chains.ChainProblem.text``), or None
+    where ``text`` states none."""
     m = _STATEMENT.search(text)
     if m is None:
         return None
@@ -53,10 +71,10 @@ def problem_from_statement(text: str) -> ChainProblem | None:
         if op is None:
             return None
         ops.append((_OPERATORS[op.group(1)], int(op.group(2))))
-    return ChainProblem(int(m.group(1)), tuple(ops))
+    return ReferenceChain(int(m.group(1)), tuple(ops))
 
 
-def divergence_char(reasoning: str, problem: ChainProblem) -> int | None:
+def divergence_char(reasoning: str, problem: ReferenceChain) -> int | None:
     """The character of ``reasoning`` where it first departs from ``problem``'s reference chain (module
     docstring), or None where every written result is the reference's."""
     values = problem.values
