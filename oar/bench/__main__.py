@@ -268,19 +268,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if hasattr(args, "cpu_kernels"):
         args.cpu_kernels = pin_kernels(args.cpu_kernels)
+    commands = {"credit": credit, "leaderboard": board, "responses": responses, "plot": plot, "submit": submit,
+                "verify": verify}
     try:
-        if args.command == "credit":
-            credit(args)
-        elif args.command == "leaderboard":
-            board(args)
-        elif args.command == "responses":
-            responses(args)
-        elif args.command == "plot":
-            plot(args)
-        elif args.command == "submit":
-            submit(args)
-        elif args.command == "verify":
-            verify(args)
+        if args.command in commands:
+            commands[args.command](args)
         else:
             from oar.bench import learning
 

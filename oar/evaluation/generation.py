@@ -181,16 +181,13 @@ class TransformersGenerator:
 
     def _generate_batch(self, ids: list[list[int]], greedy: bool, temperature: float, top_p: float,
                         max_new_tokens: int) -> list[GenerationOutput]:
+        from oar.models.lean_sampling import left_padded
         from oar.sdpa_kernels import without_cudnn_attention
 
         torch = self._torch
         pad = self.tokenizer.pad_token_id
-        width = max(len(x) for x in ids)
-        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(ids), width), dtype=torch.long)
-        for row, x in enumerate(ids):
-            input_ids[row, width - len(x):] = torch.tensor(x, dtype=torch.long)
-            attention[row, width - len(x):] = 1
+        input_ids, attention = left_padded(ids, pad)
+        width = input_ids.shape[1]
         if self.lean:
             from oar.models.lean_sampling import sample
 

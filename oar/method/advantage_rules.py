@@ -16,11 +16,11 @@ beside ``ktae``, which puts KTAE's magnitude through OAR's gate instead.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from oar.method.lazy_targets import resolved_target
 from oar.method import scorer_registry
 
 
@@ -35,12 +35,7 @@ class AdvantageRule:
 
     @property
     def function(self) -> Callable[..., Any]:
-        if callable(self.target):
-            return self.target
-        module_name, _, attribute = self.target.partition(":")
-        function = getattr(importlib.import_module(module_name), attribute)
-        object.__setattr__(self, "target", function)
-        return function
+        return resolved_target(self)
 
 
 _RULES: dict[str, AdvantageRule] = {}

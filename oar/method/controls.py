@@ -7,7 +7,7 @@ which reads the outcome, is in ``oar.method.gradient_scorers``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +24,16 @@ def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config:
     """Policy entropy of the distribution each reasoning token was sampled from (GTPO-style control); with
     ``config.entropy_top_fraction`` below 1, only each response's highest-entropy fraction of tokens keeps
     its entropy and the rest score 0 (:func:`top_fraction`)."""
+    rows = reasoning_token_statistic(model, probes, config, lambda logp, sampled: -(logp.exp() * logp).sum(dim=-1))
+    return rows if config.entropy_top_fraction == 1 else [top_fraction(r, config.entropy_top_fraction) for r in rows]
+
+
+def reasoning_token_statistic(model, probes: Sequence[Probe], config: ScorerConfig,
+                              statistic: Callable[[Tensor, Tensor], Tensor]) -> list[Tensor]:
+    """Per probe, ``statistic(log_probs, sampled)`` at each reasoning token: ``log_probs`` the policy's
+    log-distributions the tokens were drawn from (``[rows, positions, vocabulary]``) and ``sampled`` the
+    tokens drawn (``[rows, positions]``), the statistic one value a position. The prompt and reasoning run
+    as left-padded micro-batches of ``config.chunk_tokens``; the entropy and surprisal entries share it."""
     device = model_device(model)
     fmt = mask_format(model)
     pad_id = batch_pad_id(probes)
@@ -47,10 +57,12 @@ def entropy_scores(model, probes: Sequence[Probe], kinds: Sequence[str], config:
         keep = max(reasoning[i] for i in group) + 1
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
         logp = F.log_softmax(logits[:, : keep - 1].float(), dim=-1)
-        # the rows end together: row r's reasoning is predicted by the last R_r of these keep - 1 positions
-        gather_rows(out, -(logp.exp() * logp).sum(dim=-1), keep - 1 - row_count, row_count, row_dest)
-    rows = to_host(list(out[:-1].split(reasoning)))
-    return rows if config.entropy_top_fraction == 1 else [top_fraction(r, config.entropy_top_fraction) for r in rows]
+        # the rows are left-padded and end together: logit column c predicts the token one column later, so
+        # the tokens the last keep - 1 logits predict are the last keep - 1 ids (a row's reasoning at its end,
+        # the last R_r of these positions for row r)
+        sampled = ids[:, ids.shape[1] - (keep - 1) :]
+        gather_rows(out, statistic(logp, sampled), keep - 1 - row_count, row_count, row_dest)
+    return to_host(list(out[:-1].split(reasoning)))
 
 
 def top_fraction(scores: Tensor, fraction: float) -> Tensor:

@@ -22,12 +22,12 @@ registered below by import path so that naming them loads no torch; each carries
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from oar.method.lazy_targets import resolved_target
 from oar.method import scorer_registry
 
 # What a transform may declare it reads of the probes: the chain task's parsed positions (Probe.decisive,
@@ -57,12 +57,7 @@ class WeightTransform:
     def transform(self) -> Callable[..., Any]:
         """``transform(weights, reasoning_mask, probes, settings) -> weights``, imported on first use where it
         was registered by import path."""
-        if callable(self.target):
-            return self.target
-        module_name, _, attribute = self.target.partition(":")
-        function = getattr(importlib.import_module(module_name), attribute)
-        object.__setattr__(self, "target", function)
-        return function
+        return resolved_target(self)
 
     @property
     def reads_parsed_steps(self) -> bool:

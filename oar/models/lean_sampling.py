@@ -32,6 +32,18 @@ class LeanSamplingUnsupported(ValueError):
     """The model or the sampling settings are outside what the lean loop implements."""
 
 
+def left_padded(prompt_ids: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts as one left-padded batch (every row ends at the last column, where generation goes on)
+    and its attention mask: the layout :func:`sample` and transformers' ``generate`` take."""
+    width = max(len(ids) for ids in prompt_ids)
+    padded = torch.full((len(prompt_ids), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for row, ids in enumerate(prompt_ids):
+        padded[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        mask[row, width - len(ids):] = 1
+    return padded, mask
+
+
 def check_supported(model, top_k: int = 0, min_p: float | None = None, repetition_penalty: float = 1.0) -> None:
     """Raise :class:`LeanSamplingUnsupported` where the lean loop would not sample what ``generate`` does."""
     config = model.config

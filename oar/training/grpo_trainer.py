@@ -475,19 +475,15 @@ class OARTrainer(GRPOTrainer):
     def _lean_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
         """The completions TRL's ``generate`` path returns (token ids to the first end token, included),
         sampled by the lean loop from TRL's left-padded prompts with its generation settings."""
-        from oar.models.lean_sampling import check_supported, sample
+        from oar.models.lean_sampling import check_supported, left_padded, sample
 
         args, tokenizer = self.args, self.processing_class
         model = self.accelerator.unwrap_model(self.model)
         check_supported(model, top_k=args.top_k or 0, min_p=args.min_p,
                         repetition_penalty=args.repetition_penalty)
         pad = tokenizer.pad_token_id
-        width = max(len(ids) for ids in prompt_ids)
-        padded = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
-        for row, ids in enumerate(prompt_ids):
-            padded[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            mask[row, width - len(ids):] = 1
+        padded, mask = left_padded(prompt_ids, pad)
+        width = padded.shape[1]
         out = sample(model, padded, mask, max_new_tokens=self.max_completion_length, eos_token_ids=self.eos_token_ids,
                      pad_token_id=pad, temperature=self.temperature, top_p=args.top_p)
         stops = set(self.eos_token_ids)
